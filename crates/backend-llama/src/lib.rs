@@ -1,0 +1,397 @@
+//! GGUF causal language models through llama.cpp (`llama-cpp-2`), behind [`engine::Backend`].
+//!
+//! One [`LlamaSession`] owns one llama.cpp context whose KV cache has one stream per sequence
+//! (`kv_unified = false`). Sequence 0 holds the system prompt for the whole life of the
+//! session. A forward evaluates trees of nodes: each node gets its own sequence, which first
+//! receives its parent's cache (`llama_memory_seq_cp`, a copy of the parent's stream), so a
+//! request's state is evaluated once and each question branches from it. Nodes of one tree
+//! level (across requests) share one `llama_decode`. Every sequence but 0 is removed when the
+//! forward ends, whatever happens.
+//!
+//! Why separate streams: with this llama.cpp, a unified cache let sibling sequences at the
+//! same positions change each other's logits (by up to 0.85 on SmolLM2, see
+//! `examples/branches.rs`); separate streams give every branch exactly the logits it gets
+//! alone.
+
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use engine::backend::{Backend, BackendError, BackendInfo, Node, RootLogits, Session, Token};
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::DecodeError;
+
+
+static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+
+fn runtime() -> Result<&'static Runtime, BackendError> {
+    RUNTIME
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(
+                llama_cpp_2::LogOptions::default().with_logs_enabled(false),
+            );
+            Runtime::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| BackendError::Load(e.clone()))
+}
+
+/// How to open a GGUF model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// Tokens one sequence holds (system prompt, state, question and label steps).
+    pub context_tokens: u32,
+    /// Sequences (KV streams) of the context, the system prompt's included.
+    pub sequences: u32,
+    /// CPU threads for evaluation; 0 for every available core.
+    pub threads: usize,
+    /// Tokens per llama.cpp micro-batch.
+    pub ubatch: u32,
+}
+
+impl Default for LlamaConfig {
+    fn default() -> Self {
+        LlamaConfig {
+            context_tokens: 4096,
+            sequences: 8,
+            threads: 0,
+            ubatch: 512,
+        }
+    }
+}
+
+/// A GGUF model loaded through llama.cpp.
+pub struct LlamaBackend {
+    model: LlamaModel,
+    info: BackendInfo,
+    config: LlamaConfig,
+}
+
+fn file_type_name(ft: &str) -> String {
+    // llama_ftype values of common quantizations.
+    match ft {
+        "0" => "F32",
+        "1" => "F16",
+        "2" => "Q4_0",
+        "3" => "Q4_1",
+        "7" => "Q8_0",
+        "8" => "Q5_0",
+        "9" => "Q5_1",
+        "10" => "Q2_K",
+        "11" => "Q3_K_S",
+        "12" => "Q3_K_M",
+        "13" => "Q3_K_L",
+        "14" => "Q4_K_S",
+        "15" => "Q4_K_M",
+        "16" => "Q5_K_S",
+        "17" => "Q5_K_M",
+        "18" => "Q6_K",
+        "32" => "BF16",
+        other => return format!("gguf-ftype-{other}"),
+    }
+    .to_string()
+}
+
+impl LlamaBackend {
+    /// Load a GGUF file.
+    pub fn load(path: &Path, mut config: LlamaConfig) -> Result<LlamaBackend, BackendError> {
+        let rt = runtime()?;
+        if !path.is_file() {
+            return Err(BackendError::Load(format!("{} is not a file", path.display())));
+        }
+        let model = LlamaModel::load_from_file(rt, path, &LlamaModelParams::default())
+            .map_err(|e| BackendError::Load(format!("{}: {e}", path.display())))?;
+        if config.threads == 0 {
+            config.threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+        }
+        let trained = model.n_ctx_train() as usize;
+        // llama.cpp pads each stream to a multiple of 256 tokens.
+        config.context_tokens = config.context_tokens.max(256).div_ceil(256) * 256;
+        config.sequences = config.sequences.clamp(4, 256);
+        let dtype = model
+            .meta_val_str("general.file_type")
+            .map(|s| file_type_name(&s))
+            .unwrap_or_else(|_| "unknown".into());
+        let info = BackendInfo {
+            engine: "llama.cpp".into(),
+            device: "cpu".into(),
+            dtype,
+            context_tokens: config.context_tokens as usize,
+            max_sequences: config.sequences as usize - 1,
+            trained_context: trained,
+            threads: config.threads,
+        };
+        Ok(LlamaBackend { model, info, config })
+    }
+
+    /// Metadata string of the GGUF file.
+    pub fn meta(&self, key: &str) -> Option<String> {
+        self.model.meta_val_str(key).ok()
+    }
+}
+
+impl Backend for LlamaBackend {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+
+    fn tokenize(&self, text: &str, special: bool) -> Result<Vec<Token>, BackendError> {
+        let tokens = self.model.vocab().tokenize(text.as_bytes(), false, special);
+        tokens
+            .into_iter()
+            .map(|t| u32::try_from(t.0).map_err(|_| BackendError::Tokenize(format!("negative token id {}", t.0))))
+            .collect()
+    }
+
+    fn token_text(&self, token: Token) -> String {
+        let bytes = self
+            .model
+            .vocab()
+            .token_to_piece(LlamaToken(token as i32), true, None);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn session(&self) -> Result<Box<dyn Session + '_>, BackendError> {
+        let rt = runtime()?;
+        let per_seq = self.config.context_tokens;
+        let seqs = self.config.sequences;
+        let n_ctx = per_seq * seqs;
+        let threads = i32::try_from(self.config.threads).unwrap_or(2);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(n_ctx)
+            .with_n_ubatch(self.config.ubatch.min(n_ctx))
+            .with_n_seq_max(seqs)
+            .with_kv_unified(false)
+            // LLAMA_FLASH_ATTN_TYPE_DISABLED: the plain attention path is the one checked exact.
+            .with_flash_attention_policy(0)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = self
+            .model
+            .new_context(rt, params)
+            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        Ok(Box::new(LlamaSession {
+            ctx,
+            n_vocab: self.model.n_vocab().max(0) as usize,
+            batch: LlamaBatch::new(n_ctx as usize, 1),
+            batch_capacity: n_ctx as usize,
+            per_seq: per_seq as usize,
+            sequences: seqs,
+            prefix_len: 0,
+            free: (1..seqs as i32).rev().collect(),
+        }))
+    }
+}
+
+/// One node of a forward, in an arena.
+struct Item<'n> {
+    node: &'n Node,
+    root: usize,
+    parent: Option<usize>,
+    /// Position of the node's first token.
+    pos: usize,
+    /// Index of the node's first read in its root's depth-first read order.
+    read_base: usize,
+    children: Vec<usize>,
+    /// Levels of descendants under this node.
+    height: usize,
+    seq: i32,
+}
+
+/// A llama.cpp context owned by the model's worker thread.
+pub struct LlamaSession<'m> {
+    ctx: LlamaContext<'m>,
+    n_vocab: usize,
+    batch: LlamaBatch<'static>,
+    batch_capacity: usize,
+    per_seq: usize,
+    sequences: u32,
+    prefix_len: usize,
+    free: Vec<i32>,
+}
+
+impl LlamaSession<'_> {
+    fn decode(&mut self) -> Result<(), BackendError> {
+        match self.ctx.decode(&mut self.batch) {
+            Ok(()) => Ok(()),
+            Err(DecodeError::NoKvCacheSlot) => Err(BackendError::OutOfMemory(
+                "no room in the KV cache for this forward".into(),
+            )),
+            Err(e) => Err(BackendError::Forward(e.to_string())),
+        }
+    }
+
+    fn arena<'n>(roots: &[&'n Node], prefix_len: usize) -> (Vec<Item<'n>>, Vec<usize>, Vec<usize>) {
+        fn add<'n>(
+            items: &mut Vec<Item<'n>>,
+            node: &'n Node,
+            root: usize,
+            parent: Option<usize>,
+            pos: usize,
+            reads: &mut usize,
+        ) -> usize {
+            let idx = items.len();
+            items.push(Item {
+                node,
+                root,
+                parent,
+                pos,
+                read_base: *reads,
+                children: Vec::new(),
+                height: 0,
+                seq: 0,
+            });
+            *reads += node.reads.len();
+            let mut height = 0;
+            for child in &node.children {
+                let c = add(items, child, root, Some(idx), pos + node.tokens.len(), reads);
+                items[idx].children.push(c);
+                height = height.max(items[c].height + 1);
+            }
+            items[idx].height = height;
+            idx
+        }
+        let mut items = Vec::new();
+        let mut top = Vec::with_capacity(roots.len());
+        let mut counts = Vec::with_capacity(roots.len());
+        for (r, node) in roots.iter().enumerate() {
+            let mut reads = 0;
+            top.push(add(&mut items, node, r, None, prefix_len, &mut reads));
+            counts.push(reads);
+        }
+        (items, top, counts)
+    }
+
+    /// Evaluate `level` (nodes whose parents hold their sequences), then their children.
+    fn process(
+        &mut self,
+        items: &mut [Item<'_>],
+        level: &[usize],
+        out: &mut [RootLogits],
+    ) -> Result<(), BackendError> {
+        let reserve = level.iter().map(|&i| items[i].height).max().unwrap_or(0);
+        let mut next = 0;
+        while next < level.len() {
+            if self.free.len() <= reserve {
+                return Err(BackendError::Forward("out of sequence ids".into()));
+            }
+            let room = self.free.len() - reserve;
+            let mut chunk = Vec::new();
+            let mut tokens = 0;
+            while next < level.len() && chunk.len() < room {
+                let n = items[level[next]].node.tokens.len();
+                if !chunk.is_empty() && tokens + n > self.batch_capacity {
+                    break;
+                }
+                if items[level[next]].pos + n > self.per_seq {
+                    return Err(BackendError::OutOfMemory(format!(
+                        "a sequence of {} tokens exceeds the context of {}",
+                        items[level[next]].pos + n,
+                        self.per_seq
+                    )));
+                }
+                tokens += n;
+                chunk.push(level[next]);
+                next += 1;
+            }
+            // Give each node a sequence sharing its parent's cells, and queue its tokens.
+            self.batch.clear();
+            let mut read_slots: Vec<(usize, usize, i32)> = Vec::new(); // (item, read idx, batch idx)
+            for &it in &chunk {
+                let seq = self.free.pop().ok_or_else(|| BackendError::Forward("out of sequence ids".into()))?;
+                items[it].seq = seq;
+                let parent_seq = items[it].parent.map(|p| items[p].seq).unwrap_or(0);
+                self.ctx
+                    .copy_kv_cache_seq(parent_seq, seq, None, None)
+                    .map_err(|e| BackendError::Forward(e.to_string()))?;
+                let node = items[it].node;
+                if node.tokens.is_empty() {
+                    return Err(BackendError::Forward("a node has no tokens".into()));
+                }
+                for (k, tok) in node.tokens.iter().enumerate() {
+                    let read = node.reads.iter().position(|r| r.at == k);
+                    let bi = self.batch.n_tokens();
+                    let pos = i32::try_from(items[it].pos + k)
+                        .map_err(|_| BackendError::Forward("position overflow".into()))?;
+                    self.batch
+                        .add(LlamaToken(*tok as i32), pos, &[seq], read.is_some())
+                        .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+                    if read.is_some() {
+                        for (ri, r) in node.reads.iter().enumerate() {
+                            if r.at == k {
+                                read_slots.push((it, ri, bi));
+                            }
+                        }
+                    }
+                }
+            }
+            self.decode()?;
+            for (it, ri, bi) in read_slots {
+                let logits = self.ctx.get_logits_ith(bi);
+                let read = &items[it].node.reads[ri];
+                let mut picked = Vec::with_capacity(read.candidates.len());
+                for c in &read.candidates {
+                    let idx = *c as usize;
+                    if idx >= self.n_vocab {
+                        return Err(BackendError::Forward(format!("token {c} is outside the vocabulary")));
+                    }
+                    picked.push(logits.get(idx).copied().unwrap_or(f32::NEG_INFINITY));
+                }
+                let slot = items[it].read_base + ri;
+                let root = items[it].root;
+                out[root][slot] = picked;
+            }
+            let children: Vec<usize> = chunk.iter().flat_map(|&i| items[i].children.clone()).collect();
+            if !children.is_empty() {
+                self.process(items, &children, out)?;
+            }
+            for &it in &chunk {
+                let seq = items[it].seq;
+                let _ = self.ctx.clear_kv_cache_seq(Some(seq as u32), None, None);
+                self.free.push(seq);
+            }
+        }
+        Ok(())
+    }
+
+    fn reset_sequences(&mut self) {
+        for seq in 1..self.sequences {
+            let _ = self.ctx.clear_kv_cache_seq(Some(seq), None, None);
+        }
+        self.free = (1..self.sequences as i32).rev().collect();
+    }
+}
+
+impl Session for LlamaSession<'_> {
+    fn load_prefix(&mut self, tokens: &[Token]) -> Result<(), BackendError> {
+        self.ctx.clear_kv_cache();
+        self.batch.clear();
+        for (i, t) in tokens.iter().enumerate() {
+            self.batch
+                .add(LlamaToken(*t as i32), i as i32, &[0], false)
+                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+        }
+        if !tokens.is_empty() {
+            self.decode()?;
+        }
+        self.prefix_len = tokens.len();
+        Ok(())
+    }
+
+    fn forward(&mut self, roots: &[&Node]) -> Result<Vec<RootLogits>, BackendError> {
+        let (mut items, top, counts) = Self::arena(roots, self.prefix_len);
+        let mut out: Vec<RootLogits> = counts.iter().map(|n| vec![Vec::new(); *n]).collect();
+        let result = self.process(&mut items, &top, &mut out);
+        if result.is_err() {
+            self.reset_sequences();
+        }
+        result.map(|()| out)
+    }
+}

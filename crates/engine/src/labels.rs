@@ -1,0 +1,204 @@
+//! Option labels and their token paths.
+//!
+//! Each option gets a short code (`A`..`Z`; beyond 26 options, a letter and a digit, `A0`..`Z9`,
+//! all of one length so no code is a prefix of another). A code that is several tokens is read
+//! along its token path: the first token's logits at the question's answer position, each next
+//! token's logits one step further, sharing everything before. The codes of one question form
+//! a trie; each trie node with several edges is one read.
+
+use crate::backend::{Node, Read, Token};
+use protocol::confidence::softmax;
+
+/// Code of option `i` of `n`.
+pub fn option_code(i: usize, n: usize) -> String {
+    let letters = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    if n <= 26 {
+        (letters[i] as char).to_string()
+    } else {
+        format!("{}{}", letters[i / 10] as char, i % 10)
+    }
+}
+
+/// One edge of a label trie.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Edge {
+    pub token: Token,
+    /// The label this edge completes.
+    pub label: Option<usize>,
+    pub child: Option<Trie>,
+}
+
+/// The token paths of a question's labels.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Trie {
+    pub edges: Vec<Edge>,
+}
+
+/// Why labels cannot be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LabelError {
+    #[error("label {0} has no tokens")]
+    Empty(usize),
+    #[error("label {0}'s tokens are a prefix of another label's")]
+    Prefix(usize),
+    #[error("labels {0} and {1} have the same tokens")]
+    Duplicate(usize, usize),
+}
+
+impl Trie {
+    /// Build from each label's token path.
+    pub fn build(paths: &[Vec<Token>]) -> Result<Trie, LabelError> {
+        let mut root = Trie::default();
+        for (label, path) in paths.iter().enumerate() {
+            if path.is_empty() {
+                return Err(LabelError::Empty(label));
+            }
+            root.insert(path, label)?;
+        }
+        Ok(root)
+    }
+
+    fn insert(&mut self, path: &[Token], label: usize) -> Result<(), LabelError> {
+        let (first, rest) = (path[0], &path[1..]);
+        let idx = match self.edges.iter().position(|e| e.token == first) {
+            Some(i) => i,
+            None => {
+                self.edges.push(Edge {
+                    token: first,
+                    label: None,
+                    child: None,
+                });
+                self.edges.len() - 1
+            }
+        };
+        let edge = &mut self.edges[idx];
+        if rest.is_empty() {
+            if let Some(other) = edge.label {
+                return Err(LabelError::Duplicate(other, label));
+            }
+            if edge.child.is_some() {
+                return Err(LabelError::Prefix(label));
+            }
+            edge.label = Some(label);
+            Ok(())
+        } else {
+            if edge.label.is_some() {
+                return Err(LabelError::Prefix(edge.label.unwrap_or(label)));
+            }
+            edge.child.get_or_insert_with(Trie::default).insert(rest, label)
+        }
+    }
+
+    /// The evaluation node for a question whose block is `tokens`: read this trie's first
+    /// edges at the last token, and one more step for each edge that continues.
+    pub fn node(&self, tokens: Vec<Token>) -> Node {
+        let at = tokens.len().saturating_sub(1);
+        Node {
+            reads: vec![Read {
+                at,
+                candidates: self.edges.iter().map(|e| e.token).collect(),
+            }],
+            children: self
+                .edges
+                .iter()
+                .filter_map(|e| e.child.as_ref().map(|c| c.node(vec![e.token])))
+                .collect(),
+            tokens,
+        }
+    }
+
+    /// Number of reads this trie takes (the logits entries it consumes).
+    pub fn reads(&self) -> usize {
+        1 + self
+            .edges
+            .iter()
+            .filter_map(|e| e.child.as_ref())
+            .map(Trie::reads)
+            .sum::<usize>()
+    }
+
+    /// Label probabilities from the reads, consumed in the order [`Trie::node`] produces them.
+    pub fn probabilities<'a>(
+        &self,
+        reads: &mut impl Iterator<Item = &'a Vec<f32>>,
+        n_labels: usize,
+        temperature: f64,
+    ) -> Option<Vec<f64>> {
+        let mut out = vec![0.0; n_labels];
+        self.walk(reads, 1.0, temperature, &mut out)?;
+        Some(out)
+    }
+
+    fn walk<'a>(
+        &self,
+        reads: &mut impl Iterator<Item = &'a Vec<f32>>,
+        mass: f64,
+        temperature: f64,
+        out: &mut [f64],
+    ) -> Option<()> {
+        let logits = reads.next()?;
+        if logits.len() != self.edges.len() {
+            return None;
+        }
+        let p = softmax(logits, temperature);
+        for (e, pe) in self.edges.iter().zip(&p) {
+            if let Some(l) = e.label {
+                *out.get_mut(l)? += mass * pe;
+            }
+        }
+        for (e, pe) in self.edges.iter().zip(&p) {
+            if let Some(c) = &e.child {
+                c.walk(reads, mass * pe, temperature, out)?;
+            }
+        }
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_of_one_length() {
+        let codes: Vec<String> = (0..255).map(|i| option_code(i, 255)).collect();
+        let mut sorted = codes.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 255);
+        assert!(codes.iter().all(|c| c.len() == 2));
+        assert_eq!(option_code(0, 3), "A");
+        assert_eq!(option_code(25, 26), "Z");
+    }
+
+    #[test]
+    fn trie_reads_multi_token_paths_and_sums_to_one() {
+        // labels: [1,10], [1,11], [2] ; first read over {1,2}, second over {10,11}
+        let trie = Trie::build(&[vec![1, 10], vec![1, 11], vec![2]]).unwrap();
+        assert_eq!(trie.reads(), 2);
+        let node = trie.node(vec![7, 8, 9]);
+        assert_eq!(node.reads[0].at, 2);
+        assert_eq!(node.reads[0].candidates, vec![1, 2]);
+        assert_eq!(node.children.len(), 1);
+        assert_eq!(node.children[0].tokens, vec![1]);
+        assert_eq!(node.children[0].reads[0].candidates, vec![10, 11]);
+        let reads = [vec![0.0f32, 0.0], vec![0.0f32, 0.0]];
+        let p = trie.probabilities(&mut reads.iter(), 3, 1.0).unwrap();
+        assert!((p[0] - 0.25).abs() < 1e-12 && (p[1] - 0.25).abs() < 1e-12 && (p[2] - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn prefix_and_duplicate_labels_are_refused() {
+        assert_eq!(Trie::build(&[vec![1], vec![1, 2]]), Err(LabelError::Prefix(0)));
+        assert_eq!(Trie::build(&[vec![1, 2], vec![1]]), Err(LabelError::Prefix(1)));
+        assert_eq!(Trie::build(&[vec![3], vec![3]]), Err(LabelError::Duplicate(0, 1)));
+        assert_eq!(Trie::build(&[vec![]]), Err(LabelError::Empty(0)));
+    }
+
+    #[test]
+    fn short_reads_are_detected() {
+        let trie = Trie::build(&[vec![1, 10], vec![2]]).unwrap();
+        let reads = [vec![0.0f32, 0.0]];
+        assert!(trie.probabilities(&mut reads.iter(), 2, 1.0).is_none());
+    }
+}

@@ -1,0 +1,19 @@
+//! The decision engine: model packages and cards, the [`Backend`](backend::Backend) trait,
+//! prompt rendering, readout (logits to typed answers) and the per-model scheduler.
+//!
+//! Knows nothing of HTTP. Depends on `protocol` for request and answer types.
+
+pub mod backend;
+pub mod decision;
+pub mod error;
+pub mod labels;
+pub mod package;
+pub mod registry;
+pub mod scheduler;
+
+pub use backend::{Backend, BackendError, BackendInfo, Node, Read, Session, Token};
+pub use decision::{Decision, DecisionModel, Limits, Timings};
+pub use error::EngineError;
+pub use package::{DecisionConfig, ModelMeta};
+pub use registry::{ModelState, Registry, Slot};
+pub use scheduler::SchedulerConfig;

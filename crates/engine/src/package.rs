@@ -1,0 +1,129 @@
+//! Model packages: `decision_config.json` (how a package reads a request) and the model card
+//! (what it serves and its limits).
+
+use serde::{Deserialize, Serialize};
+
+/// The chat layout a causal LM was tuned on. Template pieces are read with control tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptTemplate {
+    pub system_start: String,
+    pub system_end: String,
+    pub user_start: String,
+    pub user_end: String,
+    pub assistant_start: String,
+}
+
+impl PromptTemplate {
+    /// ChatML, as Qwen2.5 and SmolLM2 use.
+    pub fn chatml() -> Self {
+        PromptTemplate {
+            system_start: "<|im_start|>system\n".into(),
+            system_end: "<|im_end|>\n".into(),
+            user_start: "<|im_start|>user\n".into(),
+            user_end: "<|im_end|>\n".into(),
+            assistant_start: "<|im_start|>assistant\n".into(),
+        }
+    }
+}
+
+/// Temperature per question type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Temperatures {
+    pub choice: f64,
+    pub noul: f64,
+    pub score: f64,
+}
+
+impl Default for Temperatures {
+    fn default() -> Self {
+        Temperatures {
+            choice: 1.0,
+            noul: 1.0,
+            score: 1.0,
+        }
+    }
+}
+
+/// `temperature_by_questions`: a request's temperature from its number of choice, noul and
+/// score questions `n`: the `t_i` of the first `n <= n_i`, else `t_rest`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemperatureByQuestions {
+    pub max_questions: Vec<usize>,
+    /// One more entry than `max_questions`: the last is `t_rest`.
+    pub temperature: Vec<f64>,
+}
+
+impl TemperatureByQuestions {
+    pub fn for_count(&self, n: usize) -> Option<f64> {
+        for (i, max) in self.max_questions.iter().enumerate() {
+            if n <= *max {
+                return self.temperature.get(i).copied();
+            }
+        }
+        self.temperature.get(self.max_questions.len()).copied()
+    }
+}
+
+/// A package's `decision_config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecisionConfig {
+    /// `state_once`: the state is evaluated once and every question branches from it.
+    pub attention_mode: String,
+    pub prompt_layout: String,
+    pub system_prompt: String,
+    pub template: PromptTemplate,
+    pub temperature: Temperatures,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature_by_questions: Option<TemperatureByQuestions>,
+    /// The question types the package answers.
+    pub question_types: Vec<String>,
+    /// Trained presets (questions the package answers by a trained head or prompt).
+    pub presets: Vec<String>,
+    /// Default threshold of set questions.
+    pub set_threshold: f64,
+}
+
+impl Default for DecisionConfig {
+    fn default() -> Self {
+        DecisionConfig {
+            attention_mode: "prefix_causal".into(),
+            prompt_layout: "question-last-v1".into(),
+            system_prompt: "You are a precise decision model. Read the text, then answer the \
+                            question about it with only the label of your answer."
+                .into(),
+            template: PromptTemplate::chatml(),
+            temperature: Temperatures::default(),
+            temperature_by_questions: None,
+            question_types: vec![
+                "choice".into(),
+                "noul".into(),
+                "score".into(),
+                "set".into(),
+            ],
+            presets: Vec::new(),
+            set_threshold: 0.5,
+        }
+    }
+}
+
+impl DecisionConfig {
+    pub fn answers(&self, question_type: &str) -> bool {
+        self.question_types.iter().any(|t| t == question_type)
+    }
+}
+
+/// What a catalogue entry or a models file says about a model beyond its weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelMeta {
+    pub name: String,
+    pub description: String,
+    pub release_date: String,
+    pub revision: String,
+    /// sha256 of the weights file, when known.
+    pub sha256: Option<String>,
+    pub aliases: Vec<String>,
+}

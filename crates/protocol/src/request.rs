@@ -1,0 +1,881 @@
+//! Strict decoding of decision requests from JSON values.
+//!
+//! Request-level problems (a body that is not a request, an unknown member, a removed form) are
+//! a [`ProtocolError`]; question-level problems become a [`QuestionFailure`] kept beside the
+//! question's id, so the other questions are still answered.
+
+use serde_json::{Map, Value};
+
+use crate::error::{reason, ProtocolError, QuestionFailure};
+use crate::text::render;
+use crate::{MAX_LEVELS, MAX_OPTIONS};
+
+/// Which System One schema a body is read in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schema {
+    /// vllm-sr/5.0: the standard plus extensions; unknown members and removed forms refused.
+    V5,
+    /// vllm-sr/4.0: the 4.0 forms as they are, and every 5.0 form.
+    V4,
+    /// The runtime's internal form (`/v1/decisions`, `/v1/bundle`): the 4.0 forms, batches in
+    /// `states`, and roles, whatever the process's schema.
+    Internal,
+}
+
+impl Schema {
+    pub fn parse(s: &str) -> Option<Schema> {
+        match s {
+            "vllm-sr/5.0" | "5.0" => Some(Schema::V5),
+            "vllm-sr/4.0" | "4.0" => Some(Schema::V4),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Schema::V5 => "vllm-sr/5.0",
+            Schema::V4 => "vllm-sr/4.0",
+            Schema::Internal => "internal",
+        }
+    }
+    fn legacy(self) -> bool {
+        !matches!(self, Schema::V5)
+    }
+}
+
+/// `options` of a request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Options {
+    pub deadline_ms: Option<u64>,
+    pub return_meta: bool,
+    pub max_tokens: Option<u64>,
+    pub long_context: bool,
+}
+
+/// Which part of an object state plays which role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Context,
+    Answer,
+}
+
+/// `roles` of a request: absent (keys name the parts), null (no part has a role), or a map.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Roles {
+    #[default]
+    Absent,
+    Null,
+    Map(Vec<(String, Role)>),
+}
+
+/// The options of a question, by type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QuestionKind {
+    /// Option keys with their rendered descriptions, in request order.
+    Choice { options: Vec<(String, Option<String>)> },
+    /// Descriptions of the false and true outcomes, when given.
+    Noul {
+        when_false: Option<String>,
+        when_true: Option<String>,
+    },
+    /// Level descriptions, rendered, in order.
+    Score { levels: Vec<String> },
+    Set {
+        labels: Vec<(String, Option<String>)>,
+        threshold: Option<f64>,
+    },
+    Span {
+        labels: Vec<(String, Option<String>)>,
+        threshold: Option<f64>,
+    },
+    Box,
+    Track,
+}
+
+impl QuestionKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            QuestionKind::Choice { .. } => "choice",
+            QuestionKind::Noul { .. } => "noul",
+            QuestionKind::Score { .. } => "score",
+            QuestionKind::Set { .. } => "set",
+            QuestionKind::Span { .. } => "span",
+            QuestionKind::Box => "box",
+            QuestionKind::Track => "track",
+        }
+    }
+}
+
+/// The option list of a question, as sent (kept for echoing, e.g. score legends).
+pub type Criteria = Vec<(String, Option<String>)>;
+
+/// A valid question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Question {
+    pub kind: QuestionKind,
+    /// Rendered instructions, when given.
+    pub instructions: Option<String>,
+    pub preset: Option<String>,
+    pub require_full_input: bool,
+    pub decision_adapter: bool,
+}
+
+/// One question slot: its id, its declared type word (if any) and the question or its failure.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuestionSlot {
+    pub id: String,
+    pub type_word: String,
+    pub question: Result<Question, QuestionFailure>,
+}
+
+/// One standard request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRequest {
+    pub model: Option<String>,
+    pub state: Value,
+    pub roles: Roles,
+    pub questions: Vec<QuestionSlot>,
+    pub options: Options,
+    /// Images sent with the request (data URLs or assets); counted, not decoded, here.
+    pub images: usize,
+    pub videos: usize,
+}
+
+/// A decoded body: one request, or a batch of named requests (`states`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DecisionBody {
+    Single(DecisionRequest),
+    Batch {
+        model: Option<String>,
+        options: Options,
+        entries: Vec<(String, DecisionRequest)>,
+    },
+}
+
+impl DecisionBody {
+    pub fn model(&self) -> Option<&str> {
+        match self {
+            DecisionBody::Single(r) => r.model.as_deref(),
+            DecisionBody::Batch { model, .. } => model.as_deref(),
+        }
+    }
+    pub fn options(&self) -> &Options {
+        match self {
+            DecisionBody::Single(r) => &r.options,
+            DecisionBody::Batch { options, .. } => options,
+        }
+    }
+}
+
+const TOP_V5: &[&str] = &["model", "state", "questions", "options", "roles", "assets"];
+const TOP_LEGACY: &[&str] = &[
+    "model",
+    "state",
+    "questions",
+    "options",
+    "roles",
+    "assets",
+    "images",
+    "videos",
+    "states",
+];
+const ENTRY_MEMBERS: &[&str] = &["state", "questions", "roles", "images", "videos"];
+
+/// Decode a request body (already parsed as JSON) in `schema`.
+pub fn parse_decision_body(value: &Value, schema: Schema) -> Result<DecisionBody, ProtocolError> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| ProtocolError::schema(&[], "the request body must be a JSON object"))?;
+    if schema == Schema::V5 {
+        for (form, replacement) in [
+            ("images", "assets of type image"),
+            ("videos", "assets of type video"),
+            ("states", "POST /v1/systemone/batch"),
+        ] {
+            if obj.contains_key(form) {
+                return Err(removed(form, replacement));
+            }
+        }
+    }
+    let allowed = if schema.legacy() { TOP_LEGACY } else { TOP_V5 };
+    refuse_unknown(obj, allowed, "request")?;
+    let model = match obj.get("model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(ProtocolError::schema(&["model"], "model must be a string")),
+    };
+    let options = parse_options(obj.get("options"), schema)?;
+
+    if let Some(states) = obj.get("states") {
+        for member in ["state", "questions", "images", "videos"] {
+            if obj.contains_key(member) {
+                return Err(ProtocolError::invalid(format!(
+                    "a batch (states) has no top-level {member}: send each entry's {member} inside it"
+                ))
+                .with_reason(reason::FORMS_MIXED));
+            }
+        }
+        let states = states.as_object().ok_or_else(|| {
+            ProtocolError::schema(&["states"], "states must be an object of named requests")
+        })?;
+        if states.is_empty() {
+            return Err(ProtocolError::schema(
+                &["states"],
+                "states must hold at least one entry",
+            ));
+        }
+        let mut entries = Vec::with_capacity(states.len());
+        for (name, entry) in states {
+            let e = entry.as_object().ok_or_else(|| {
+                ProtocolError::schema(&["states", name], format!("states.{name} must be an object"))
+            })?;
+            refuse_unknown(e, ENTRY_MEMBERS, &format!("states.{name}"))?;
+            let mut req = parse_single(e, schema, &["states", name])?;
+            req.model = model.clone();
+            req.options = options.clone();
+            if !e.contains_key("roles") {
+                req.roles = parse_roles(obj.get("roles"))?;
+            }
+            entries.push((name.clone(), req));
+        }
+        return Ok(DecisionBody::Batch {
+            model,
+            options,
+            entries,
+        });
+    }
+    let mut req = parse_single(obj, schema, &[])?;
+    req.model = model;
+    req.options = options;
+    Ok(DecisionBody::Single(req))
+}
+
+fn removed(form: &str, replacement: &str) -> ProtocolError {
+    ProtocolError::invalid(format!(
+        "{form} is a removed form under vllm-sr/5.0: use {replacement}"
+    ))
+    .with_reason(reason::REMOVED_FORM)
+}
+
+fn refuse_unknown(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ProtocolError> {
+    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ProtocolError::invalid(format!(
+            "unknown member {k:?} in {what}; allowed: {}",
+            allowed.join(", ")
+        ))
+        .with_reason(reason::UNKNOWN_MEMBER));
+    }
+    Ok(())
+}
+
+fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, ProtocolError> {
+    let mut options = Options::default();
+    let obj = match value {
+        None | Some(Value::Null) => return Ok(options),
+        Some(Value::Object(o)) => o,
+        Some(_) => return Err(ProtocolError::schema(&["options"], "options must be an object")),
+    };
+    if schema == Schema::V5 && obj.contains_key("long_context") {
+        return Err(removed(
+            "options.long_context",
+            "the request header TypeSafe-Danger-Zone-Long-Context: true",
+        ));
+    }
+    let allowed: &[&str] = if schema.legacy() {
+        &["deadline_ms", "return_meta", "max_tokens", "long_context"]
+    } else {
+        &["deadline_ms", "return_meta", "max_tokens"]
+    };
+    refuse_unknown(obj, allowed, "options")?;
+    let uint = |k: &str| -> Result<Option<u64>, ProtocolError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                ProtocolError::schema(&["options", k], format!("options.{k} must be a non-negative integer"))
+            }),
+        }
+    };
+    let flag = |k: &str| -> Result<bool, ProtocolError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(ProtocolError::schema(
+                &["options", k],
+                format!("options.{k} must be a boolean"),
+            )),
+        }
+    };
+    options.deadline_ms = uint("deadline_ms")?;
+    options.max_tokens = uint("max_tokens")?;
+    options.return_meta = flag("return_meta")?;
+    options.long_context = flag("long_context")?;
+    Ok(options)
+}
+
+fn parse_roles(value: Option<&Value>) -> Result<Roles, ProtocolError> {
+    match value {
+        None => Ok(Roles::Absent),
+        Some(Value::Null) => Ok(Roles::Null),
+        Some(Value::Object(map)) => {
+            let mut roles = Vec::with_capacity(map.len());
+            for (k, v) in map {
+                let role = match v.as_str() {
+                    Some("user") => Role::User,
+                    Some("context") => Role::Context,
+                    Some("answer") => Role::Answer,
+                    _ => {
+                        return Err(ProtocolError::schema(
+                            &["roles", k],
+                            format!("roles.{k} must be user, context or answer"),
+                        ))
+                    }
+                };
+                roles.push((k.clone(), role));
+            }
+            Ok(Roles::Map(roles))
+        }
+        Some(_) => Err(ProtocolError::schema(
+            &["roles"],
+            "roles must be an object or null",
+        )),
+    }
+}
+
+fn parse_single(
+    obj: &Map<String, Value>,
+    schema: Schema,
+    at: &[&str],
+) -> Result<DecisionRequest, ProtocolError> {
+    fn join<'a>(at: &[&'a str], k: &'a str) -> Vec<&'a str> {
+        at.iter().copied().chain(std::iter::once(k)).collect()
+    }
+    let loc = |k: &'static str| join(at, k);
+    let state = match obj.get("state") {
+        None => return Err(ProtocolError::schema(&loc("state"), "state is required")),
+        Some(v @ (Value::String(_) | Value::Object(_) | Value::Array(_))) => v.clone(),
+        Some(_) => {
+            return Err(ProtocolError::schema(
+                &loc("state"),
+                "state must be a string, an object or an array",
+            ))
+        }
+    };
+    let questions = match obj.get("questions") {
+        None => return Err(ProtocolError::schema(&loc("questions"), "questions is required")),
+        Some(Value::Object(q)) => q,
+        Some(_) => {
+            return Err(ProtocolError::schema(
+                &loc("questions"),
+                "questions must be an object of question ids to questions",
+            ))
+        }
+    };
+    if questions.is_empty() {
+        return Err(ProtocolError::schema(
+            &loc("questions"),
+            "questions must hold at least one question",
+        ));
+    }
+    let roles = parse_roles(obj.get("roles"))?;
+    let mut slots = Vec::with_capacity(questions.len());
+    for (id, q) in questions {
+        if schema == Schema::V5 {
+            if let Some(form) = q
+                .as_object()
+                .and_then(|o| ["choices", "levels", "labels"].into_iter().find(|f| o.contains_key(*f)))
+            {
+                return Err(removed(
+                    &format!("questions.{id}.{form}"),
+                    "criteria",
+                ));
+            }
+        }
+        let type_word = q
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let question = if id.is_empty() {
+            Err(QuestionFailure::malformed("a question id must be a non-empty string"))
+        } else {
+            parse_question(q, schema)
+        };
+        slots.push(QuestionSlot {
+            id: id.clone(),
+            type_word,
+            question,
+        });
+    }
+    let count = |k: &'static str| -> Result<usize, ProtocolError> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(0),
+            Some(Value::Array(a)) => Ok(a.len()),
+            Some(_) => Err(ProtocolError::schema(&loc(k), format!("{k} must be an array"))),
+        }
+    };
+    let mut images = count("images")?;
+    let videos = count("videos")?;
+    if let Some(assets) = obj.get("assets") {
+        match assets {
+            Value::Null => {}
+            Value::Object(a) => images += a.len(),
+            _ => return Err(ProtocolError::schema(&loc("assets"), "assets must be an object")),
+        }
+    }
+    Ok(DecisionRequest {
+        model: None,
+        state,
+        roles,
+        questions: slots,
+        options: Options::default(),
+        images,
+        videos,
+    })
+}
+
+const COMMON: &[&str] = &["type", "instructions", "preset", "over", "overflow", "require_full_input"];
+
+fn type_fields(t: &str, legacy: bool) -> &'static [&'static str] {
+    match (t, legacy) {
+        ("choice", false) => &["criteria", "decision_adapter"],
+        ("choice", true) => &["criteria", "choices", "decision_adapter"],
+        ("noul", false) => &["criteria", "decision_adapter"],
+        ("noul", true) => &["criteria", "choices", "decision_adapter"],
+        ("score", false) => &["criteria", "decision_adapter"],
+        ("score", true) => &["criteria", "levels", "decision_adapter"],
+        ("set", false) => &["criteria", "threshold"],
+        ("set", true) => &["criteria", "labels", "threshold"],
+        ("span", false) => &["criteria", "threshold", "head"],
+        ("span", true) => &["criteria", "labels", "threshold", "head"],
+        ("box", _) => &["at"],
+        ("track", _) => &["rate"],
+        _ => &[],
+    }
+}
+
+/// Decode one question; any problem is an `invalid_question` with a message naming the field.
+pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, QuestionFailure> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| QuestionFailure::malformed("a question must be an object"))?;
+    let t = match obj.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(_) => return Err(QuestionFailure::malformed("type must be a string")),
+        None => return Err(QuestionFailure::malformed("type is required")),
+    };
+    if !matches!(t, "choice" | "noul" | "score" | "set" | "span" | "box" | "track") {
+        return Err(QuestionFailure::malformed(format!(
+            "type {t:?} is not one of choice, noul, score, set, span, box, track"
+        )));
+    }
+    let fields = type_fields(t, schema.legacy());
+    let stray: Vec<&String> = obj
+        .keys()
+        .filter(|k| !COMMON.contains(&k.as_str()) && !fields.contains(&k.as_str()))
+        .collect();
+    if !stray.is_empty() {
+        let names: Vec<String> = stray.iter().map(|s| format!("'{s}'")).collect();
+        return Err(QuestionFailure::malformed(format!(
+            "{t} questions do not take [{}]",
+            names.join(", ")
+        )));
+    }
+    if obj.contains_key("criteria") {
+        if let Some(alt) = ["choices", "levels", "labels"].into_iter().find(|k| obj.contains_key(*k)) {
+            return Err(QuestionFailure::malformed(format!(
+                "a question takes criteria or {alt}, not both"
+            )));
+        }
+    }
+    let instructions = match obj.get("instructions") {
+        None | Some(Value::Null) => None,
+        Some(v @ (Value::String(_) | Value::Object(_) | Value::Array(_))) => {
+            let s = render(v);
+            if s.trim().is_empty() {
+                None
+            } else {
+                Some(s)
+            }
+        }
+        Some(_) => {
+            return Err(QuestionFailure::malformed(
+                "instructions must be a string, an object or an array",
+            ))
+        }
+    };
+    let preset = match obj.get("preset") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(QuestionFailure::malformed("preset must be a string")),
+    };
+    let flag = |k: &str| -> Result<bool, QuestionFailure> {
+        match obj.get(k) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(QuestionFailure::malformed(format!("{k} must be a boolean"))),
+        }
+    };
+    let require_full_input = flag("require_full_input")?;
+    let decision_adapter = flag("decision_adapter")?;
+    if let Some(v) = obj.get("overflow") {
+        if !matches!(v.as_str(), Some("window" | "truncate")) && !v.is_null() {
+            return Err(QuestionFailure::malformed("overflow must be window or truncate"));
+        }
+    }
+    if let Some(v) = obj.get("over") {
+        let ok = match v {
+            Value::Null | Value::String(_) => true,
+            Value::Array(a) => a.iter().all(Value::is_string),
+            _ => false,
+        };
+        if !ok {
+            return Err(QuestionFailure::malformed(
+                "over must be a state key or an array of state keys",
+            ));
+        }
+    }
+    let threshold = match obj.get("threshold") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64() {
+            Some(x) if (0.0..=1.0).contains(&x) => Some(x),
+            _ => {
+                return Err(QuestionFailure::malformed(
+                    "threshold must be a number from 0 to 1",
+                ))
+            }
+        },
+    };
+    let kind = match t {
+        "choice" => {
+            let options = keyed_options(obj, "choices", "option")?;
+            if options.len() < 2 || options.len() > MAX_OPTIONS {
+                return Err(QuestionFailure::malformed(format!(
+                    "a choice takes 2 to {MAX_OPTIONS} options in criteria; got {}",
+                    options.len()
+                )));
+            }
+            QuestionKind::Choice { options }
+        }
+        "noul" => {
+            let criteria = if obj.contains_key("choices") {
+                keyed_options(obj, "choices", "outcome")?
+            } else {
+                match obj.get("criteria") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Object(_)) => keyed_options(obj, "choices", "outcome")?,
+                    Some(_) => {
+                        return Err(QuestionFailure::malformed(
+                            "noul criteria must be an object with false and true descriptions",
+                        ))
+                    }
+                }
+            };
+            let mut when_false = None;
+            let mut when_true = None;
+            for (k, d) in criteria {
+                match k.as_str() {
+                    "false" => when_false = d,
+                    "true" => when_true = d,
+                    other => {
+                        return Err(QuestionFailure::malformed(format!(
+                            "noul criteria take the keys false and true, not {other:?}"
+                        )))
+                    }
+                }
+            }
+            if instructions.is_none() && when_false.is_none() && when_true.is_none() {
+                return Err(QuestionFailure::malformed(
+                    "a noul needs instructions or criteria that describe an outcome",
+                ));
+            }
+            QuestionKind::Noul {
+                when_false,
+                when_true,
+            }
+        }
+        "score" => {
+            let key = if obj.contains_key("levels") { "levels" } else { "criteria" };
+            let levels = match obj.get(key) {
+                Some(Value::Array(a)) => a,
+                _ => {
+                    return Err(QuestionFailure::malformed(format!(
+                        "a score takes {key} as an array of level descriptions"
+                    )))
+                }
+            };
+            if levels.len() < 2 || levels.len() > MAX_LEVELS {
+                return Err(QuestionFailure::malformed(format!(
+                    "a score takes 2 to {MAX_LEVELS} levels in {key}; got {}",
+                    levels.len()
+                )));
+            }
+            let mut out = Vec::with_capacity(levels.len());
+            for (i, l) in levels.iter().enumerate() {
+                match l {
+                    Value::String(s) => out.push(s.clone()),
+                    Value::Object(_) | Value::Array(_) => out.push(render(l)),
+                    _ => {
+                        return Err(QuestionFailure::malformed(format!(
+                            "{key}[{i}] must be a string, an object or an array"
+                        )))
+                    }
+                }
+            }
+            QuestionKind::Score { levels: out }
+        }
+        "set" | "span" => {
+            let labels = keyed_options(obj, "labels", "label")?;
+            if labels.is_empty() || labels.len() > MAX_OPTIONS {
+                return Err(QuestionFailure::malformed(format!(
+                    "a {t} takes 1 to {MAX_OPTIONS} labels in criteria; got {}",
+                    labels.len()
+                )));
+            }
+            if t == "set" {
+                QuestionKind::Set { labels, threshold }
+            } else {
+                QuestionKind::Span { labels, threshold }
+            }
+        }
+        "box" => {
+            if instructions.is_none() {
+                return Err(QuestionFailure::malformed("a box question needs instructions"));
+            }
+            if let Some(at) = obj.get("at") {
+                if !at.is_null() && !at.as_f64().is_some_and(|x| x >= 0.0) {
+                    return Err(QuestionFailure::malformed("at must be a non-negative number of seconds"));
+                }
+            }
+            QuestionKind::Box
+        }
+        _ => {
+            if instructions.is_none() {
+                return Err(QuestionFailure::malformed("a track question needs instructions"));
+            }
+            if let Some(rate) = obj.get("rate") {
+                if !rate.is_null() && !matches!(rate.as_u64(), Some(1 | 2)) {
+                    return Err(QuestionFailure::malformed("rate must be 1 or 2"));
+                }
+            }
+            QuestionKind::Track
+        }
+    };
+    Ok(Question {
+        kind,
+        instructions,
+        preset,
+        require_full_input,
+        decision_adapter,
+    })
+}
+
+/// Options given as `criteria: {key: description}` or, in legacy forms,
+/// `<list_key>: [{key, description}]`. Descriptions may be null, strings, objects or arrays.
+fn keyed_options(
+    obj: &Map<String, Value>,
+    list_key: &str,
+    what: &str,
+) -> Result<Vec<(String, Option<String>)>, QuestionFailure> {
+    let describe = |v: Option<&Value>, at: &str| -> Result<Option<String>, QuestionFailure> {
+        match v {
+            None | Some(Value::Null) => Ok(None),
+            Some(v @ (Value::String(_) | Value::Object(_) | Value::Array(_))) => {
+                let s = render(v);
+                Ok(if s.trim().is_empty() { None } else { Some(s) })
+            }
+            Some(_) => Err(QuestionFailure::malformed(format!(
+                "the description of {what} {at:?} must be a string, an object, an array or null"
+            ))),
+        }
+    };
+    if let Some(list) = obj.get(list_key) {
+        let items = list.as_array().ok_or_else(|| {
+            QuestionFailure::malformed(format!("{list_key} must be an array of {{key, description}}"))
+        })?;
+        let mut out: Vec<(String, Option<String>)> = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let o = item.as_object().ok_or_else(|| {
+                QuestionFailure::malformed(format!("{list_key}[{i}] must be an object with a key"))
+            })?;
+            if let Some(k) = o.keys().find(|k| *k != "key" && *k != "description") {
+                return Err(QuestionFailure::malformed(format!(
+                    "{list_key}[{i}] does not take {k:?}"
+                )));
+            }
+            let key = match o.get("key") {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                Some(Value::Bool(b)) => b.to_string(),
+                _ => {
+                    return Err(QuestionFailure::malformed(format!(
+                        "{list_key}[{i}].key must be a non-empty string"
+                    )))
+                }
+            };
+            if out.iter().any(|(k, _)| *k == key) {
+                return Err(QuestionFailure::malformed(format!(
+                    "{list_key} names {what} {key:?} twice"
+                )));
+            }
+            let d = describe(o.get("description"), &key)?;
+            out.push((key, d));
+        }
+        return Ok(out);
+    }
+    match obj.get("criteria") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Object(map)) => {
+            let mut out = Vec::with_capacity(map.len());
+            for (k, v) in map {
+                if k.is_empty() {
+                    return Err(QuestionFailure::malformed(format!(
+                        "criteria has an empty {what} name"
+                    )));
+                }
+                out.push((k.clone(), describe(Some(v), k)?));
+            }
+            Ok(out)
+        }
+        Some(_) => Err(QuestionFailure::malformed(format!(
+            "criteria must be an object of {what} names to descriptions"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorCode;
+    use serde_json::json;
+
+    fn single(v: Value, schema: Schema) -> DecisionRequest {
+        match parse_decision_body(&v, schema).expect("valid") {
+            DecisionBody::Single(r) => r,
+            DecisionBody::Batch { .. } => panic!("not a batch"),
+        }
+    }
+
+    #[test]
+    fn standard_request_decodes_with_every_state_form() {
+        for state in [json!("text"), json!({"a": "b"}), json!(["x", "y"])] {
+            let r = single(
+                json!({"model": "m", "state": state, "questions": {"q": {"type": "noul", "instructions": "?"}}}),
+                Schema::V5,
+            );
+            assert_eq!(r.questions.len(), 1);
+            assert!(r.questions[0].question.is_ok());
+        }
+    }
+
+    #[test]
+    fn unknown_top_level_member_is_refused_naming_it() {
+        let e = parse_decision_body(
+            &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "seed": 7}),
+            Schema::V5,
+        )
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidRequest);
+        assert!(e.message.contains("\"seed\""), "{}", e.message);
+        assert!(!e.validation);
+    }
+
+    #[test]
+    fn removed_forms_name_their_replacement_under_v5_only() {
+        let q = json!({"type": "choice", "choices": [{"key": "a"}, {"key": "b"}]});
+        let body = json!({"state": "s", "questions": {"q": q}});
+        let e = parse_decision_body(&body, Schema::V5).unwrap_err();
+        assert!(e.message.contains("criteria"));
+        assert_eq!(e.reason, Some(reason::REMOVED_FORM));
+        let r = single(body, Schema::V4);
+        assert!(r.questions[0].question.is_ok());
+        for (k, v, word) in [
+            ("images", json!([]), "assets"),
+            ("states", json!({}), "batch"),
+        ] {
+            let mut body = json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}});
+            body[k] = v;
+            let e = parse_decision_body(&body, Schema::V5).unwrap_err();
+            assert!(e.message.contains(word), "{}", e.message);
+        }
+        let e = parse_decision_body(
+            &json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "options": {"long_context": true}}),
+            Schema::V5,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("TypeSafe-Danger-Zone-Long-Context"));
+    }
+
+    #[test]
+    fn questions_fail_in_place_with_fixed_reasons() {
+        let r = single(
+            json!({"state": "s", "questions": {
+                "ok": {"type": "noul", "instructions": "?"},
+                "bad": {"type": "set", "instructions": "?", "criteria": {"a": null}, "colour": 1},
+                "none": {"type": "boolean"},
+                "one": {"type": "choice", "criteria": {"a": null}},
+                "map": {"type": "score", "criteria": {"0": "a", "1": "b"}},
+            }}),
+            Schema::V5,
+        );
+        assert!(r.questions[0].question.is_ok());
+        let bad = r.questions[1].question.as_ref().unwrap_err();
+        assert_eq!(bad.reason, reason::QUESTION_MALFORMED);
+        assert_eq!(bad.message, "set questions do not take ['colour']");
+        for slot in &r.questions[2..] {
+            assert!(slot.question.is_err(), "{}", slot.id);
+        }
+    }
+
+    #[test]
+    fn noul_criteria_may_be_absent_null_or_one_sided() {
+        for crit in [json!(null), json!({"true": "yes"}), json!({"false": "no"}), json!({"false": "n", "true": "y"})] {
+            let q = parse_question(&json!({"type": "noul", "instructions": "?", "criteria": crit}), Schema::V5);
+            assert!(q.is_ok(), "{crit}");
+        }
+        let q = parse_question(&json!({"type": "noul", "criteria": {"maybe": "x"}}), Schema::V5);
+        assert!(q.is_err());
+    }
+
+    #[test]
+    fn option_names_round_trip_and_descriptions_render() {
+        let q = parse_question(
+            &json!({"type": "choice", "criteria": {"환불 요청": {"owns": ["a"]}, "🙂 기타": null}}),
+            Schema::V5,
+        )
+        .unwrap();
+        match q.kind {
+            QuestionKind::Choice { options } => {
+                assert_eq!(options[0].0, "환불 요청");
+                assert_eq!(options[0].1.as_deref(), Some("owns:\n  - a"));
+                assert_eq!(options[1], ("🙂 기타".to_string(), None));
+            }
+            _ => panic!("choice"),
+        }
+    }
+
+    #[test]
+    fn batch_form_and_mixing() {
+        let body = json!({"model": "m", "states": {
+            "a": {"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}},
+            "b": {"state": "y", "questions": {"q": {"type": "noul", "instructions": "?"}}}}});
+        match parse_decision_body(&body, Schema::Internal).unwrap() {
+            DecisionBody::Batch { entries, model, .. } => {
+                assert_eq!(entries.len(), 2);
+                assert_eq!(model.as_deref(), Some("m"));
+            }
+            _ => panic!("batch"),
+        }
+        let mut mixed = body.clone();
+        mixed["state"] = json!("z");
+        let e = parse_decision_body(&mixed, Schema::Internal).unwrap_err();
+        assert_eq!(e.reason, Some(reason::FORMS_MIXED));
+    }
+
+    #[test]
+    fn schema_errors_are_validation_failures() {
+        for body in [json!([]), json!({"questions": {}}), json!({"state": "s"}), json!({"state": "s", "questions": {}}), json!({"state": null, "questions": {"q": {"type": "noul", "instructions": "?"}}})] {
+            let e = parse_decision_body(&body, Schema::V5).unwrap_err();
+            assert!(e.validation, "{body}");
+            assert_eq!(e.loc[0], "body");
+        }
+    }
+}

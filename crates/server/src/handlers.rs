@@ -1,0 +1,469 @@
+//! Route handlers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use engine::{Decision, DecisionModel, ModelState};
+use protocol::error::ErrorCode;
+use protocol::request::{parse_decision_body, DecisionBody, Schema};
+use serde_json::{json, Value};
+
+use crate::error::{ApiError, Flavor};
+use crate::timing::Phases;
+use crate::AppState;
+
+const LONG_CONTEXT_HEADER: &str = "typesafe-danger-zone-long-context";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Decisions,
+    SystemOne,
+    SystemOneBatch,
+}
+
+impl Endpoint {
+    fn path(self) -> &'static str {
+        match self {
+            Endpoint::Decisions => "/v1/decisions",
+            Endpoint::SystemOne => "/v1/systemone",
+            Endpoint::SystemOneBatch => "/v1/systemone/batch",
+        }
+    }
+}
+
+fn flavor(endpoint: Endpoint, schema: Schema) -> Flavor {
+    match (endpoint, schema) {
+        (Endpoint::Decisions, _) => Flavor::Internal,
+        (_, Schema::V4) => Flavor::V4,
+        _ => Flavor::V5,
+    }
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>, phases: Option<&Phases>) -> Response {
+    let mut resp = (status, body).into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(p) = phases {
+        if let Ok(v) = HeaderValue::from_str(&p.header()) {
+            resp.headers_mut().insert("server-timing", v);
+        }
+    }
+    resp
+}
+
+fn error_response(err: &ApiError, flavor: Flavor, phases: Option<&Phases>) -> Response {
+    let body = serde_json::to_vec(&err.body(flavor)).unwrap_or_default();
+    let mut resp = json_response(err.status, body, phases);
+    if let Some(s) = err.retry_after {
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    if flavor == Flavor::V5 && err.code == ErrorCode::Overloaded.as_str() && err.retry_after.is_none() {
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1u64));
+    }
+    resp
+}
+
+/// Read the body within the process's byte limit.
+async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    if let Some(enc) = headers.get(header::CONTENT_ENCODING) {
+        let enc = enc.to_str().unwrap_or("").trim().to_ascii_lowercase();
+        if !enc.is_empty() && enc != "identity" {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorCode::UnsupportedMediaType,
+                format!("Content-Encoding {enc:?} is not read by this worker"),
+            )
+            .with_reason("encoding_unsupported"));
+        }
+    }
+    let limit = state.config.max_request_bytes;
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        let mut e = ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::RequestTooLarge,
+            format!("the body is larger than --max-request-bytes ({limit} bytes)"),
+        )
+        .with_reason("body_too_large");
+        e.limit = Some(limit as u64);
+        e
+    })
+}
+
+fn meta_of(model: &DecisionModel, phases: &Phases) -> Value {
+    let info = model.info();
+    json!({
+        "model": model.meta.name,
+        "revision": model.meta.revision,
+        "digest": model.meta.sha256.as_ref().map(|s| format!("sha256:{s}")),
+        "dtype": info.dtype,
+        "numerics": "approximate",
+        "engine": info.engine,
+        "device": info.device,
+        "timings": {
+            "parse_ms": phases.parse.as_secs_f64() * 1000.0,
+            "tokenize_ms": phases.engine.tokenize.as_secs_f64() * 1000.0,
+            "queue_ms": phases.engine.queue.as_secs_f64() * 1000.0,
+            "forward_ms": phases.engine.forward.as_secs_f64() * 1000.0,
+            "post_ms": phases.engine.post.as_secs_f64() * 1000.0,
+        }
+    })
+}
+
+/// Decode, answer and encode one decision body. Returns the status and JSON value.
+async fn answer(
+    state: &AppState,
+    value: &Value,
+    schema: Schema,
+    endpoint: Endpoint,
+    long_context: bool,
+    started: Instant,
+    phases: &mut Phases,
+    state_name: Option<&str>,
+) -> Result<(Value, String), ApiError> {
+    let mut body = parse_decision_body(value, schema).map_err(ApiError::from)?;
+    if long_context {
+        match &mut body {
+            DecisionBody::Single(r) => r.options.long_context = true,
+            DecisionBody::Batch { options, entries, .. } => {
+                options.long_context = true;
+                for (_, r) in entries {
+                    r.options.long_context = true;
+                }
+            }
+        }
+    }
+    phases.parse = started.elapsed();
+    let served = state.registry.names();
+    let model = state
+        .registry
+        .ready(body.model())
+        .map_err(|e| ApiError::from_engine(e, &served))?;
+    let (decision, timings) = model
+        .decide(&body, started)
+        .await
+        .map_err(|e| ApiError::from_engine(e, &served))?;
+    phases.engine = timings;
+    let return_meta = body.options().return_meta;
+    let model_name = model.meta.name.clone();
+    let value = match decision {
+        Decision::Single(mut r) => {
+            let failures = r.failures();
+            if endpoint != Endpoint::Decisions {
+                if let Some(e) = ApiError::question_failed(&failures, state_name) {
+                    return Err(e);
+                }
+            } else if let Some(e) = ApiError::no_valid_question(&failures, r.answers.len()) {
+                return Err(e);
+            }
+            if return_meta {
+                r.meta = Some(meta_of(&model, phases));
+            }
+            serde_json::to_value(&r)
+        }
+        Decision::Batch(mut b) => {
+            if return_meta {
+                let meta = meta_of(&model, phases);
+                for (_, r) in b.states.0.iter_mut() {
+                    r.meta = Some(meta.clone());
+                }
+                b.meta = Some(meta);
+            }
+            serde_json::to_value(&b)
+        }
+    }
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError, e.to_string()))?;
+    Ok((value, model_name))
+}
+
+async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body, endpoint: Endpoint) -> Response {
+    let started = Instant::now();
+    let schema = match endpoint {
+        Endpoint::Decisions => Schema::Internal,
+        _ => state.config.schema,
+    };
+    let flavor = flavor(endpoint, schema);
+    let long_context = headers
+        .get(LONG_CONTEXT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let mut phases = Phases::default();
+    let result: Result<(StatusCode, Value, String), ApiError> = async {
+        let bytes = read_body(&state, &headers, body).await?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))?;
+        if endpoint == Endpoint::SystemOneBatch {
+            return batch(&state, value, schema, long_context, started, &mut phases).await;
+        }
+        let (v, m) = answer(&state, &value, schema, endpoint, long_context, started, &mut phases, None).await?;
+        Ok((StatusCode::OK, v, m))
+    }
+    .await;
+    let t_ser = Instant::now();
+    let (resp, model, status) = match result {
+        Ok((status, value, model)) => {
+            let bytes = serde_json::to_vec(&value).unwrap_or_default();
+            phases.serialize = t_ser.elapsed();
+            phases.total = started.elapsed();
+            (json_response(status, bytes, Some(&phases)), model, status)
+        }
+        Err(e) => {
+            let e = e.for_flavor(flavor);
+            phases.serialize = t_ser.elapsed();
+            phases.total = started.elapsed();
+            (error_response(&e, flavor, Some(&phases)), String::new(), e.status)
+        }
+    };
+    phases.record(endpoint.path());
+    metrics::counter!(
+        "vllm_srun_requests_total",
+        "endpoint" => endpoint.path(),
+        "model" => model,
+        "status" => status.as_u16().to_string()
+    )
+    .increment(1);
+    resp
+}
+
+/// `/v1/systemone/batch`: `{"model"?, "requests": {name: request}}`, each answered as it would
+/// be alone, under `responses`; a failed entry carries its error body and `status`.
+async fn batch(
+    state: &Arc<AppState>,
+    value: Value,
+    schema: Schema,
+    long_context: bool,
+    started: Instant,
+    phases: &mut Phases,
+) -> Result<(StatusCode, Value, String), ApiError> {
+    let obj = value.as_object().ok_or_else(|| {
+        ApiError::from(protocol::ProtocolError::schema(&[], "the batch body must be a JSON object"))
+    })?;
+    if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "model" | "requests")) {
+        return Err(ApiError::from(
+            protocol::ProtocolError::invalid(format!("unknown member {k:?} in the batch; allowed: model, requests"))
+                .with_reason(protocol::reason::UNKNOWN_MEMBER),
+        ));
+    }
+    let requests = obj.get("requests").and_then(Value::as_object).filter(|r| !r.is_empty()).ok_or_else(|| {
+        ApiError::from(protocol::ProtocolError::schema(
+            &["requests"],
+            "requests must be an object of named requests",
+        ))
+    })?;
+    let model = obj.get("model").cloned();
+    let flavor = flavor(Endpoint::SystemOneBatch, schema);
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (name, req)) in requests.iter().enumerate() {
+        let mut req = req.clone();
+        if let (Some(m), Some(o)) = (&model, req.as_object_mut()) {
+            o.entry("model").or_insert_with(|| m.clone());
+        }
+        let state = state.clone();
+        let name = name.clone();
+        set.spawn(async move {
+            let mut p = Phases::default();
+            let r = answer(&state, &req, schema, Endpoint::SystemOneBatch, long_context, started, &mut p, Some(&name)).await;
+            (i, name, r, p)
+        });
+    }
+    let mut out: Vec<(usize, String, Value)> = Vec::with_capacity(requests.len());
+    let mut model_name = String::new();
+    while let Some(joined) = set.join_next().await {
+        let (i, name, r, p) = joined.map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError, e.to_string())
+        })?;
+        phases.parse = phases.parse.max(p.parse);
+        phases.engine.tokenize += p.engine.tokenize;
+        phases.engine.queue = phases.engine.queue.max(p.engine.queue);
+        phases.engine.forward = phases.engine.forward.max(p.engine.forward);
+        phases.engine.post += p.engine.post;
+        let v = match r {
+            Ok((v, m)) => {
+                model_name = m;
+                v
+            }
+            Err(e) => {
+                let e = e.for_flavor(flavor);
+                let mut b = e.body(flavor);
+                if let Some(o) = b.as_object_mut() {
+                    o.insert("status".into(), json!(e.status.as_u16()));
+                }
+                b
+            }
+        };
+        out.push((i, name, v));
+    }
+    out.sort_by_key(|(i, _, _)| *i);
+    let responses: serde_json::Map<String, Value> = out.into_iter().map(|(_, n, v)| (n, v)).collect();
+    Ok((StatusCode::OK, json!({ "responses": responses }), model_name))
+}
+
+pub async fn decisions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    handle(state, headers, body, Endpoint::Decisions).await
+}
+
+pub async fn systemone(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    handle(state, headers, body, Endpoint::SystemOne).await
+}
+
+pub async fn systemone_batch(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    handle(state, headers, body, Endpoint::SystemOneBatch).await
+}
+
+fn card(state: &AppState, slot: &engine::Slot) -> Value {
+    let st = slot.state();
+    let mut card = json!({
+        "id": slot.meta.name,
+        "aliases": slot.meta.aliases,
+        "modalities": ["text"],
+        "state": st.word(),
+        "revision": slot.meta.revision,
+        "sha256": slot.meta.sha256,
+    });
+    if let ModelState::Failed(why) = &st {
+        card["error"] = json!(why);
+    }
+    if let Some(m) = slot.model() {
+        let info = m.info();
+        card["question_types"] = json!(m.config.question_types);
+        card["presets"] = json!(m.config.presets);
+        card["usage"] = json!("state_once");
+        card["attention_mode"] = json!(m.config.attention_mode);
+        card["numerics"] = json!("approximate");
+        card["engine"] = json!(info.engine);
+        card["device"] = json!(info.device);
+        card["dtype"] = json!(info.dtype);
+        card["engine_args"] = json!({
+            "context_tokens": info.context_tokens,
+            "threads": info.threads,
+            "max_sequences": info.max_sequences,
+            "scheduler": m.worker().config(),
+            "system_prompt_tokens": m.prefix_tokens(),
+        });
+        card["limits"] = json!({
+            "max_input_tokens": m.limits.max_input_tokens,
+            "max_request_tokens": m.limits.max_request_tokens,
+            "max_options": m.limits.max_options,
+            "max_levels": m.limits.max_levels,
+            "max_request_bytes": state.config.max_request_bytes,
+        });
+    }
+    card
+}
+
+pub async fn models(State(state): State<Arc<AppState>>) -> Response {
+    let models: Vec<Value> = state
+        .registry
+        .slots()
+        .iter()
+        .map(|s| {
+            let features = s
+                .model()
+                .map(|m| m.config.question_types.clone())
+                .unwrap_or_default();
+            json!({
+                "name": s.meta.name,
+                "description": s.meta.description,
+                "release_date": s.meta.release_date,
+                "version": protocol::EXTENSION_VERSION,
+                "features": features,
+                "card": card(&state, s),
+            })
+        })
+        .collect();
+    let mut body = json!({
+        "object": "list",
+        "api_version": protocol::API_VERSION,
+        "models": models,
+        "limits": {"max_request_bytes": state.config.max_request_bytes},
+    });
+    if state.config.schema == Schema::V4 {
+        body["data"] = json!(state
+            .registry
+            .slots()
+            .iter()
+            .map(|s| json!({"id": s.meta.name, "object": "model", "owned_by": "vllm-srun"}))
+            .collect::<Vec<_>>());
+    }
+    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default(), None)
+}
+
+pub async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let slots = state.registry.slots();
+    let states: Vec<ModelState> = slots.iter().map(|s| s.state()).collect();
+    let overall = if states.iter().all(|s| *s == ModelState::Ready) {
+        "ready"
+    } else if states.iter().all(|s| matches!(s, ModelState::Failed(_))) {
+        "failed"
+    } else if states.iter().any(|s| *s == ModelState::Ready) {
+        "degraded"
+    } else if states.iter().any(|s| *s == ModelState::Warming) {
+        "warming"
+    } else if states.iter().any(|s| *s == ModelState::Loading) {
+        "loading"
+    } else {
+        "starting"
+    };
+    let models: serde_json::Map<String, Value> = slots
+        .iter()
+        .zip(&states)
+        .map(|(s, st)| (s.meta.name.clone(), json!(st.word())))
+        .collect();
+    let status = if overall == "ready" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({"status": overall, "api_version": protocol::API_VERSION, "models": models});
+    json_response(status, serde_json::to_vec(&body).unwrap_or_default(), None)
+}
+
+pub async fn live(State(state): State<Arc<AppState>>) -> Response {
+    let limit = state.config.forward_timeout;
+    let stalled = state.registry.slots().iter().find_map(|s| {
+        let running = s.model()?.worker().status().forward_running_for()?;
+        (running > limit).then(|| (s.meta.name.clone(), running))
+    });
+    let (status, body) = match stalled {
+        Some((name, running)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({
+                "status": "stalled",
+                "api_version": protocol::API_VERSION,
+                "reason": "forward_timeout",
+                "message": format!("a forward of model {name} has run {:.1} s, longer than --forward-timeout-seconds ({} s)", running.as_secs_f64(), limit.as_secs()),
+            }),
+        ),
+        None => (
+            StatusCode::OK,
+            json!({"status": "alive", "api_version": protocol::API_VERSION, "uptime_s": state.started.elapsed().as_secs()}),
+        ),
+    };
+    json_response(status, serde_json::to_vec(&body).unwrap_or_default(), None)
+}
+
+pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+    for s in state.registry.slots() {
+        if let Some(m) = s.model() {
+            let st = m.worker().status();
+            let name = s.meta.name.clone();
+            metrics::gauge!("vllm_srun_queue_jobs", "model" => name.clone()).set(st.queued_jobs() as f64);
+            metrics::gauge!("vllm_srun_queue_tokens", "model" => name.clone()).set(st.queued_tokens() as f64);
+            metrics::gauge!("vllm_srun_forwards", "model" => name.clone()).set(st.forwards() as f64);
+            metrics::gauge!("vllm_srun_cancelled_jobs", "model" => name).set(st.cancelled() as f64);
+        }
+    }
+    let mut resp = state.metrics.render().into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    resp
+}
+
+pub async fn not_found() -> Response {
+    let e = ApiError::new(StatusCode::NOT_FOUND, ErrorCode::InvalidRequest, "no such route").with_reason("route_not_found");
+    error_response(&e, Flavor::Internal, None)
+}

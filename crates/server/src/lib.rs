@@ -1,0 +1,117 @@
+//! The HTTP face of the worker (axum). HTTP lives only here: routes, body limits, error
+//! rendering, Server-Timing, request ids, metrics and health.
+
+pub mod error;
+mod handlers;
+mod timing;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, HeaderValue, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use engine::Registry;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use protocol::Schema;
+
+pub use error::{ApiError, Flavor};
+
+/// Settings of a serving process.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub schema: Schema,
+    pub max_request_bytes: usize,
+    /// While a forward runs longer than this, `/health/live` answers 503 `stalled`.
+    pub forward_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            schema: Schema::V5,
+            max_request_bytes: 16 * 1024 * 1024,
+            forward_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Shared state of the handlers.
+pub struct AppState {
+    pub registry: Arc<Registry>,
+    pub config: ServerConfig,
+    pub metrics: PrometheusHandle,
+    pub started: Instant,
+}
+
+fn prometheus() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (tests start several servers).
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// Build the router.
+pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
+    let state = Arc::new(AppState {
+        registry,
+        config,
+        metrics: prometheus(),
+        started: Instant::now(),
+    });
+    Router::new()
+        .route("/v1/decisions", post(handlers::decisions))
+        .route("/v1/systemone", post(handlers::systemone))
+        .route("/v1/systemone/batch", post(handlers::systemone_batch))
+        .route("/v1/models", get(handlers::models))
+        .route("/v1/systemone/models", get(handlers::models))
+        .route("/health", get(handlers::health))
+        .route("/health/live", get(handlers::live))
+        .route("/metrics", get(handlers::metrics_text))
+        .fallback(handlers::not_found)
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn(request_id))
+        .with_state(state)
+}
+
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Echo the caller's `X-Request-Id` or give one, on every response.
+async fn request_id(req: Request<axum::body::Body>, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get(&REQUEST_ID)
+        .filter(|v| v.len() <= 128)
+        .cloned()
+        .unwrap_or_else(|| {
+            HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string())
+                .unwrap_or(HeaderValue::from_static("unknown"))
+        });
+    let mut resp = next.run(req).await;
+    resp.headers_mut().insert(REQUEST_ID.clone(), id);
+    resp
+}
+
+/// Serve on `addr` until the process is stopped. Returns the bound address through `bound`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+    config: ServerConfig,
+) -> std::io::Result<()> {
+    let app = router(registry, config);
+    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+}

