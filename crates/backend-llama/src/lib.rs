@@ -58,7 +58,7 @@ pub struct LlamaConfig {
 impl Default for LlamaConfig {
     fn default() -> Self {
         LlamaConfig {
-            context_tokens: 4096,
+            context_tokens: 8192,
             sequences: 8,
             threads: 0,
             ubatch: 512,
@@ -126,6 +126,9 @@ impl LlamaBackend {
             max_sequences: config.sequences as usize - 1,
             trained_context: trained,
             threads: config.threads,
+            // Each branch has its own KV stream and the plain attention path: a branch's
+            // logits are bit-identical alone or beside others (tests/decisions.rs checks).
+            numerics: "exact",
         };
         Ok(LlamaBackend { model, info, config })
     }

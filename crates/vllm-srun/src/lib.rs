@@ -42,7 +42,7 @@ impl Default for ServeOptions {
             schema: Schema::V5,
             max_request_bytes: 16 * 1024 * 1024,
             forward_timeout: Duration::from_secs(60),
-            context_tokens: 4096,
+            context_tokens: 8192,
             sequences: 8,
             threads: 0,
             scheduler: SchedulerConfig::default(),

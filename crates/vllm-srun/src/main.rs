@@ -55,7 +55,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 60)]
     forward_timeout_seconds: u64,
     /// Tokens one sequence holds: system prompt, state, question and label steps.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 8192)]
     context_tokens: u32,
     /// Sequences evaluated at once (one KV stream each, the system prompt's included).
     #[arg(long, default_value_t = 8)]

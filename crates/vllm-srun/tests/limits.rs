@@ -1,0 +1,71 @@
+//! Process limits: body size, admission (overload), token limits. Each test starts its own
+//! server with the limit under test.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn body_over_max_request_bytes_is_413_with_the_limit() {
+    let mut o = options();
+    o.max_request_bytes = 2000;
+    let s = start(o);
+    let body = json!({"state": "x".repeat(5000), "questions": {"q": {"type": "noul", "instructions": "?"}}});
+    let (status, h, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 413, "{v}");
+    assert_eq!(v["error"]["code"], "request_too_large");
+    assert_eq!(v["error"]["limit"], 2000);
+    assert!(h.contains_key("server-timing"));
+    let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
+    assert_eq!(status, 413, "{v}");
+    assert_eq!(v["code"], "request_too_large");
+}
+
+#[tokio::test]
+async fn admission_refuses_at_once_with_retry_after_and_loses_nothing() {
+    let mut o = options();
+    o.scheduler.max_queued_jobs = 1;
+    let s = start(o);
+    let body = json!({"state": TICKET.repeat(4), "questions": {
+        "a": {"type": "noul", "instructions": "Refund?"}, "b": {"type": "noul", "instructions": "Angry?"}}});
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let url = s.url(if i % 2 == 0 { "/v1/decisions" } else { "/v1/systemone" });
+        let body = body.clone();
+        tasks.push(tokio::spawn(async move { (i, post(&url, &body).await) }));
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for t in tasks {
+        let (i, (status, h, v)) = t.await.unwrap();
+        match status {
+            200 => ok += 1,
+            429 | 529 => {
+                refused += 1;
+                assert_eq!(status, if i % 2 == 0 { 429 } else { 529 }, "{v}");
+                assert!(h.contains_key("retry-after"));
+                let code = if i % 2 == 0 { &v["error"]["code"] } else { &v["code"] };
+                assert_eq!(code, "overloaded");
+            }
+            other => panic!("unexpected {other}: {v}"),
+        }
+    }
+    assert_eq!(ok + refused, 8, "every request is answered");
+    assert!(ok >= 1 && refused >= 1, "ok {ok}, refused {refused}");
+}
+
+#[tokio::test]
+async fn a_question_longer_than_a_sequence_is_max_length_exceeded() {
+    let mut o = options();
+    o.context_tokens = 512;
+    let s = start(o);
+    let long = "The customer writes again about the invoice. ".repeat(80);
+    let body = json!({"state": long, "questions": {"q": {"type": "noul", "instructions": "Refund?"}}});
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["reason"], "question_tokens");
+    assert!(v["error"]["limit"].as_u64().unwrap() <= 512);
+    let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["question_error"], "max_length_exceeded");
+}

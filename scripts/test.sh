@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The project's test command: unit and end-to-end tests against a real small model, then the
+# external System One conformance suite (jevcompat) against the running server.
+# Needs: cmake and libclang (to build llama.cpp) and Python with pip; `.ci/run` installs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MODEL="${VLLM_SRUN_TEST_MODEL:-smollm2-135m}"
+export VLLM_SRUN_TEST_MODEL="$MODEL"
+
+cargo build --workspace --all-targets
+./target/debug/vllm-srun models pull "$MODEL"
+
+cargo test --workspace
+
+# Conformance: the System One suite must pass every MUST.
+if ! python3 -c 'import jevcompat' 2>/dev/null; then
+    python3 -m pip install -q --disable-pip-version-check "jevcompat==0.1.1"
+fi
+log="$(mktemp)"
+./target/debug/vllm-srun serve --model "$MODEL" --port 0 --no-pull >"$log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true' EXIT
+url=""
+for _ in $(seq 1 600); do
+    url="$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$log" | head -n1)"
+    if [ -n "$url" ] && curl -fsS "$url/health" >/dev/null 2>&1; then
+        break
+    fi
+    sleep 0.5
+done
+[ -n "$url" ] || { cat "$log"; echo "server did not start"; exit 1; }
+report="$(mktemp --suffix=.json)"
+python3 -m jevcompat.cli test "$url" --model "$MODEL" --json "$report" --timeout 300 || true
+python3 - "$report" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+must, should = s["MUST"], s["SHOULD"]
+print(f"jevcompat: MUST {must['passed']}/{must['tested']} (failed {must['failed']}, skipped {must['skipped']}), "
+      f"SHOULD {should['passed']}/{should['tested']}")
+ok = must["failed"] == 0 and must["skipped"] == 0 and must["passed"] == 32
+print(f"conformance: {1 if ok else 0} passed, {0 if ok else 1} failed")
+sys.exit(0 if ok else 1)
+PY
