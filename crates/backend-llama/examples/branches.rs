@@ -24,7 +24,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_n_threads_batch(2);
     params = params.with_flash_attention_policy(if fa { 1 } else { 0 });
     let mut ctx = model.new_context(&rt, params)?;
-    let state = model.vocab().tokenize(b"Hi, I was charged twice for my March invoice and the refund never arrived.", false, false);
+    let state = model.vocab().tokenize(
+        b"Hi, I was charged twice for my March invoice and the refund never arrived.",
+        false,
+        false,
+    );
     let q = model.vocab().tokenize(b"Question: Which team should handle this? Options: A. Billing B. Technical C. Sales. Answer with the letter.", false, false);
     let run = |ctx: &mut llama_cpp_2::context::LlamaContext, n_branches: usize| -> Vec<Vec<f32>> {
         ctx.clear_kv_cache();
@@ -44,7 +48,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if last {
                     outs.push(batch.n_tokens());
                 }
-                batch.add(*t, (state.len() + k) as i32, &[seq], last).unwrap();
+                batch
+                    .add(*t, (state.len() + k) as i32, &[seq], last)
+                    .unwrap();
             }
             if one_by_one {
                 ctx.decode(&mut batch).unwrap();
@@ -57,14 +63,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return done;
         }
         ctx.decode(&mut batch).unwrap();
-        outs.iter().map(|i| ctx.get_logits_ith(*i)[..2000].to_vec()).collect()
+        outs.iter()
+            .map(|i| ctx.get_logits_ith(*i)[..2000].to_vec())
+            .collect()
     };
     let alone = run(&mut ctx, 1);
     let many = run(&mut ctx, 4);
-    let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+    let diff = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
     println!("fa={fa} unified={unified} one_by_one={one_by_one}");
     for (i, m) in many.iter().enumerate() {
-        println!("branch {i}: max |logit - alone| = {:.5}", diff(&alone[0], m));
+        println!(
+            "branch {i}: max |logit - alone| = {:.5}",
+            diff(&alone[0], m)
+        );
     }
     Ok(())
 }

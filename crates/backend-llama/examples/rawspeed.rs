@@ -11,12 +11,16 @@ use llama_cpp_2::token::LlamaToken;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let path = args.get(1).ok_or("usage: rawspeed MODEL.gguf [TOKENS] [SEQ_MAX]")?;
+    let path = args
+        .get(1)
+        .ok_or("usage: rawspeed MODEL.gguf [TOKENS] [SEQ_MAX]")?;
     let n: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(110);
     let seq_max: u32 = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(1);
     let rt = LlamaBackend::init()?;
     let model = LlamaModel::load_from_file(&rt, path, &LlamaModelParams::default())?;
-    let threads = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(2);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get() as i32)
+        .unwrap_or(2);
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(8192))
         .with_n_batch(8192)

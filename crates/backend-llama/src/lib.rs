@@ -27,7 +27,6 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 
-
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 
 fn runtime() -> Result<&'static Runtime, BackendError> {
@@ -103,12 +102,17 @@ impl LlamaBackend {
     pub fn load(path: &Path, mut config: LlamaConfig) -> Result<LlamaBackend, BackendError> {
         let rt = runtime()?;
         if !path.is_file() {
-            return Err(BackendError::Load(format!("{} is not a file", path.display())));
+            return Err(BackendError::Load(format!(
+                "{} is not a file",
+                path.display()
+            )));
         }
         let model = LlamaModel::load_from_file(rt, path, &LlamaModelParams::default())
             .map_err(|e| BackendError::Load(format!("{}: {e}", path.display())))?;
         if config.threads == 0 {
-            config.threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+            config.threads = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2);
         }
         let trained = model.n_ctx_train() as usize;
         // llama.cpp pads each stream to a multiple of 256 tokens.
@@ -130,7 +134,11 @@ impl LlamaBackend {
             // logits are bit-identical alone or beside others (tests/decisions.rs checks).
             numerics: "exact",
         };
-        Ok(LlamaBackend { model, info, config })
+        Ok(LlamaBackend {
+            model,
+            info,
+            config,
+        })
     }
 
     /// Metadata string of the GGUF file.
@@ -148,7 +156,10 @@ impl Backend for LlamaBackend {
         let tokens = self.model.vocab().tokenize(text.as_bytes(), false, special);
         tokens
             .into_iter()
-            .map(|t| u32::try_from(t.0).map_err(|_| BackendError::Tokenize(format!("negative token id {}", t.0))))
+            .map(|t| {
+                u32::try_from(t.0)
+                    .map_err(|_| BackendError::Tokenize(format!("negative token id {}", t.0)))
+            })
             .collect()
     }
 
@@ -254,7 +265,14 @@ impl LlamaSession<'_> {
             *reads += node.reads.len();
             let mut height = 0;
             for child in &node.children {
-                let c = add(items, child, root, Some(idx), pos + node.tokens.len(), reads);
+                let c = add(
+                    items,
+                    child,
+                    root,
+                    Some(idx),
+                    pos + node.tokens.len(),
+                    reads,
+                );
                 items[idx].children.push(c);
                 height = height.max(items[c].height + 1);
             }
@@ -308,7 +326,10 @@ impl LlamaSession<'_> {
             self.batch.clear();
             let mut read_slots: Vec<(usize, usize, i32)> = Vec::new(); // (item, read idx, batch idx)
             for &it in &chunk {
-                let seq = self.free.pop().ok_or_else(|| BackendError::Forward("out of sequence ids".into()))?;
+                let seq = self
+                    .free
+                    .pop()
+                    .ok_or_else(|| BackendError::Forward("out of sequence ids".into()))?;
                 items[it].seq = seq;
                 let parent_seq = items[it].parent.map(|p| items[p].seq).unwrap_or(0);
                 self.ctx
@@ -343,7 +364,9 @@ impl LlamaSession<'_> {
                 for c in &read.candidates {
                     let idx = *c as usize;
                     if idx >= self.n_vocab {
-                        return Err(BackendError::Forward(format!("token {c} is outside the vocabulary")));
+                        return Err(BackendError::Forward(format!(
+                            "token {c} is outside the vocabulary"
+                        )));
                     }
                     picked.push(logits.get(idx).copied().unwrap_or(f32::NEG_INFINITY));
                 }
@@ -351,7 +374,10 @@ impl LlamaSession<'_> {
                 let root = items[it].root;
                 out[root][slot] = picked;
             }
-            let children: Vec<usize> = chunk.iter().flat_map(|&i| items[i].children.clone()).collect();
+            let children: Vec<usize> = chunk
+                .iter()
+                .flat_map(|&i| items[i].children.clone())
+                .collect();
             if !children.is_empty() {
                 self.process(items, &children, out)?;
             }

@@ -128,9 +128,18 @@ impl DecisionModel {
         );
         let prefix = backend.tokenize(&prefix_text, true)?;
         let turn_end = backend.tokenize(&format!("{}{}", t.user_end, t.assistant_start), true)?;
-        let letters = label_paths(&*backend, &(0..26).map(|i| option_code(i, 26)).collect::<Vec<_>>())?;
-        let codes = label_paths(&*backend, &(0..260).map(|i| option_code(i, 260)).collect::<Vec<_>>())?;
-        let digits = label_paths(&*backend, &(0..10).map(|i| i.to_string()).collect::<Vec<_>>())?;
+        let letters = label_paths(
+            &*backend,
+            &(0..26).map(|i| option_code(i, 26)).collect::<Vec<_>>(),
+        )?;
+        let codes = label_paths(
+            &*backend,
+            &(0..260).map(|i| option_code(i, 260)).collect::<Vec<_>>(),
+        )?;
+        let digits = label_paths(
+            &*backend,
+            &(0..10).map(|i| i.to_string()).collect::<Vec<_>>(),
+        )?;
         let yes_no = Trie::build(&label_paths(&*backend, &["Yes".into(), "No".into()])?)
             .map_err(|e| EngineError::Labels(e.to_string()))?;
         for paths in [&letters, &codes, &digits] {
@@ -141,7 +150,10 @@ impl DecisionModel {
         // A question's path (system prompt, state, question, two label steps) must fit one
         // sequence; a request's tokens are bounded by what the sequences hold together.
         let limits = Limits {
-            max_input_tokens: info.trained_context.min(info.context_tokens).saturating_sub(2),
+            max_input_tokens: info
+                .trained_context
+                .min(info.context_tokens)
+                .saturating_sub(2),
             max_request_tokens: info.context_tokens * info.max_sequences,
             max_options: protocol::MAX_OPTIONS,
             max_levels: protocol::MAX_LEVELS,
@@ -253,7 +265,10 @@ impl DecisionModel {
                     let failure = outcome.as_ref().err();
                     self.assemble(&p, root_logits, failure)
                 }
-                Err(e) => self.refused(requests.iter().find(|(n, _)| n == name).map(|(_, r)| *r), &e),
+                Err(e) => self.refused(
+                    requests.iter().find(|(n, _)| n == name).map(|(_, r)| *r),
+                    &e,
+                ),
             };
             responses.push((name.to_string(), resp));
         }
@@ -360,17 +375,18 @@ impl DecisionModel {
             .with_reason(reason::MODALITY_UNSUPPORTED));
         }
         let state_text = format!("Text:\n{}\n\n", self.render_state(r));
-        let state_tokens = self
-            .backend
-            .tokenize(&state_text, false)
-            .map_err(|e| ProtocolError::invalid(e.to_string()).with_reason(reason::INPUT_MALFORMED))?;
+        let state_tokens = self.backend.tokenize(&state_text, false).map_err(|e| {
+            ProtocolError::invalid(e.to_string()).with_reason(reason::INPUT_MALFORMED)
+        })?;
         let n_decisions = r
             .questions
             .iter()
             .filter(|s| {
                 matches!(
                     s.question.as_ref().map(|q| &q.kind),
-                    Ok(QuestionKind::Choice { .. } | QuestionKind::Noul { .. } | QuestionKind::Score { .. })
+                    Ok(QuestionKind::Choice { .. }
+                        | QuestionKind::Noul { .. }
+                        | QuestionKind::Score { .. })
                 )
             })
             .count();
@@ -438,14 +454,23 @@ impl DecisionModel {
 
     fn question_tokens(&self, block: &str) -> Result<Vec<Token>, QuestionFailure> {
         let mut tokens = self.backend.tokenize(block, false).map_err(|e| {
-            QuestionFailure::new(QuestionErrorKind::InvalidInput, reason::INPUT_MALFORMED, e.to_string())
+            QuestionFailure::new(
+                QuestionErrorKind::InvalidInput,
+                reason::INPUT_MALFORMED,
+                e.to_string(),
+            )
         })?;
         tokens.extend_from_slice(&self.turn_end);
         Ok(tokens)
     }
 
     /// Render and tokenize one question; return how to read it and its branch nodes.
-    fn plan(&self, id: &str, q: &Question, n_decisions: usize) -> Result<(Plan, Vec<Node>), QuestionFailure> {
+    fn plan(
+        &self,
+        id: &str,
+        q: &Question,
+        n_decisions: usize,
+    ) -> Result<(Plan, Vec<Node>), QuestionFailure> {
         let type_name = q.kind.type_name();
         if !self.config.answers(type_name) {
             let (r, what) = match &q.kind {
@@ -464,7 +489,10 @@ impl DecisionModel {
             return Err(QuestionFailure::new(
                 QuestionErrorKind::InvalidQuestion,
                 reason::DECISION_ADAPTER_UNSUPPORTED,
-                format!("decision_adapter: model {} has no decision adapter", self.meta.name),
+                format!(
+                    "decision_adapter: model {} has no decision adapter",
+                    self.meta.name
+                ),
             ));
         }
         let complete = q.require_full_input;
@@ -474,9 +502,17 @@ impl DecisionModel {
         match &q.kind {
             QuestionKind::Choice { options } => {
                 let n = options.len();
-                let paths = if n <= 26 { &self.letters[..n] } else { &self.codes[..n] };
+                let paths = if n <= 26 {
+                    &self.letters[..n]
+                } else {
+                    &self.codes[..n]
+                };
                 let trie = Trie::build(paths).map_err(|e| {
-                    QuestionFailure::new(QuestionErrorKind::InvalidModelOutput, reason::MODEL_OUTPUT, e.to_string())
+                    QuestionFailure::new(
+                        QuestionErrorKind::InvalidModelOutput,
+                        reason::MODEL_OUTPUT,
+                        e.to_string(),
+                    )
                 })?;
                 let mut block = format!(
                     "Question: {}\nOptions:\n",
@@ -484,7 +520,9 @@ impl DecisionModel {
                 );
                 for (i, (key, desc)) in options.iter().enumerate() {
                     match desc {
-                        Some(d) => block.push_str(&format!("{}. {}: {}\n", option_code(i, n), key, d)),
+                        Some(d) => {
+                            block.push_str(&format!("{}. {}: {}\n", option_code(i, n), key, d))
+                        }
                         None => block.push_str(&format!("{}. {}\n", option_code(i, n), key)),
                     }
                 }
@@ -505,7 +543,10 @@ impl DecisionModel {
                     vec![node],
                 ))
             }
-            QuestionKind::Noul { when_false, when_true } => {
+            QuestionKind::Noul {
+                when_false,
+                when_true,
+            } => {
                 let mut block = format!(
                     "Question: {}\n",
                     instr.unwrap_or("Which of these describes the text?")
@@ -518,12 +559,23 @@ impl DecisionModel {
                 }
                 block.push_str("Answer Yes or No.");
                 let node = self.yes_no.node(self.question_tokens(&block)?);
-                Ok((Plan::Noul { id, temperature, complete }, vec![node]))
+                Ok((
+                    Plan::Noul {
+                        id,
+                        temperature,
+                        complete,
+                    },
+                    vec![node],
+                ))
             }
             QuestionKind::Score { levels } => {
                 let n = levels.len();
                 let trie = Trie::build(&self.digits[..n]).map_err(|e| {
-                    QuestionFailure::new(QuestionErrorKind::InvalidModelOutput, reason::MODEL_OUTPUT, e.to_string())
+                    QuestionFailure::new(
+                        QuestionErrorKind::InvalidModelOutput,
+                        reason::MODEL_OUTPUT,
+                        e.to_string(),
+                    )
                 })?;
                 let mut block = format!(
                     "Question: {}\nLevels:\n",
@@ -571,11 +623,13 @@ impl DecisionModel {
             }
             // Span, box and track are refused above unless a package declares them, and no
             // text backend here reads them.
-            QuestionKind::Span { .. } | QuestionKind::Box | QuestionKind::Track => Err(QuestionFailure::new(
-                QuestionErrorKind::InvalidQuestion,
-                reason::SPAN_UNSUPPORTED,
-                format!("model {} cannot read {type_name} questions", self.meta.name),
-            )),
+            QuestionKind::Span { .. } | QuestionKind::Box | QuestionKind::Track => {
+                Err(QuestionFailure::new(
+                    QuestionErrorKind::InvalidQuestion,
+                    reason::SPAN_UNSUPPORTED,
+                    format!("model {} cannot read {type_name} questions", self.meta.name),
+                ))
+            }
         }
     }
 
@@ -605,7 +659,11 @@ impl DecisionModel {
         };
         for plan in &p.plans {
             match plan {
-                Plan::Failed { id, type_word, failure } => {
+                Plan::Failed {
+                    id,
+                    type_word,
+                    failure,
+                } => {
                     answers.push(
                         id.clone(),
                         entry(
@@ -617,7 +675,13 @@ impl DecisionModel {
                         ),
                     );
                 }
-                Plan::Choice { id, keys, trie, temperature, complete } => {
+                Plan::Choice {
+                    id,
+                    keys,
+                    trie,
+                    temperature,
+                    complete,
+                } => {
                     let answer = match trie.probabilities(&mut reads, keys.len(), *temperature) {
                         Some(probs) => Answer::Choice(ChoiceAnswer {
                             choice: keys[argmax(&probs)].clone(),
@@ -628,30 +692,54 @@ impl DecisionModel {
                     };
                     answers.push(id.clone(), entry(answer, *complete));
                 }
-                Plan::Noul { id, temperature, complete } => {
+                Plan::Noul {
+                    id,
+                    temperature,
+                    complete,
+                } => {
                     let answer = match self.yes_no.probabilities(&mut reads, 2, *temperature) {
                         Some(p) => Answer::Noul(NoulAnswer { noul: p[0] }),
                         None => broken("noul"),
                     };
                     answers.push(id.clone(), entry(answer, *complete));
                 }
-                Plan::Score { id, legend, trie, temperature, complete } => {
+                Plan::Score {
+                    id,
+                    legend,
+                    trie,
+                    temperature,
+                    complete,
+                } => {
                     let answer = match trie.probabilities(&mut reads, legend.len(), *temperature) {
                         Some(probs) => Answer::Score(ScoreAnswer {
                             score: expected_level(&probs),
                             confidence: score_confidence(&probs),
                             legend: Ordered(
-                                legend.iter().enumerate().map(|(i, l)| (i.to_string(), l.clone())).collect(),
+                                legend
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, l)| (i.to_string(), l.clone()))
+                                    .collect(),
                             ),
                             probabilities: Ordered(
-                                probs.iter().enumerate().map(|(i, p)| (i.to_string(), *p)).collect(),
+                                probs
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, p)| (i.to_string(), *p))
+                                    .collect(),
                             ),
                         }),
                         None => broken("score"),
                     };
                     answers.push(id.clone(), entry(answer, *complete));
                 }
-                Plan::Set { id, labels, threshold, temperature, complete } => {
+                Plan::Set {
+                    id,
+                    labels,
+                    threshold,
+                    temperature,
+                    complete,
+                } => {
                     let mut probs = Ordered::new();
                     let mut selected = Vec::new();
                     let mut ok = true;
@@ -663,7 +751,10 @@ impl DecisionModel {
                                     selected.push(label.clone());
                                 }
                                 probs.push(label.clone(), p[0]);
-                                answers.push(key, entry(Answer::Noul(NoulAnswer { noul: p[0] }), *complete));
+                                answers.push(
+                                    key,
+                                    entry(Answer::Noul(NoulAnswer { noul: p[0] }), *complete),
+                                );
                             }
                             None => {
                                 ok = false;
@@ -672,7 +763,13 @@ impl DecisionModel {
                         }
                     }
                     if ok {
-                        sets.push(id.clone(), SetResult { selected, probabilities: probs });
+                        sets.push(
+                            id.clone(),
+                            SetResult {
+                                selected,
+                                probabilities: probs,
+                            },
+                        );
                         thresholds.push(id.clone(), *threshold);
                     }
                 }

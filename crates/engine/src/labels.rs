@@ -85,7 +85,9 @@ impl Trie {
             if edge.label.is_some() {
                 return Err(LabelError::Prefix(edge.label.unwrap_or(label)));
             }
-            edge.child.get_or_insert_with(Trie::default).insert(rest, label)
+            edge.child
+                .get_or_insert_with(Trie::default)
+                .insert(rest, label)
         }
     }
 
@@ -184,14 +186,27 @@ mod tests {
         assert_eq!(node.children[0].reads[0].candidates, vec![10, 11]);
         let reads = [vec![0.0f32, 0.0], vec![0.0f32, 0.0]];
         let p = trie.probabilities(&mut reads.iter(), 3, 1.0).unwrap();
-        assert!((p[0] - 0.25).abs() < 1e-12 && (p[1] - 0.25).abs() < 1e-12 && (p[2] - 0.5).abs() < 1e-12);
+        assert!(
+            (p[0] - 0.25).abs() < 1e-12
+                && (p[1] - 0.25).abs() < 1e-12
+                && (p[2] - 0.5).abs() < 1e-12
+        );
     }
 
     #[test]
     fn prefix_and_duplicate_labels_are_refused() {
-        assert_eq!(Trie::build(&[vec![1], vec![1, 2]]), Err(LabelError::Prefix(0)));
-        assert_eq!(Trie::build(&[vec![1, 2], vec![1]]), Err(LabelError::Prefix(1)));
-        assert_eq!(Trie::build(&[vec![3], vec![3]]), Err(LabelError::Duplicate(0, 1)));
+        assert_eq!(
+            Trie::build(&[vec![1], vec![1, 2]]),
+            Err(LabelError::Prefix(0))
+        );
+        assert_eq!(
+            Trie::build(&[vec![1, 2], vec![1]]),
+            Err(LabelError::Prefix(1))
+        );
+        assert_eq!(
+            Trie::build(&[vec![3], vec![3]]),
+            Err(LabelError::Duplicate(0, 1))
+        );
         assert_eq!(Trie::build(&[vec![]]), Err(LabelError::Empty(0)));
     }
 

@@ -98,12 +98,7 @@ impl Default for DecisionConfig {
             template: PromptTemplate::chatml(),
             temperature: Temperatures::default(),
             temperature_by_questions: None,
-            question_types: vec![
-                "choice".into(),
-                "noul".into(),
-                "score".into(),
-                "set".into(),
-            ],
+            question_types: vec!["choice".into(), "noul".into(), "score".into(), "set".into()],
             presets: Vec::new(),
             set_threshold: 0.5,
         }

@@ -44,7 +44,10 @@ impl Slot {
         })
     }
     pub fn state(&self) -> ModelState {
-        self.state.lock().map(|s| s.clone()).unwrap_or(ModelState::Failed("poisoned".into()))
+        self.state
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or(ModelState::Failed("poisoned".into()))
     }
     pub fn set_state(&self, state: ModelState) {
         if let Ok(mut s) = self.state.lock() {

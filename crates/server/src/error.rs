@@ -71,7 +71,10 @@ impl ApiError {
     }
 
     /// A question failure that fails a whole /v1/systemone request.
-    pub fn question_failed(failures: &[(&str, &QuestionFailure)], state: Option<&str>) -> Option<ApiError> {
+    pub fn question_failed(
+        failures: &[(&str, &QuestionFailure)],
+        state: Option<&str>,
+    ) -> Option<ApiError> {
         let (first_id, first) = failures.first()?;
         let status = match first.kind {
             QuestionErrorKind::InvalidQuestion => StatusCode::UNPROCESSABLE_ENTITY,
@@ -89,7 +92,11 @@ impl ApiError {
         let mut e = ApiError::new(
             status,
             ErrorCode::QuestionFailed,
-            format!("{} question(s) failed: {}", failures.len(), listed.join("; ")),
+            format!(
+                "{} question(s) failed: {}",
+                failures.len(),
+                listed.join("; ")
+            ),
         )
         .with_reason(first.reason);
         e.question = Some(first_id.to_string());
@@ -106,7 +113,10 @@ impl ApiError {
 
     /// /v1/decisions: a request in which no question is valid is 400 invalid_request, with each
     /// question's reason in the message and the first one's reason and question.
-    pub fn no_valid_question(failures: &[(&str, &QuestionFailure)], answers: usize) -> Option<ApiError> {
+    pub fn no_valid_question(
+        failures: &[(&str, &QuestionFailure)],
+        answers: usize,
+    ) -> Option<ApiError> {
         let rejected = |f: &QuestionFailure| {
             matches!(
                 f.kind,
@@ -156,14 +166,21 @@ impl ApiError {
         }
         let detail = if self.status == StatusCode::UNPROCESSABLE_ENTITY {
             let items: Vec<Value> = if self.failed.is_empty() {
-                vec![json!({"loc": self.loc, "msg": self.message, "type": self.reason.unwrap_or(self.code)})]
+                vec![
+                    json!({"loc": self.loc, "msg": self.message, "type": self.reason.unwrap_or(self.code)}),
+                ]
             } else {
                 self.failed
                     .iter()
                     .map(|(id, kind, msg)| {
                         let mut loc = vec![json!("body"), json!("questions")];
                         if let Some(s) = &self.state {
-                            loc = vec![json!("body"), json!("requests"), json!(s), json!("questions")];
+                            loc = vec![
+                                json!("body"),
+                                json!("requests"),
+                                json!(s),
+                                json!("questions"),
+                            ];
                         }
                         loc.push(json!(id));
                         json!({"loc": loc, "msg": msg, "type": kind})
@@ -203,7 +220,9 @@ impl From<ProtocolError> for ApiError {
             ErrorCode::ModelNotFound => StatusCode::NOT_FOUND,
             ErrorCode::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ErrorCode::UnsupportedSurface | ErrorCode::QuestionFailed => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::UnsupportedSurface | ErrorCode::QuestionFailed => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ErrorCode::Overloaded => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
@@ -238,7 +257,10 @@ impl ApiError {
             EngineError::ModelNotFound(name) => ApiError::new(
                 StatusCode::NOT_FOUND,
                 ErrorCode::ModelNotFound,
-                format!("model {name:?} is not served; served models: {}", served.join(", ")),
+                format!(
+                    "model {name:?} is not served; served models: {}",
+                    served.join(", ")
+                ),
             ),
             EngineError::NotReady(name) => {
                 let mut a = ApiError::new(

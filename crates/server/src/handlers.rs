@@ -45,8 +45,10 @@ fn flavor(endpoint: Endpoint, schema: Schema) -> Flavor {
 
 fn json_response(status: StatusCode, body: Vec<u8>, phases: Option<&Phases>) -> Response {
     let mut resp = (status, body).into_response();
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if let Some(p) = phases {
         if let Ok(v) = HeaderValue::from_str(&p.header()) {
             resp.headers_mut().insert("server-timing", v);
@@ -59,10 +61,15 @@ fn error_response(err: &ApiError, flavor: Flavor, phases: Option<&Phases>) -> Re
     let body = serde_json::to_vec(&err.body(flavor)).unwrap_or_default();
     let mut resp = json_response(err.status, body, phases);
     if let Some(s) = err.retry_after {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
-    if flavor == Flavor::V5 && err.code == ErrorCode::Overloaded.as_str() && err.retry_after.is_none() {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1u64));
+    if flavor == Flavor::V5
+        && err.code == ErrorCode::Overloaded.as_str()
+        && err.retry_after.is_none()
+    {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
     }
     resp
 }
@@ -113,22 +120,38 @@ fn meta_of(model: &DecisionModel, phases: &Phases) -> Value {
     })
 }
 
-/// Decode, answer and encode one decision body. Returns the status and JSON value.
-async fn answer(
-    state: &AppState,
-    value: &Value,
+/// How one decision body is read and answered.
+#[derive(Clone, Copy)]
+struct Call<'a> {
     schema: Schema,
     endpoint: Endpoint,
     long_context: bool,
     started: Instant,
+    /// In a `/v1/systemone/batch`, the name of the request.
+    state_name: Option<&'a str>,
+}
+
+/// Decode and answer one decision body. Returns the JSON value and the answering model.
+async fn answer(
+    state: &AppState,
+    value: &Value,
+    call: Call<'_>,
     phases: &mut Phases,
-    state_name: Option<&str>,
 ) -> Result<(Value, String), ApiError> {
+    let Call {
+        schema,
+        endpoint,
+        long_context,
+        started,
+        state_name,
+    } = call;
     let mut body = parse_decision_body(value, schema).map_err(ApiError::from)?;
     if long_context {
         match &mut body {
             DecisionBody::Single(r) => r.options.long_context = true,
-            DecisionBody::Batch { options, entries, .. } => {
+            DecisionBody::Batch {
+                options, entries, ..
+            } => {
                 options.long_context = true;
                 for (_, r) in entries {
                     r.options.long_context = true;
@@ -175,11 +198,22 @@ async fn answer(
             serde_json::to_value(&b)
         }
     }
-    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError, e.to_string()))?;
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::InternalError,
+            e.to_string(),
+        )
+    })?;
     Ok((value, model_name))
 }
 
-async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body, endpoint: Endpoint) -> Response {
+async fn handle(
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    body: Body,
+    endpoint: Endpoint,
+) -> Response {
     let started = Instant::now();
     let schema = match endpoint {
         Endpoint::Decisions => Schema::Internal,
@@ -197,7 +231,14 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body, endpoint: 
         if endpoint == Endpoint::SystemOneBatch {
             return batch(&state, value, schema, long_context, started, &mut phases).await;
         }
-        let (v, m) = answer(&state, &value, schema, endpoint, long_context, started, &mut phases, None).await?;
+        let call = Call {
+            schema,
+            endpoint,
+            long_context,
+            started,
+            state_name: None,
+        };
+        let (v, m) = answer(&state, &value, call, &mut phases).await?;
         Ok((StatusCode::OK, v, m))
     }
     .await;
@@ -213,7 +254,11 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Body, endpoint: 
             let e = e.for_flavor(flavor);
             phases.serialize = t_ser.elapsed();
             phases.total = started.elapsed();
-            (error_response(&e, flavor, Some(&phases)), String::new(), e.status)
+            (
+                error_response(&e, flavor, Some(&phases)),
+                String::new(),
+                e.status,
+            )
         }
     };
     phases.record(endpoint.path());
@@ -238,20 +283,32 @@ async fn batch(
     phases: &mut Phases,
 ) -> Result<(StatusCode, Value, String), ApiError> {
     let obj = value.as_object().ok_or_else(|| {
-        ApiError::from(protocol::ProtocolError::schema(&[], "the batch body must be a JSON object"))
-    })?;
-    if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "model" | "requests")) {
-        return Err(ApiError::from(
-            protocol::ProtocolError::invalid(format!("unknown member {k:?} in the batch; allowed: model, requests"))
-                .with_reason(protocol::reason::UNKNOWN_MEMBER),
-        ));
-    }
-    let requests = obj.get("requests").and_then(Value::as_object).filter(|r| !r.is_empty()).ok_or_else(|| {
         ApiError::from(protocol::ProtocolError::schema(
-            &["requests"],
-            "requests must be an object of named requests",
+            &[],
+            "the batch body must be a JSON object",
         ))
     })?;
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !matches!(k.as_str(), "model" | "requests"))
+    {
+        return Err(ApiError::from(
+            protocol::ProtocolError::invalid(format!(
+                "unknown member {k:?} in the batch; allowed: model, requests"
+            ))
+            .with_reason(protocol::reason::UNKNOWN_MEMBER),
+        ));
+    }
+    let requests = obj
+        .get("requests")
+        .and_then(Value::as_object)
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| {
+            ApiError::from(protocol::ProtocolError::schema(
+                &["requests"],
+                "requests must be an object of named requests",
+            ))
+        })?;
     let model = obj.get("model").cloned();
     let flavor = flavor(Endpoint::SystemOneBatch, schema);
     let mut set = tokio::task::JoinSet::new();
@@ -264,7 +321,14 @@ async fn batch(
         let name = name.clone();
         set.spawn(async move {
             let mut p = Phases::default();
-            let r = answer(&state, &req, schema, Endpoint::SystemOneBatch, long_context, started, &mut p, Some(&name)).await;
+            let call = Call {
+                schema,
+                endpoint: Endpoint::SystemOneBatch,
+                long_context,
+                started,
+                state_name: Some(&name),
+            };
+            let r = answer(&state, &req, call, &mut p).await;
             (i, name, r, p)
         });
     }
@@ -272,7 +336,11 @@ async fn batch(
     let mut model_name = String::new();
     while let Some(joined) = set.join_next().await {
         let (i, name, r, p) = joined.map_err(|e| {
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::InternalError, e.to_string())
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::InternalError,
+                e.to_string(),
+            )
         })?;
         phases.parse = phases.parse.max(p.parse);
         phases.engine.tokenize += p.engine.tokenize;
@@ -296,19 +364,36 @@ async fn batch(
         out.push((i, name, v));
     }
     out.sort_by_key(|(i, _, _)| *i);
-    let responses: serde_json::Map<String, Value> = out.into_iter().map(|(_, n, v)| (n, v)).collect();
-    Ok((StatusCode::OK, json!({ "responses": responses }), model_name))
+    let responses: serde_json::Map<String, Value> =
+        out.into_iter().map(|(_, n, v)| (n, v)).collect();
+    Ok((
+        StatusCode::OK,
+        json!({ "responses": responses }),
+        model_name,
+    ))
 }
 
-pub async fn decisions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn decisions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     handle(state, headers, body, Endpoint::Decisions).await
 }
 
-pub async fn systemone(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn systemone(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     handle(state, headers, body, Endpoint::SystemOne).await
 }
 
-pub async fn systemone_batch(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn systemone_batch(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     handle(state, headers, body, Endpoint::SystemOneBatch).await
 }
 
@@ -387,7 +472,11 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
             .map(|s| json!({"id": s.meta.name, "object": "model", "owned_by": "vllm-srun"}))
             .collect::<Vec<_>>());
     }
-    json_response(StatusCode::OK, serde_json::to_vec(&body).unwrap_or_default(), None)
+    json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&body).unwrap_or_default(),
+        None,
+    )
 }
 
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
@@ -397,11 +486,11 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
         "ready"
     } else if states.iter().all(|s| matches!(s, ModelState::Failed(_))) {
         "failed"
-    } else if states.iter().any(|s| *s == ModelState::Ready) {
+    } else if states.contains(&ModelState::Ready) {
         "degraded"
-    } else if states.iter().any(|s| *s == ModelState::Warming) {
+    } else if states.contains(&ModelState::Warming) {
         "warming"
-    } else if states.iter().any(|s| *s == ModelState::Loading) {
+    } else if states.contains(&ModelState::Loading) {
         "loading"
     } else {
         "starting"
@@ -449,9 +538,12 @@ pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
         if let Some(m) = s.model() {
             let st = m.worker().status();
             let name = s.meta.name.clone();
-            metrics::gauge!("vllm_srun_queue_jobs", "model" => name.clone()).set(st.queued_jobs() as f64);
-            metrics::gauge!("vllm_srun_queue_tokens", "model" => name.clone()).set(st.queued_tokens() as f64);
-            metrics::gauge!("vllm_srun_forwards", "model" => name.clone()).set(st.forwards() as f64);
+            metrics::gauge!("vllm_srun_queue_jobs", "model" => name.clone())
+                .set(st.queued_jobs() as f64);
+            metrics::gauge!("vllm_srun_queue_tokens", "model" => name.clone())
+                .set(st.queued_tokens() as f64);
+            metrics::gauge!("vllm_srun_forwards", "model" => name.clone())
+                .set(st.forwards() as f64);
             metrics::gauge!("vllm_srun_cancelled_jobs", "model" => name).set(st.cancelled() as f64);
         }
     }
@@ -464,6 +556,11 @@ pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn not_found() -> Response {
-    let e = ApiError::new(StatusCode::NOT_FOUND, ErrorCode::InvalidRequest, "no such route").with_reason("route_not_found");
+    let e = ApiError::new(
+        StatusCode::NOT_FOUND,
+        ErrorCode::InvalidRequest,
+        "no such route",
+    )
+    .with_reason("route_not_found");
     error_response(&e, Flavor::Internal, None)
 }

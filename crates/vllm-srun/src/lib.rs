@@ -2,12 +2,16 @@
 //! missing), register them, and serve HTTP. `main.rs` is the command line over this; the
 //! integration tests start the same server in-process on a loopback port.
 
+pub mod bench;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use engine::{DecisionConfig, DecisionModel, ModelMeta, ModelState, Registry, SchedulerConfig, Slot};
+use engine::{
+    DecisionConfig, DecisionModel, ModelMeta, ModelState, Registry, SchedulerConfig, Slot,
+};
 use protocol::Schema;
 
 /// Everything `vllm-srun serve` can be told.
@@ -145,7 +149,8 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<DecisionModel, Stri
     )
     .map_err(|e| e.to_string())?;
     slot.set_state(ModelState::Warming);
-    DecisionModel::start(meta, config, Arc::new(backend), o.scheduler.clone()).map_err(|e| e.to_string())
+    DecisionModel::start(meta, config, Arc::new(backend), o.scheduler.clone())
+        .map_err(|e| e.to_string())
 }
 
 /// A bound server: its address and the future that serves it.
@@ -172,7 +177,9 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
         .enumerate()
         .map(|(i, spec)| (spec.clone(), Slot::new(plan_meta(spec, i == 0, &o.aliases))))
         .collect();
-    let registry = Arc::new(Registry::new(slots.iter().map(|(_, s)| s.clone()).collect()));
+    let registry = Arc::new(Registry::new(
+        slots.iter().map(|(_, s)| s.clone()).collect(),
+    ));
     let config = server::ServerConfig {
         schema: o.schema,
         max_request_bytes: o.max_request_bytes,

@@ -23,6 +23,15 @@ enum Command {
         #[command(subcommand)]
         command: ModelsCommand,
     },
+    /// Measure a running server: one question vs six about one ~100-token state.
+    Bench {
+        #[arg(long, default_value = "http://127.0.0.1:8000")]
+        url: String,
+        #[arg(long, default_value = "qwen2.5-1.5b")]
+        model: String,
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -89,6 +98,7 @@ fn main() {
     let code = match cli.command {
         Command::Models { command } => models(command),
         Command::Serve(args) => serve(args),
+        Command::Bench { url, model, runs } => bench(&url, &model, runs.max(1)),
     };
     std::process::exit(code);
 }
@@ -98,7 +108,10 @@ fn models(cmd: ModelsCommand) -> i32 {
         ModelsCommand::Pull { id } => {
             let Some(e) = hub::entry(&id) else {
                 let ids: Vec<&str> = hub::catalog().iter().map(|e| e.id).collect();
-                eprintln!("unknown model {id:?}; the catalogue has: {}", ids.join(", "));
+                eprintln!(
+                    "unknown model {id:?}; the catalogue has: {}",
+                    ids.join(", ")
+                );
                 return 2;
             };
             if hub::is_cached(&e) {
@@ -129,6 +142,26 @@ fn models(cmd: ModelsCommand) -> i32 {
             }
             println!("cache: {}", hub::cache_dir().display());
             0
+        }
+    }
+}
+
+fn bench(url: &str, model: &str, runs: usize) -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(vllm_srun::bench::latency(url, model, runs)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            1
         }
     }
 }
@@ -166,7 +199,10 @@ fn serve(args: ServeArgs) -> i32 {
         },
         pull_missing: !args.no_pull,
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");

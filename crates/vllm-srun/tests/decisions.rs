@@ -35,7 +35,9 @@ fn assert_choice(a: &Value, keys: &[&str]) {
 fn assert_score(a: &Value, levels: &[&str]) {
     assert_eq!(a["type"], "score", "{a}");
     let n = levels.len();
-    let probs: Vec<f64> = (0..n).map(|i| a["probabilities"][i.to_string()].as_f64().unwrap()).collect();
+    let probs: Vec<f64> = (0..n)
+        .map(|i| a["probabilities"][i.to_string()].as_f64().unwrap())
+        .collect();
     assert!((probs.iter().sum::<f64>() - 1.0).abs() < 1e-6);
     let expected: f64 = probs.iter().enumerate().map(|(i, p)| i as f64 * p).sum();
     assert!((a["score"].as_f64().unwrap() - expected).abs() < 1e-9);
@@ -46,7 +48,11 @@ fn assert_score(a: &Value, levels: &[&str]) {
     let m = (0..n).fold(0, |b, i| if probs[i] > probs[b] { i } else { b });
     let c = (n as f64 - 1.0) / 2.0;
     let mad = (0..n).map(|i| (i as f64 - c).abs()).sum::<f64>() / n as f64;
-    let spread: f64 = probs.iter().enumerate().map(|(i, p)| p * (i as f64 - m as f64).abs()).sum();
+    let spread: f64 = probs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| p * (i as f64 - m as f64).abs())
+        .sum();
     let conf = (1.0 - spread / mad).max(0.0);
     assert!((a["confidence"].as_f64().unwrap() - conf).abs() < 1e-9);
 }
@@ -63,18 +69,37 @@ async fn systemone_answers_every_decision_type_with_usage_and_headers() {
     assert_eq!(keys, ["refund", "team", "anger"]);
     let p = v["answers"]["refund"]["noul"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&p));
-    assert_eq!(v["answers"]["refund"].as_object().unwrap().len(), 2, "a noul has no confidence");
+    assert_eq!(
+        v["answers"]["refund"].as_object().unwrap().len(),
+        2,
+        "a noul has no confidence"
+    );
     assert_choice(&v["answers"]["team"], &["Billing", "Technical", "Sales"]);
-    assert_score(&v["answers"]["anger"], &["Calm", "Frustrated", "Very angry"]);
+    assert_score(
+        &v["answers"]["anger"],
+        &["Calm", "Frustrated", "Very angry"],
+    );
     assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 50);
     assert_eq!(v["usage"]["output_tokens"], 0);
     let timing = headers["server-timing"].to_str().unwrap();
-    for phase in ["parse", "tokenize", "queue", "forward", "post", "serialize", "total"] {
+    for phase in [
+        "parse",
+        "tokenize",
+        "queue",
+        "forward",
+        "post",
+        "serialize",
+        "total",
+    ] {
         assert!(timing.contains(&format!("{phase};dur=")), "{timing}");
     }
     assert!(!headers["x-request-id"].is_empty());
     let top: Vec<&String> = v.as_object().unwrap().keys().collect();
-    assert_eq!(top, ["model", "answers", "usage"], "no unprefixed extras on a plain request");
+    assert_eq!(
+        top,
+        ["model", "answers", "usage"],
+        "no unprefixed extras on a plain request"
+    );
 }
 
 #[tokio::test]
@@ -84,16 +109,23 @@ async fn usage_counts_the_state_once() {
     let two = json!({"state": TICKET, "questions": {"a": noul("Is this about money?"), "b": noul("Is this about money?")}});
     let (_, _, v1) = post(&s.url("/v1/systemone"), &one).await;
     let (_, _, v2) = post(&s.url("/v1/systemone"), &two).await;
-    let (u1, u2) = (v1["usage"]["input_tokens"].as_u64().unwrap(), v2["usage"]["input_tokens"].as_u64().unwrap());
+    let (u1, u2) = (
+        v1["usage"]["input_tokens"].as_u64().unwrap(),
+        v2["usage"]["input_tokens"].as_u64().unwrap(),
+    );
     let question = u2 - u1;
-    assert!(question > 0 && question < u1 / 2, "second question adds only its own tokens: {u1} {u2}");
+    assert!(
+        question > 0 && question < u1 / 2,
+        "second question adds only its own tokens: {u1} {u2}"
+    );
 }
 
 #[tokio::test]
 async fn jev_latest_and_absent_model_name_the_default() {
     let s = shared();
     for model in [json!("jev-latest"), Value::Null] {
-        let mut body = json!({"state": "Hello there.", "questions": {"q": noul("Is this a greeting?")}});
+        let mut body =
+            json!({"state": "Hello there.", "questions": {"q": noul("Is this a greeting?")}});
         if !model.is_null() {
             body["model"] = model;
         }
@@ -110,8 +142,14 @@ async fn unknown_model_is_404_naming_the_served_models() {
     let (status, h, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 404);
     assert_eq!(v["error"]["code"], "model_not_found");
-    assert!(v["error"]["message"].as_str().unwrap().contains(&test_model()));
-    assert!(h.contains_key("server-timing"), "errors carry Server-Timing too");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains(&test_model()));
+    assert!(
+        h.contains_key("server-timing"),
+        "errors carry Server-Timing too"
+    );
     let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
     assert_eq!(status, 404);
     assert_eq!(v["code"], "model_not_found");
@@ -121,7 +159,11 @@ async fn unknown_model_is_404_naming_the_served_models() {
 #[tokio::test]
 async fn state_forms_structured_text_ids_and_unicode_round_trip() {
     let s = shared();
-    for state in [json!(TICKET), json!({"subject": "Charged twice", "customer": {"plan": "pro"}}), json!(["one", "two"])] {
+    for state in [
+        json!(TICKET),
+        json!({"subject": "Charged twice", "customer": {"plan": "pro"}}),
+        json!(["one", "two"]),
+    ] {
         let body = json!({"state": state, "questions": {"ticket-1": noul("Refund?"), "q.2": noul("Refund?"),
             "with space": noul("Refund?"), "질문": noul("Refund?"), "🎯": noul("Refund?")}});
         let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
@@ -130,12 +172,23 @@ async fn state_forms_structured_text_ids_and_unicode_round_trip() {
     }
     let q = json!({"type": "choice", "instructions": ["이 문의는 어떤 유형인가요?", "하나만"],
         "criteria": {"환불 요청": {"owns": ["refunds"]}, "배송 문의": null, "🙂 기타": ["그 외"]}});
-    let (status, _, v) = post(&s.url("/v1/systemone"), &json!({"state": "배송이 안 와요 😡", "questions": {"kind": q}})).await;
+    let (status, _, v) = post(
+        &s.url("/v1/systemone"),
+        &json!({"state": "배송이 안 와요 😡", "questions": {"kind": q}}),
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
-    assert_choice(&v["answers"]["kind"], &["환불 요청", "배송 문의", "🙂 기타"]);
+    assert_choice(
+        &v["answers"]["kind"],
+        &["환불 요청", "배송 문의", "🙂 기타"],
+    );
     let structured = json!({"type": "score", "instructions": {"scale": "frustration"},
         "criteria": [{"label": "Calm"}, {"label": "Frustrated"}]});
-    let (status, _, v) = post(&s.url("/v1/systemone"), &json!({"state": TICKET, "questions": {"s": structured}})).await;
+    let (status, _, v) = post(
+        &s.url("/v1/systemone"),
+        &json!({"state": TICKET, "questions": {"s": structured}}),
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["answers"]["s"]["legend"]["0"], "label: Calm");
 }
@@ -143,8 +196,12 @@ async fn state_forms_structured_text_ids_and_unicode_round_trip() {
 #[tokio::test]
 async fn noul_criteria_forms_are_answered() {
     let s = shared();
-    for crit in [json!(null), json!({"true": "Wants a refund"}), json!({"false": "Only asks"}),
-                 json!({"true": "Wants a refund", "false": "Anything else"})] {
+    for crit in [
+        json!(null),
+        json!({"true": "Wants a refund"}),
+        json!({"false": "Only asks"}),
+        json!({"true": "Wants a refund", "false": "Anything else"}),
+    ] {
         let body = json!({"state": TICKET, "questions": {"r": {"type": "noul", "instructions": "Refund?", "criteria": crit}}});
         let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
         assert_eq!(status, 200, "{crit}: {v}");
@@ -152,7 +209,10 @@ async fn noul_criteria_forms_are_answered() {
     }
     let body = json!({"state": TICKET, "questions": {"r": {"type": "noul", "criteria": {"true": "Threatens a chargeback"}}}});
     let (status, _, _) = post(&s.url("/v1/systemone"), &body).await;
-    assert_eq!(status, 200, "a noul whose criteria describe an outcome needs no instructions");
+    assert_eq!(
+        status, 200,
+        "a noul whose criteria describe an outcome needs no instructions"
+    );
 }
 
 #[tokio::test]
@@ -161,7 +221,10 @@ async fn choice_with_255_options_and_score_with_10_levels() {
     let mut criteria = serde_json::Map::new();
     criteria.insert("Billing".into(), json!("Payments, invoices, refunds"));
     for i in 1..255 {
-        criteria.insert(format!("Queue {i:03}"), json!(format!("Tickets routed to queue {i}")));
+        criteria.insert(
+            format!("Queue {i:03}"),
+            json!(format!("Tickets routed to queue {i}")),
+        );
     }
     let keys: Vec<String> = criteria.keys().cloned().collect();
     let body = json!({"state": TICKET, "questions": {
@@ -191,7 +254,11 @@ async fn answers_do_not_depend_on_ids_order_or_other_questions() {
     assert_eq!(pa, &c["answers"]["team"]);
     // And beside other requests sharing the worker at the same time.
     let url = s.url("/v1/systemone");
-    let (x, y, z) = tokio::join!(post(&url, &alone), post(&url, &crowded), post(&url, &renamed));
+    let (x, y, z) = tokio::join!(
+        post(&url, &alone),
+        post(&url, &crowded),
+        post(&url, &renamed)
+    );
     assert_eq!(&x.2["answers"]["team"], pa);
     assert_eq!(&y.2["answers"]["team"], pa);
     assert_eq!(&z.2["answers"]["zz-renamed.1"], pa);
@@ -213,9 +280,13 @@ async fn decisions_answers_failed_questions_in_place_with_fixed_reasons() {
     assert!(h.contains_key("server-timing"));
     let a = &v["answers"];
     assert_eq!(a["ok"]["type"], "noul");
-    for (id, ty, reason) in [("span", "span", "span_unsupported"), ("box", "box", "box_unsupported"),
-                             ("track", "track", "track_unsupported"), ("bad", "set", "question_malformed"),
-                             ("adapter", "noul", "decision_adapter_unsupported")] {
+    for (id, ty, reason) in [
+        ("span", "span", "span_unsupported"),
+        ("box", "box", "box_unsupported"),
+        ("track", "track", "track_unsupported"),
+        ("bad", "set", "question_malformed"),
+        ("adapter", "noul", "decision_adapter_unsupported"),
+    ] {
         assert_eq!(a[id]["type"], ty, "{id}: {}", a[id]);
         assert_eq!(a[id]["error"], "invalid_question", "{id}");
         assert_eq!(a[id]["reason"], reason, "{id}");
@@ -233,7 +304,10 @@ async fn decisions_with_no_valid_question_is_400() {
     assert_eq!(v["error"]["code"], "invalid_request");
     assert_eq!(v["error"]["question"], "a");
     assert_eq!(v["error"]["reason"], "question_malformed");
-    assert!(v["error"]["message"].as_str().unwrap().contains("box_unsupported"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("box_unsupported"));
 }
 
 #[tokio::test]
@@ -262,9 +336,17 @@ async fn set_questions_answer_nouls_sets_and_thresholds() {
     assert_eq!(status, 200, "{v}");
     for l in ["billing", "shipping"] {
         assert_eq!(v["answers"][format!("problems.{l}")]["type"], "noul");
-        let p = v["answers"][format!("problems.{l}")]["noul"].as_f64().unwrap();
-        assert_eq!(v["sets"]["problems"]["probabilities"][l].as_f64().unwrap(), p);
-        let selected = v["sets"]["problems"]["selected"].as_array().unwrap().contains(&json!(l));
+        let p = v["answers"][format!("problems.{l}")]["noul"]
+            .as_f64()
+            .unwrap();
+        assert_eq!(
+            v["sets"]["problems"]["probabilities"][l].as_f64().unwrap(),
+            p
+        );
+        let selected = v["sets"]["problems"]["selected"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(l));
         assert_eq!(selected, p >= 0.3);
     }
     assert_eq!(v["thresholds"]["problems"], 0.3);
@@ -280,8 +362,12 @@ async fn batch_states_answer_each_entry_with_total_usage() {
         "roles": {"request": "user", "candidate": "context"}});
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 200, "{v}");
-    let u1 = v["states"]["doc_1"]["usage"]["input_tokens"].as_u64().unwrap();
-    let u2 = v["states"]["doc_2"]["usage"]["input_tokens"].as_u64().unwrap();
+    let u1 = v["states"]["doc_1"]["usage"]["input_tokens"]
+        .as_u64()
+        .unwrap();
+    let u2 = v["states"]["doc_2"]["usage"]["input_tokens"]
+        .as_u64()
+        .unwrap();
     assert_eq!(v["usage"]["input_tokens"].as_u64().unwrap(), u1 + u2);
     assert_eq!(v["states"]["doc_2"]["answers"]["relevance"]["type"], "noul");
     assert!(v.get("answers").is_none());
@@ -318,7 +404,11 @@ async fn strict_decoding_refuses_unknown_members_and_removed_forms() {
         ("images", json!([]), "assets"),
         ("videos", json!([]), "assets"),
         ("states", json!({}), "/v1/systemone/batch"),
-        ("options", json!({"long_context": true}), "TypeSafe-Danger-Zone-Long-Context"),
+        (
+            "options",
+            json!({"long_context": true}),
+            "TypeSafe-Danger-Zone-Long-Context",
+        ),
     ] {
         let mut b = base.clone();
         b[field] = value;
@@ -327,8 +417,16 @@ async fn strict_decoding_refuses_unknown_members_and_removed_forms() {
         assert_eq!(v["reason"], "removed_form");
         assert!(v["message"].as_str().unwrap().contains(replacement), "{v}");
     }
-    for (form, value) in [("choices", json!([{"key": "a"}, {"key": "b"}])), ("levels", json!(["a", "b"])), ("labels", json!([{"key": "a"}]))] {
-        let ty = match form { "choices" => "choice", "levels" => "score", _ => "set" };
+    for (form, value) in [
+        ("choices", json!([{"key": "a"}, {"key": "b"}])),
+        ("levels", json!(["a", "b"])),
+        ("labels", json!([{"key": "a"}])),
+    ] {
+        let ty = match form {
+            "choices" => "choice",
+            "levels" => "score",
+            _ => "set",
+        };
         let b = json!({"state": "x", "questions": {"q": {"type": ty, form: value}}});
         let (status, _, v) = post(&s.url("/v1/systemone"), &b).await;
         assert_eq!(status, 400, "{form}: {v}");
@@ -345,12 +443,22 @@ async fn malformed_bodies_are_refused_not_crashed() {
     let (status, _, v) = post_raw(&s.url("/v1/systemone"), b"not json".to_vec(), &[]).await;
     assert_eq!(status, 422, "{v}");
     assert_eq!(v["detail"][0]["loc"][0], "body");
-    for body in [json!({"questions": {"q": noul("?")}}), json!({"state": "x"}), json!({"state": "x", "questions": {}}), json!([1])] {
+    for body in [
+        json!({"questions": {"q": noul("?")}}),
+        json!({"state": "x"}),
+        json!({"state": "x", "questions": {}}),
+        json!([1]),
+    ] {
         let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
         assert_eq!(status, 422, "{body}: {v}");
         assert!(v["detail"].is_array());
     }
-    let (status, _, v) = post_raw(&s.url("/v1/decisions"), b"{}".to_vec(), &[("content-encoding", "br")]).await;
+    let (status, _, v) = post_raw(
+        &s.url("/v1/decisions"),
+        b"{}".to_vec(),
+        &[("content-encoding", "br")],
+    )
+    .await;
     assert_eq!(status, 415, "{v}");
     assert_eq!(v["error"]["code"], "unsupported_media_type");
 }
@@ -358,7 +466,8 @@ async fn malformed_bodies_are_refused_not_crashed() {
 #[tokio::test]
 async fn return_meta_adds_identity_and_timings() {
     let s = shared();
-    let body = json!({"state": "x", "questions": {"q": noul("?")}, "options": {"return_meta": true}});
+    let body =
+        json!({"state": "x", "questions": {"q": noul("?")}, "options": {"return_meta": true}});
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 200, "{v}");
     let meta = &v["meta"];
@@ -376,7 +485,8 @@ async fn deadline_passed_before_the_work_started_is_deadline_exceeded() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["answers"]["q"]["error"], "deadline_exceeded");
     assert_eq!(v["answers"]["bad"]["error"], "invalid_question");
-    let body = json!({"state": TICKET, "questions": {"q": noul("?")}, "options": {"deadline_ms": 0}});
+    let body =
+        json!({"state": TICKET, "questions": {"q": noul("?")}, "options": {"deadline_ms": 0}});
     let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
     assert_eq!(status, 504, "{v}");
     assert_eq!(v["question_error"], "deadline_exceeded");
@@ -396,7 +506,10 @@ async fn models_health_and_metrics() {
     assert!(m["features"].as_array().unwrap().contains(&json!("choice")));
     assert_eq!(m["card"]["usage"], "state_once");
     assert!(m["card"]["limits"]["max_request_tokens"].as_u64().unwrap() > 0);
-    assert!(m["card"]["aliases"].as_array().unwrap().contains(&json!("jev-latest")));
+    assert!(m["card"]["aliases"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("jev-latest")));
     let (status, v2) = get(&s.url("/v1/systemone/models")).await;
     assert_eq!(status, 200);
     assert_eq!(v2["models"][0]["name"], m["name"]);
@@ -407,8 +520,19 @@ async fn models_health_and_metrics() {
     let (status, l) = get(&s.url("/health/live")).await;
     assert_eq!(status, 200);
     assert_eq!(l["status"], "alive");
-    let _ = post(&s.url("/v1/decisions"), &json!({"state": "x", "questions": {"q": noul("?")}})).await;
-    let text = common::client().get(s.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let _ = post(
+        &s.url("/v1/decisions"),
+        &json!({"state": "x", "questions": {"q": noul("?")}}),
+    )
+    .await;
+    let text = common::client()
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(text.contains("vllm_srun_requests_total"), "{text}");
     assert!(text.contains("vllm_srun_phase_seconds"));
 }

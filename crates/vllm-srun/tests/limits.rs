@@ -31,7 +31,11 @@ async fn admission_refuses_at_once_with_retry_after_and_loses_nothing() {
         "a": {"type": "noul", "instructions": "Refund?"}, "b": {"type": "noul", "instructions": "Angry?"}}});
     let mut tasks = Vec::new();
     for i in 0..8 {
-        let url = s.url(if i % 2 == 0 { "/v1/decisions" } else { "/v1/systemone" });
+        let url = s.url(if i % 2 == 0 {
+            "/v1/decisions"
+        } else {
+            "/v1/systemone"
+        });
         let body = body.clone();
         tasks.push(tokio::spawn(async move { (i, post(&url, &body).await) }));
     }
@@ -44,7 +48,11 @@ async fn admission_refuses_at_once_with_retry_after_and_loses_nothing() {
                 refused += 1;
                 assert_eq!(status, if i % 2 == 0 { 429 } else { 529 }, "{v}");
                 assert!(h.contains_key("retry-after"));
-                let code = if i % 2 == 0 { &v["error"]["code"] } else { &v["code"] };
+                let code = if i % 2 == 0 {
+                    &v["error"]["code"]
+                } else {
+                    &v["code"]
+                };
                 assert_eq!(code, "overloaded");
             }
             other => panic!("unexpected {other}: {v}"),
@@ -60,7 +68,8 @@ async fn a_question_longer_than_a_sequence_is_max_length_exceeded() {
     o.context_tokens = 512;
     let s = start(o);
     let long = "The customer writes again about the invoice. ".repeat(80);
-    let body = json!({"state": long, "questions": {"q": {"type": "noul", "instructions": "Refund?"}}});
+    let body =
+        json!({"state": long, "questions": {"q": {"type": "noul", "instructions": "Refund?"}}});
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"]["reason"], "question_tokens");

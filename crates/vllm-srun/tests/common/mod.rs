@@ -47,7 +47,9 @@ pub fn start(o: ServeOptions) -> TestServer {
             let _ = bound.run().await;
         });
     });
-    let addr = rx.recv_timeout(Duration::from_secs(30)).expect("server bound");
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("server bound");
     let server = TestServer {
         base: format!("http://{addr}"),
     };
@@ -85,10 +87,17 @@ mod reqwest {
             let rest = url.trim_start_matches("http://");
             let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
             let mut s = TcpStream::connect(host)?;
-            write!(s, "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")?;
+            write!(
+                s,
+                "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            )?;
             let mut buf = String::new();
             s.read_to_string(&mut buf)?;
-            let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+            let code = buf
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
             Ok(code)
         }
     }
@@ -105,8 +114,15 @@ pub async fn post(url: &str, body: &Value) -> (u16, ::reqwest::header::HeaderMap
 }
 
 /// POST raw bytes with extra headers.
-pub async fn post_raw(url: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u16, ::reqwest::header::HeaderMap, Value) {
-    let mut req = client().post(url).body(body).header("content-type", "application/json");
+pub async fn post_raw(
+    url: &str,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> (u16, ::reqwest::header::HeaderMap, Value) {
+    let mut req = client()
+        .post(url)
+        .body(body)
+        .header("content-type", "application/json");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -114,14 +130,21 @@ pub async fn post_raw(url: &str, body: Vec<u8>, headers: &[(&str, &str)]) -> (u1
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let bytes = resp.bytes().await.expect("body");
-    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        headers,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 pub async fn get(url: &str) -> (u16, Value) {
     let resp = client().get(url).send().await.expect("send");
     let status = resp.status().as_u16();
     let bytes = resp.bytes().await.expect("body");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// A client for the calling test's runtime (a pooled client cannot outlive its runtime).
@@ -136,5 +159,7 @@ pub const TICKET: &str = "Hi, I was charged twice for my March invoice (order #4
 
 /// Sum of an object's numeric values.
 pub fn sum(v: &Value) -> f64 {
-    v.as_object().map(|o| o.values().filter_map(Value::as_f64).sum()).unwrap_or(f64::NAN)
+    v.as_object()
+        .map(|o| o.values().filter_map(Value::as_f64).sum())
+        .unwrap_or(f64::NAN)
 }
