@@ -424,3 +424,76 @@ impl Session for LlamaSession<'_> {
         result.map(|()| out)
     }
 }
+
+/// Plain llama.cpp evaluation of one token sequence at a time, in a single-sequence context:
+/// what a runtime without shared prefixes, trees or batching does. For benchmarks.
+pub struct PlainEvaluator<'m> {
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    capacity: usize,
+}
+
+impl LlamaBackend {
+    /// A plain single-sequence context holding up to `tokens` tokens.
+    pub fn plain(&self, tokens: u32) -> Result<PlainEvaluator<'_>, BackendError> {
+        let rt = runtime()?;
+        let n_ctx = tokens.max(256).div_ceil(256) * 256;
+        let threads = i32::try_from(self.config.threads).unwrap_or(2);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(n_ctx)
+            .with_n_ubatch(self.config.ubatch.min(n_ctx))
+            .with_n_seq_max(1)
+            .with_flash_attention_policy(0)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = self
+            .model
+            .new_context(rt, params)
+            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        Ok(PlainEvaluator {
+            ctx,
+            batch: LlamaBatch::new(n_ctx as usize, 1),
+            capacity: n_ctx as usize,
+        })
+    }
+}
+
+impl PlainEvaluator<'_> {
+    /// Evaluate `tokens` from an empty cache in one decode; return the last position's logits
+    /// for `candidates`.
+    pub fn evaluate(
+        &mut self,
+        tokens: &[Token],
+        candidates: &[Token],
+    ) -> Result<Vec<f32>, BackendError> {
+        if tokens.is_empty() || tokens.len() > self.capacity {
+            return Err(BackendError::OutOfMemory(format!(
+                "{} tokens do not fit a plain context of {}",
+                tokens.len(),
+                self.capacity
+            )));
+        }
+        self.ctx.clear_kv_cache();
+        self.batch.clear();
+        for (i, t) in tokens.iter().enumerate() {
+            self.batch
+                .add(LlamaToken(*t as i32), i as i32, &[0], i + 1 == tokens.len())
+                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+        }
+        match self.ctx.decode(&mut self.batch) {
+            Ok(()) => {}
+            Err(e) => return Err(BackendError::Forward(e.to_string())),
+        }
+        let logits = self.ctx.get_logits_ith(self.batch.n_tokens() - 1);
+        Ok(candidates
+            .iter()
+            .map(|c| {
+                logits
+                    .get(*c as usize)
+                    .copied()
+                    .unwrap_or(f32::NEG_INFINITY)
+            })
+            .collect())
+    }
+}

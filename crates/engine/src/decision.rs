@@ -98,6 +98,7 @@ pub struct DecisionModel {
     pub limits: Limits,
     backend: Arc<dyn Backend>,
     worker: Worker,
+    prefix: Vec<Token>,
     prefix_len: usize,
     yes_no: Trie,
     letters: Vec<Vec<Token>>,
@@ -158,13 +159,14 @@ impl DecisionModel {
             max_options: protocol::MAX_OPTIONS,
             max_levels: protocol::MAX_LEVELS,
         };
-        let worker = Worker::start(&meta.name, backend.clone(), prefix, scheduler)?;
+        let worker = Worker::start(&meta.name, backend.clone(), prefix.clone(), scheduler)?;
         Ok(DecisionModel {
             meta,
             config,
             limits,
             backend,
             worker,
+            prefix,
             prefix_len,
             yes_no,
             letters,
@@ -185,6 +187,23 @@ impl DecisionModel {
     /// Tokens of the system prompt, evaluated once per load.
     pub fn prefix_tokens(&self) -> usize {
         self.prefix_len
+    }
+
+    /// The whole token sequence each valid question of `r` is read from (system prompt, state,
+    /// question block), as a runtime without shared prefixes would evaluate it. For benchmarks
+    /// that compare against plain llama.cpp.
+    pub fn question_sequences(&self, r: &DecisionRequest) -> Result<Vec<Vec<Token>>, EngineError> {
+        let p = self.prepare(r).map_err(EngineError::Request)?;
+        Ok(p.root
+            .children
+            .iter()
+            .map(|q| {
+                let mut seq = self.prefix.clone();
+                seq.extend_from_slice(&p.root.tokens);
+                seq.extend_from_slice(&q.tokens);
+                seq
+            })
+            .collect())
     }
 
     /// Answer a decision body. Request-level failures are errors; question-level failures

@@ -114,3 +114,242 @@ pub async fn latency(base: &str, model: &str, runs: usize) -> Result<(), String>
     println!("(c)/(d) = {:.2}", m6.as_secs_f64() / m1.as_secs_f64());
     Ok(())
 }
+
+/// A support ticket of about 200 tokens, made distinct by `i`.
+fn long_state(i: usize) -> String {
+    format!(
+        "{STATE} I have attached the photos of the cracked leg and the packing slip, which lists \
+         four screws where I received two. The courier's tracking page says the parcel was left \
+         at the door, but it was handed to my neighbour, who noticed the box was dented. I have \
+         been a customer for six years and this is the first time something like this has \
+         happened, so I hope we can sort it out quickly. Reference {i}."
+    )
+}
+
+fn one_question(model: &str, state: &str) -> Value {
+    json!({"model": model, "state": state, "questions": questions(1)})
+}
+
+struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    fn ms(&self, p: f64) -> f64 {
+        if self.0.is_empty() {
+            return f64::NAN;
+        }
+        pct(self.0.clone(), p).as_secs_f64() * 1000.0
+    }
+}
+
+/// Run `n` requests with `c` in flight at once; return (questions/s, latencies).
+async fn closed_loop(url: &str, bodies: &[Value], c: usize) -> Result<(f64, Latencies), String> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let next = Arc::new(AtomicUsize::new(0));
+    let bodies = Arc::new(bodies.to_vec());
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..c {
+        let (next, bodies, url) = (next.clone(), bodies.clone(), url.to_string());
+        tasks.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(body) = bodies.get(i) else { break };
+                lat.push(time_request(&client, &url, body).await?);
+            }
+            Ok::<_, String>(lat)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.map_err(|e| e.to_string())??);
+    }
+    let wall = start.elapsed().as_secs_f64();
+    Ok((bodies.len() as f64 / wall, Latencies(all)))
+}
+
+/// The full side-by-side suite (issue 6): raw llama.cpp against the server, in one process.
+pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(), String> {
+    let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
+    let raw =
+        backend_llama::LlamaBackend::load(&resolved.weights, backend_llama::LlamaConfig::default())
+            .map_err(|e| e.to_string())?;
+    let mut plain = raw.plain(8192).map_err(|e| e.to_string())?;
+
+    let start_server = |jobs: usize| {
+        let mut o = crate::ServeOptions {
+            models: vec![model_spec.to_string()],
+            port: 0,
+            ..crate::ServeOptions::default()
+        };
+        o.scheduler.max_queued_jobs = jobs;
+        o
+    };
+    let bound = crate::bind(start_server(256)).await?;
+    let registry = bound.registry.clone();
+    let base = format!("http://{}", bound.addr);
+    tokio::spawn(bound.run());
+    let model = loop {
+        match registry.ready(None) {
+            Ok(m) => break m,
+            Err(engine::EngineError::NotReady(_)) => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let name = model.meta.name.clone();
+    let url = format!("{base}/v1/systemone");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let sequences = |body: &Value| -> Result<Vec<Vec<engine::Token>>, String> {
+        match protocol::parse_decision_body(body, protocol::Schema::V5).map_err(|e| e.message)? {
+            protocol::DecisionBody::Single(r) => {
+                model.question_sequences(&r).map_err(|e| e.to_string())
+            }
+            protocol::DecisionBody::Batch { .. } => Err("not a single request".into()),
+        }
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "bench suite: model {name}, {} threads, runs {runs}, requests {requests}",
+        raw_threads()
+    );
+
+    // (a) raw llama.cpp on the exact tokens of one rendered question vs (b) the same over HTTP.
+    let state = long_state(0);
+    let body = one_question(&name, &state);
+    let seq = sequences(&body)?.pop().ok_or("no question rendered")?;
+    let cand = [seq[seq.len() - 1]];
+    time_request(&client, &url, &body).await?;
+    tokio::task::block_in_place(|| plain.evaluate(&seq, &cand)).map_err(|e| e.to_string())?;
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let t = Instant::now();
+        tokio::task::block_in_place(|| plain.evaluate(&seq, &cand)).map_err(|e| e.to_string())?;
+        ta.push(t.elapsed());
+        tb.push(time_request(&client, &url, &body).await?);
+    }
+    let (a, b) = (median(ta), median(tb));
+    println!(
+        "(a) raw llama.cpp, one question's {} tokens: median {:.1} ms",
+        seq.len(),
+        ms(a)
+    );
+    println!(
+        "(b) the same question over HTTP:             median {:.1} ms",
+        ms(b)
+    );
+    println!(
+        "    (b)/(a) = {:.3}  [target <= 1.10]",
+        b.as_secs_f64() / a.as_secs_f64()
+    );
+
+    // (c) six questions vs (d) one about one ~200-token state.
+    let six = json!({"model": name, "state": state, "questions": questions(6)});
+    time_request(&client, &url, &six).await?;
+    let (mut tc, mut td) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        tc.push(time_request(&client, &url, &six).await?);
+        td.push(time_request(&client, &url, &body).await?);
+    }
+    let (c, d) = (median(tc), median(td));
+    println!("(c) six questions, one request: median {:.1} ms", ms(c));
+    println!("(d) one question:               median {:.1} ms", ms(d));
+    println!(
+        "    (c)/(d) = {:.3}  [target <= 2.0]",
+        c.as_secs_f64() / d.as_secs_f64()
+    );
+
+    // (e) throughput over distinct states at concurrency 1, 4, 16, and raw sequential.
+    let bodies: Vec<Value> = (1..=requests)
+        .map(|i| one_question(&name, &long_state(i)))
+        .collect();
+    let mut raw_seqs = Vec::new();
+    for b in &bodies {
+        raw_seqs.extend(sequences(b)?);
+    }
+    let t = Instant::now();
+    for s in &raw_seqs {
+        let cand = [s[s.len() - 1]];
+        tokio::task::block_in_place(|| plain.evaluate(s, &cand)).map_err(|e| e.to_string())?;
+    }
+    let raw_qps = raw_seqs.len() as f64 / t.elapsed().as_secs_f64();
+    println!("(e) raw llama.cpp sequential: {raw_qps:.3} questions/s (no result cache anywhere)");
+    let mut sustainable = 0.0;
+    for conc in [1usize, 4, 16] {
+        let (qps, lat) = closed_loop(&url, &bodies, conc).await?;
+        if conc == 1 {
+            sustainable = qps;
+        }
+        println!(
+            "    concurrency {conc:>2}: {qps:.3} questions/s = {:.2}x raw  p50 {:.0} ms  p99 {:.0} ms  [target >= 0.95x at 4 and 16]",
+            qps / raw_qps,
+            lat.ms(0.5),
+            lat.ms(0.99)
+        );
+    }
+
+    // (f) 4x the sustainable load, open loop, on a server with a small queue.
+    let small = crate::bind(start_server(4)).await?;
+    let small_registry = small.registry.clone();
+    let small_url = format!("http://{}/v1/systemone", small.addr);
+    tokio::spawn(small.run());
+    while small_registry.ready(None).is_err() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let rate = (sustainable * 4.0).max(0.1);
+    let total = requests.max(8) * 2;
+    let gap = Duration::from_secs_f64(1.0 / rate);
+    let mut tasks = Vec::new();
+    let start = Instant::now();
+    for i in 0..total {
+        let due = start + gap * i as u32;
+        tokio::time::sleep_until(due.into()).await;
+        let (url, body) = (
+            small_url.clone(),
+            one_question(&name, &long_state(1000 + i)),
+        );
+        tasks.push(tokio::spawn(async move {
+            let client = reqwest::Client::builder()
+                .timeout(Duration::from_secs(600))
+                .build()
+                .ok()?;
+            let t = Instant::now();
+            let resp = client.post(&url).json(&body).send().await.ok()?;
+            let status = resp.status().as_u16();
+            resp.bytes().await.ok()?;
+            Some((status, t.elapsed()))
+        }));
+    }
+    let (mut ok, mut refused, mut lost, mut other) = (0, 0, 0, 0);
+    let mut refusal_times = Vec::new();
+    for t in tasks {
+        match t.await.ok().flatten() {
+            Some((200, _)) => ok += 1,
+            Some((429 | 529, d)) => {
+                refused += 1;
+                refusal_times.push(d);
+            }
+            Some(_) => other += 1,
+            None => lost += 1,
+        }
+    }
+    println!(
+        "(f) {total} requests at {rate:.2}/s (4x the sustainable {sustainable:.3}/s), queue limit 4: \
+         200 {ok}, 429/529 {refused} ({:.0}%), other {other}, lost {lost}; refusal median {:.1} ms  [targets: lost 0, median <= 50 ms]",
+        100.0 * refused as f64 / total as f64,
+        Latencies(refusal_times).ms(0.5)
+    );
+    Ok(())
+}
+
+fn raw_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}

@@ -23,7 +23,8 @@ enum Command {
         #[command(subcommand)]
         command: ModelsCommand,
     },
-    /// Measure a running server: one question vs six about one ~100-token state.
+    /// Measure: with --url, a running server (one question vs six about one ~100-token
+    /// state); with --suite, the side-by-side suite against raw llama.cpp in one process.
     Bench {
         #[arg(long, default_value = "http://127.0.0.1:8000")]
         url: String,
@@ -31,6 +32,12 @@ enum Command {
         model: String,
         #[arg(long, default_value_t = 20)]
         runs: usize,
+        /// Run the full suite (raw llama.cpp vs HTTP, 1 vs 6 questions, throughput, overload).
+        #[arg(long)]
+        suite: bool,
+        /// Distinct requests per throughput level of the suite.
+        #[arg(long, default_value_t = 24)]
+        requests: usize,
     },
 }
 
@@ -98,7 +105,13 @@ fn main() {
     let code = match cli.command {
         Command::Models { command } => models(command),
         Command::Serve(args) => serve(args),
-        Command::Bench { url, model, runs } => bench(&url, &model, runs.max(1)),
+        Command::Bench {
+            url,
+            model,
+            runs,
+            suite,
+            requests,
+        } => bench(&url, &model, runs.max(1), suite.then_some(requests.max(1))),
     };
     std::process::exit(code);
 }
@@ -146,8 +159,8 @@ fn models(cmd: ModelsCommand) -> i32 {
     }
 }
 
-fn bench(url: &str, model: &str, runs: usize) -> i32 {
-    let rt = match tokio::runtime::Builder::new_current_thread()
+fn bench(url: &str, model: &str, runs: usize, suite: Option<usize>) -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
@@ -157,7 +170,11 @@ fn bench(url: &str, model: &str, runs: usize) -> i32 {
             return 1;
         }
     };
-    match rt.block_on(vllm_srun::bench::latency(url, model, runs)) {
+    let result = match suite {
+        Some(requests) => rt.block_on(vllm_srun::bench::suite(model, runs, requests)),
+        None => rt.block_on(vllm_srun::bench::latency(url, model, runs)),
+    };
+    match result {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("bench failed: {e}");

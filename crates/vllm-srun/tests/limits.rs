@@ -78,3 +78,56 @@ async fn a_question_longer_than_a_sequence_is_max_length_exceeded() {
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["question_error"], "max_length_exceeded");
 }
+
+#[tokio::test]
+async fn a_disconnected_clients_queued_work_is_not_run() {
+    let s = start(options());
+    let worker = || s.registry.ready(None).expect("ready");
+    let q = |i: &str| json!({"type": "noul", "instructions": i});
+    // Occupy the worker with a long request.
+    let long = json!({"state": TICKET.repeat(12), "questions": {
+        "a": q("Refund?"), "b": q("Angry?"), "c": q("Urgent?"), "d": q("Polite?"), "e": q("English?"), "f": q("Billing?")}});
+    let url = s.url("/v1/decisions");
+    let busy = {
+        let url = url.clone();
+        tokio::spawn(async move { post(&url, &long).await })
+    };
+    while worker().worker().status().forward_running_for().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let forwards_before = worker().worker().status().forwards();
+    // Queue a request behind it, then drop the connection while it waits.
+    let queued = {
+        let url = url.clone();
+        tokio::spawn(
+            async move { post(&url, &json!({"state": "x", "questions": {"q": q("?")}})).await },
+        )
+    };
+    while worker().worker().status().queued_jobs() == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    queued.abort();
+    let _ = queued.await;
+    let (status, _, _) = busy.await.unwrap();
+    assert_eq!(status, 200);
+    // The worker drops the abandoned job instead of running it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while worker().worker().status().queued_jobs() > 0 {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let model = worker();
+    let st = model.worker().status();
+    assert_eq!(
+        st.cancelled(),
+        1,
+        "the abandoned job is counted as cancelled"
+    );
+    // The counter moves when a forward ends: the busy forward was running when it was read.
+    assert_eq!(
+        st.forwards(),
+        forwards_before + 1,
+        "no forward ran after the busy one"
+    );
+}

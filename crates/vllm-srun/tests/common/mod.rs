@@ -14,6 +14,7 @@ pub fn test_model() -> String {
 
 pub struct TestServer {
     pub base: String,
+    pub registry: std::sync::Arc<engine::Registry>,
 }
 
 impl TestServer {
@@ -43,15 +44,17 @@ pub fn start(o: ServeOptions) -> TestServer {
             .expect("runtime");
         rt.block_on(async move {
             let bound = vllm_srun::bind(o).await.expect("bind");
-            tx.send(bound.addr).expect("send addr");
+            tx.send((bound.addr, bound.registry.clone()))
+                .expect("send addr");
             let _ = bound.run().await;
         });
     });
-    let addr = rx
+    let (addr, registry) = rx
         .recv_timeout(Duration::from_secs(30))
         .expect("server bound");
     let server = TestServer {
         base: format!("http://{addr}"),
+        registry,
     };
     wait_ready(&server);
     server
