@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -72,32 +72,6 @@ fn error_response(err: &ApiError, flavor: Flavor, phases: Option<&Phases>) -> Re
             .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
     }
     resp
-}
-
-/// Read the body within the process's byte limit.
-async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
-    if let Some(enc) = headers.get(header::CONTENT_ENCODING) {
-        let enc = enc.to_str().unwrap_or("").trim().to_ascii_lowercase();
-        if !enc.is_empty() && enc != "identity" {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                ErrorCode::UnsupportedMediaType,
-                format!("Content-Encoding {enc:?} is not read by this worker"),
-            )
-            .with_reason("encoding_unsupported"));
-        }
-    }
-    let limit = state.config.max_request_bytes;
-    axum::body::to_bytes(body, limit).await.map_err(|_| {
-        let mut e = ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::RequestTooLarge,
-            format!("the body is larger than --max-request-bytes ({limit} bytes)"),
-        )
-        .with_reason("body_too_large");
-        e.limit = Some(limit as u64);
-        e
-    })
 }
 
 fn meta_of(model: &DecisionModel, phases: &Phases) -> Value {
@@ -226,7 +200,7 @@ async fn handle(
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let mut phases = Phases::default();
     let result: Result<(StatusCode, Value, String), ApiError> = async {
-        let bytes = read_body(&state, &headers, body).await?;
+        let bytes = crate::body::read(&headers, body, state.config.max_request_bytes).await?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))?;
         if endpoint == Endpoint::SystemOneBatch {
             return batch(&state, value, schema, long_context, started, &mut phases).await;

@@ -1,6 +1,7 @@
 //! The HTTP face of the worker (axum). HTTP lives only here: routes, body limits, error
 //! rendering, Server-Timing, request ids, metrics and health.
 
+mod body;
 pub mod error;
 mod handlers;
 mod timing;

@@ -536,3 +536,31 @@ async fn models_health_and_metrics() {
     assert!(text.contains("vllm_srun_requests_total"), "{text}");
     assert!(text.contains("vllm_srun_phase_seconds"));
 }
+
+#[tokio::test]
+async fn gzip_and_zstd_bodies_are_read() {
+    use std::io::Write;
+    let s = shared();
+    let body =
+        serde_json::to_vec(&json!({"state": TICKET, "questions": {"q": noul("Refund?")}})).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&body).unwrap();
+    let (status, _, v) = post_raw(
+        &s.url("/v1/decisions"),
+        gz.finish().unwrap(),
+        &[("content-encoding", "gzip")],
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let z = zstd::encode_all(&body[..], 3).unwrap();
+    let (status, _, v) =
+        post_raw(&s.url("/v1/systemone"), z, &[("content-encoding", "zstd")]).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, _, v) = post_raw(
+        &s.url("/v1/decisions"),
+        body,
+        &[("content-encoding", "gzip, zstd")],
+    )
+    .await;
+    assert_eq!(status, 415, "{v}");
+}

@@ -1,0 +1,212 @@
+//! Request bodies: the byte limit, and one layer of gzip or zstd decoded within it.
+//!
+//! The limit applies to the body as sent and again while decoding: the decoder is read into a
+//! buffer capped at the limit, so a small body that inflates past it is refused without ever
+//! holding more than the limit of inflated bytes.
+
+use std::io::Read;
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, StatusCode};
+use protocol::error::ErrorCode;
+
+use crate::error::ApiError;
+
+/// zstd frames may ask for a window of at most 8 MiB (2^23 bytes).
+const ZSTD_WINDOW_LOG_MAX: u32 = 23;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Coding {
+    Identity,
+    Gzip,
+    Zstd,
+}
+
+fn too_large(limit: usize, what: &str) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::RequestTooLarge,
+        format!("the body {what} is larger than --max-request-bytes ({limit} bytes)"),
+    )
+    .with_reason("body_too_large");
+    e.limit = Some(limit as u64);
+    e
+}
+
+fn unsupported(message: String) -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ErrorCode::UnsupportedMediaType,
+        message,
+    )
+    .with_reason("encoding_unsupported")
+}
+
+fn coding(headers: &HeaderMap) -> Result<Coding, ApiError> {
+    let mut layers = Vec::new();
+    for v in headers.get_all(header::CONTENT_ENCODING) {
+        let v = v
+            .to_str()
+            .map_err(|_| unsupported("Content-Encoding is not readable text".into()))?;
+        for part in v.split(',') {
+            let p = part.trim().to_ascii_lowercase();
+            if !p.is_empty() && p != "identity" {
+                layers.push(p);
+            }
+        }
+    }
+    match layers.as_slice() {
+        [] => Ok(Coding::Identity),
+        [one] if one == "gzip" || one == "x-gzip" => Ok(Coding::Gzip),
+        [one] if one == "zstd" => Ok(Coding::Zstd),
+        [one] => Err(unsupported(format!(
+            "Content-Encoding {one:?} is not read: send one layer of gzip or zstd"
+        ))),
+        many => Err(unsupported(format!(
+            "Content-Encoding has {} layers ({}): send at most one layer of gzip or zstd",
+            many.len(),
+            many.join(", ")
+        ))),
+    }
+}
+
+/// Read at most `limit` bytes out of `reader`; more is `request_too_large`.
+fn inflate(mut reader: impl Read, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let mut out = Vec::new();
+    let read = reader.by_ref().take(limit as u64 + 1).read_to_end(&mut out);
+    match read {
+        Ok(n) if n > limit => Err(too_large(limit, "once decoded")),
+        Ok(_) => Ok(out),
+        Err(e) => {
+            let mut err = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                format!("the compressed body does not decode: {e}"),
+            )
+            .with_reason("encoding_malformed");
+            err.validation = false;
+            Err(err)
+        }
+    }
+}
+
+/// Read the body within the byte limit, decoding one layer of gzip or zstd.
+pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let coding = coding(headers)?;
+    let raw = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| too_large(limit, "as sent"))?;
+    match coding {
+        Coding::Identity => Ok(raw),
+        Coding::Gzip => {
+            let decoded = tokio::task::spawn_blocking(move || {
+                inflate(flate2::read::MultiGzDecoder::new(&raw[..]), limit)
+            })
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorCode::InternalError,
+                    e.to_string(),
+                )
+            })??;
+            Ok(Bytes::from(decoded))
+        }
+        Coding::Zstd => {
+            let decoded = tokio::task::spawn_blocking(move || {
+                let mut d = zstd::stream::read::Decoder::new(&raw[..]).map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        ErrorCode::InvalidRequest,
+                        e.to_string(),
+                    )
+                    .with_reason("encoding_malformed")
+                })?;
+                d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        ErrorCode::InvalidRequest,
+                        e.to_string(),
+                    )
+                    .with_reason("encoding_malformed")
+                })?;
+                inflate(d, limit)
+            })
+            .await
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ErrorCode::InternalError,
+                    e.to_string(),
+                )
+            })??;
+            Ok(Bytes::from(decoded))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    fn headers(enc: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_ENCODING, enc.parse().unwrap());
+        h
+    }
+
+    #[tokio::test]
+    async fn gzip_and_zstd_decode_within_the_limit() {
+        let json = br#"{"state": "x", "questions": {}}"#;
+        let got = read(&headers("gzip"), Body::from(gzip(json)), 1000)
+            .await
+            .unwrap();
+        assert_eq!(&got[..], json);
+        let got = read(&headers("x-gzip"), Body::from(gzip(json)), 1000)
+            .await
+            .unwrap();
+        assert_eq!(&got[..], json);
+        let z = zstd::encode_all(&json[..], 3).unwrap();
+        let got = read(&headers("zstd"), Body::from(z), 1000).await.unwrap();
+        assert_eq!(&got[..], json);
+    }
+
+    #[tokio::test]
+    async fn bombs_are_refused_at_the_limit() {
+        let zeros = vec![b' '; 10 << 20];
+        let bomb = gzip(&zeros);
+        assert!(bomb.len() < 100_000);
+        let e = read(&headers("gzip"), Body::from(bomb), 1 << 20)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(e.limit, Some(1 << 20));
+        let z = zstd::encode_all(&zeros[..], 19).unwrap();
+        let e = read(&headers("zstd"), Body::from(z), 1 << 20)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[tokio::test]
+    async fn other_codings_and_stacked_layers_are_415() {
+        for enc in ["br", "gzip, zstd", "deflate"] {
+            let e = read(&headers(enc), Body::from("{}"), 1000)
+                .await
+                .unwrap_err();
+            assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{enc}");
+        }
+        let e = read(&headers("gzip"), Body::from("not gzip"), 1000)
+            .await
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.reason, Some("encoding_malformed"));
+    }
+}
