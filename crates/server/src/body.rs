@@ -12,6 +12,45 @@ use protocol::error::ErrorCode;
 
 use crate::error::ApiError;
 
+/// Why a body could not be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BodyError {
+    #[error("the body {what} is larger than --max-request-bytes ({limit} bytes)")]
+    TooLarge { limit: usize, what: &'static str },
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("the compressed body does not decode: {0}")]
+    Malformed(String),
+}
+
+impl From<BodyError> for ApiError {
+    fn from(e: BodyError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            BodyError::TooLarge { limit, .. } => {
+                let mut a = ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorCode::RequestTooLarge,
+                    message,
+                )
+                .with_reason("body_too_large");
+                a.limit = Some(limit as u64);
+                a
+            }
+            BodyError::Unsupported(_) => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorCode::UnsupportedMediaType,
+                message,
+            )
+            .with_reason("encoding_unsupported"),
+            BodyError::Malformed(_) => {
+                ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+                    .with_reason("encoding_malformed")
+            }
+        }
+    }
+}
+
 /// zstd frames may ask for a window of at most 8 MiB (2^23 bytes).
 const ZSTD_WINDOW_LOG_MAX: u32 = 23;
 
@@ -22,27 +61,15 @@ enum Coding {
     Zstd,
 }
 
-fn too_large(limit: usize, what: &str) -> ApiError {
-    let mut e = ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorCode::RequestTooLarge,
-        format!("the body {what} is larger than --max-request-bytes ({limit} bytes)"),
-    )
-    .with_reason("body_too_large");
-    e.limit = Some(limit as u64);
-    e
+fn too_large(limit: usize, what: &'static str) -> BodyError {
+    BodyError::TooLarge { limit, what }
 }
 
-fn unsupported(message: String) -> ApiError {
-    ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        ErrorCode::UnsupportedMediaType,
-        message,
-    )
-    .with_reason("encoding_unsupported")
+fn unsupported(message: String) -> BodyError {
+    BodyError::Unsupported(message)
 }
 
-fn coding(headers: &HeaderMap) -> Result<Coding, ApiError> {
+fn coding(headers: &HeaderMap) -> Result<Coding, BodyError> {
     let mut layers = Vec::new();
     for v in headers.get_all(header::CONTENT_ENCODING) {
         let v = v
@@ -71,78 +98,42 @@ fn coding(headers: &HeaderMap) -> Result<Coding, ApiError> {
 }
 
 /// Read at most `limit` bytes out of `reader`; more is `request_too_large`.
-fn inflate(mut reader: impl Read, limit: usize) -> Result<Vec<u8>, ApiError> {
+fn inflate(mut reader: impl Read, limit: usize) -> Result<Vec<u8>, BodyError> {
     let mut out = Vec::new();
     let read = reader.by_ref().take(limit as u64 + 1).read_to_end(&mut out);
     match read {
         Ok(n) if n > limit => Err(too_large(limit, "once decoded")),
         Ok(_) => Ok(out),
-        Err(e) => {
-            let mut err = ApiError::new(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::InvalidRequest,
-                format!("the compressed body does not decode: {e}"),
-            )
-            .with_reason("encoding_malformed");
-            err.validation = false;
-            Err(err)
-        }
+        Err(e) => Err(BodyError::Malformed(e.to_string())),
     }
 }
 
 /// Read the body within the byte limit, decoding one layer of gzip or zstd.
-pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, BodyError> {
     let coding = coding(headers)?;
     let raw = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| too_large(limit, "as sent"))?;
-    match coding {
-        Coding::Identity => Ok(raw),
-        Coding::Gzip => {
-            let decoded = tokio::task::spawn_blocking(move || {
-                inflate(flate2::read::MultiGzDecoder::new(&raw[..]), limit)
-            })
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ErrorCode::InternalError,
-                    e.to_string(),
-                )
-            })??;
-            Ok(Bytes::from(decoded))
-        }
-        Coding::Zstd => {
-            let decoded = tokio::task::spawn_blocking(move || {
-                let mut d = zstd::stream::read::Decoder::new(&raw[..]).map_err(|e| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        ErrorCode::InvalidRequest,
-                        e.to_string(),
-                    )
-                    .with_reason("encoding_malformed")
-                })?;
-                d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| {
-                    ApiError::new(
-                        StatusCode::BAD_REQUEST,
-                        ErrorCode::InvalidRequest,
-                        e.to_string(),
-                    )
-                    .with_reason("encoding_malformed")
-                })?;
-                inflate(d, limit)
-            })
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ErrorCode::InternalError,
-                    e.to_string(),
-                )
-            })??;
-            Ok(Bytes::from(decoded))
-        }
+    if coding == Coding::Identity {
+        return Ok(raw);
     }
+    let decode = move || -> Result<Vec<u8>, BodyError> {
+        match coding {
+            Coding::Identity => Ok(raw.to_vec()),
+            Coding::Gzip => inflate(flate2::read::MultiGzDecoder::new(&raw[..]), limit),
+            Coding::Zstd => {
+                let mut d = zstd::stream::read::Decoder::new(&raw[..])
+                    .map_err(|e| BodyError::Malformed(e.to_string()))?;
+                d.window_log_max(ZSTD_WINDOW_LOG_MAX)
+                    .map_err(|e| BodyError::Malformed(e.to_string()))?;
+                inflate(d, limit)
+            }
+        }
+    };
+    tokio::task::spawn_blocking(decode)
+        .await
+        .map_err(|e| BodyError::Malformed(format!("the decoder stopped: {e}")))?
+        .map(Bytes::from)
 }
 
 #[cfg(test)]
@@ -186,13 +177,20 @@ mod tests {
         let e = read(&headers("gzip"), Body::from(bomb), 1 << 20)
             .await
             .unwrap_err();
-        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(e.limit, Some(1 << 20));
+        assert_eq!(
+            e,
+            BodyError::TooLarge {
+                limit: 1 << 20,
+                what: "once decoded"
+            }
+        );
         let z = zstd::encode_all(&zeros[..], 19).unwrap();
         let e = read(&headers("zstd"), Body::from(z), 1 << 20)
             .await
             .unwrap_err();
-        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        let api = ApiError::from(e);
+        assert_eq!(api.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(api.limit, Some(1 << 20));
     }
 
     #[tokio::test]
@@ -201,11 +199,17 @@ mod tests {
             let e = read(&headers(enc), Body::from("{}"), 1000)
                 .await
                 .unwrap_err();
-            assert_eq!(e.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{enc}");
+            assert_eq!(
+                ApiError::from(e).status,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "{enc}"
+            );
         }
-        let e = read(&headers("gzip"), Body::from("not gzip"), 1000)
-            .await
-            .unwrap_err();
+        let e = ApiError::from(
+            read(&headers("gzip"), Body::from("not gzip"), 1000)
+                .await
+                .unwrap_err(),
+        );
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert_eq!(e.reason, Some("encoding_malformed"));
     }

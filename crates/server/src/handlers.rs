@@ -200,7 +200,9 @@ async fn handle(
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let mut phases = Phases::default();
     let result: Result<(StatusCode, Value, String), ApiError> = async {
-        let bytes = crate::body::read(&headers, body, state.config.max_request_bytes).await?;
+        let bytes = crate::body::read(&headers, body, state.config.max_request_bytes)
+            .await
+            .map_err(ApiError::from)?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))?;
         if endpoint == Endpoint::SystemOneBatch {
             return batch(&state, value, schema, long_context, started, &mut phases).await;
