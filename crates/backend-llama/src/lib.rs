@@ -130,9 +130,6 @@ impl LlamaBackend {
             max_sequences: config.sequences as usize - 1,
             trained_context: trained,
             threads: config.threads,
-            // Each branch has its own KV stream and the plain attention path: a branch's
-            // logits are bit-identical alone or beside others (tests/decisions.rs checks).
-            numerics: "exact",
         };
         Ok(LlamaBackend {
             model,

@@ -56,9 +56,6 @@ pub struct BackendInfo {
     /// Context length the model was trained at.
     pub trained_context: usize,
     pub threads: usize,
-    /// `exact` when a row's logits never depend on what else shares its forward, else
-    /// `approximate`. Backed by a test that compares answers alone and batched.
-    pub numerics: &'static str,
 }
 
 /// Errors of a backend.

@@ -96,6 +96,9 @@ pub struct DecisionModel {
     pub meta: ModelMeta,
     pub config: DecisionConfig,
     pub limits: Limits,
+    /// `exact` when the load-time self-check found a question's logits bit-identical alone
+    /// and sharing a forward with other questions and requests, else `approximate`.
+    pub numerics: &'static str,
     backend: Arc<dyn Backend>,
     worker: Worker,
     prefix: Vec<Token>,
@@ -160,10 +163,11 @@ impl DecisionModel {
             max_levels: protocol::MAX_LEVELS,
         };
         let worker = Worker::start(&meta.name, backend.clone(), prefix.clone(), scheduler)?;
-        Ok(DecisionModel {
+        let mut model = DecisionModel {
             meta,
             config,
             limits,
+            numerics: "approximate",
             backend,
             worker,
             prefix,
@@ -173,7 +177,53 @@ impl DecisionModel {
             codes,
             digits,
             turn_end,
-        })
+        };
+        model.numerics = model.measure_numerics()?;
+        Ok(model)
+    }
+
+    /// Self-check at load: the same question alone, then beside another question and another
+    /// request in one forward. Bit-identical logits mean `exact` numerics.
+    fn measure_numerics(&self) -> Result<&'static str, EngineError> {
+        let root = |state: &str, questions: serde_json::Value| -> Result<Node, EngineError> {
+            let body = serde_json::json!({"state": state, "questions": questions});
+            match protocol::parse_decision_body(&body, protocol::Schema::Internal) {
+                Ok(DecisionBody::Single(r)) => {
+                    Ok(self.prepare(&r).map_err(EngineError::Request)?.root)
+                }
+                _ => Err(EngineError::Labels(
+                    "the self-check request does not decode".into(),
+                )),
+            }
+        };
+        let probe = serde_json::json!({"type": "noul", "instructions": "Is the customer unhappy?"});
+        let other =
+            serde_json::json!({"type": "noul", "instructions": "Does the text mention a date?"});
+        let state = "The parcel arrived two days late and the box was crushed.";
+        let alone = root(state, serde_json::json!({ "q": probe }))?;
+        let shared = root(state, serde_json::json!({ "q": probe, "x": other }))?;
+        let neighbour = root(
+            "Please reset my password.",
+            serde_json::json!({ "x": other }),
+        )?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| EngineError::Forward(e.to_string()))?;
+        let run = |roots: Vec<Node>| {
+            rt.block_on(self.worker.submit(roots, None))
+                .map_err(|e| EngineError::Forward(e.to_string()))
+        };
+        let a = run(vec![alone])?;
+        let b = run(vec![neighbour, shared])?;
+        let first =
+            |logits: &[RootLogits], i: usize| logits.get(i).and_then(|r| r.first()).cloned();
+        let same = match (first(&a.logits, 0), first(&b.logits, 1)) {
+            (Some(x), Some(y)) => {
+                x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()) && x.len() == y.len()
+            }
+            _ => false,
+        };
+        Ok(if same { "exact" } else { "approximate" })
     }
 
     pub fn info(&self) -> &BackendInfo {

@@ -81,7 +81,7 @@ fn meta_of(model: &DecisionModel, phases: &Phases) -> Value {
         "revision": model.meta.revision,
         "digest": model.meta.sha256.as_ref().map(|s| format!("sha256:{s}")),
         "dtype": info.dtype,
-        "numerics": info.numerics,
+        "numerics": model.numerics,
         "engine": info.engine,
         "device": info.device,
         "timings": {
@@ -392,7 +392,7 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
         card["presets"] = json!(m.config.presets);
         card["usage"] = json!("state_once");
         card["attention_mode"] = json!(m.config.attention_mode);
-        card["numerics"] = json!(info.numerics);
+        card["numerics"] = json!(m.numerics);
         card["engine"] = json!(info.engine);
         card["device"] = json!(info.device);
         card["dtype"] = json!(info.dtype);

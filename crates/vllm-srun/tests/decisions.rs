@@ -505,6 +505,10 @@ async fn models_health_and_metrics() {
     assert_eq!(m["version"], "5.0");
     assert!(m["features"].as_array().unwrap().contains(&json!("choice")));
     assert_eq!(m["card"]["usage"], "state_once");
+    assert_eq!(
+        m["card"]["numerics"], "exact",
+        "measured by the load-time self-check"
+    );
     assert!(m["card"]["limits"]["max_request_tokens"].as_u64().unwrap() > 0);
     assert!(m["card"]["aliases"]
         .as_array()

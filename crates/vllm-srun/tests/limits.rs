@@ -131,3 +131,30 @@ async fn a_disconnected_clients_queued_work_is_not_run() {
         "no forward ran after the busy one"
     );
 }
+
+#[tokio::test]
+async fn live_answers_stalled_while_a_forward_outruns_the_timeout() {
+    let mut o = options();
+    o.forward_timeout = std::time::Duration::from_millis(50);
+    let s = start(o);
+    let (status, v) = get(&s.url("/health/live")).await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("alive")));
+    let body = json!({"state": TICKET.repeat(12), "questions": {"q": {"type": "noul", "instructions": "Refund?"}}});
+    let url = s.url("/v1/decisions");
+    let busy = tokio::spawn(async move { post(&url, &body).await });
+    let mut stalled = None;
+    for _ in 0..2000 {
+        let (status, v) = get(&s.url("/health/live")).await;
+        if status == 503 {
+            stalled = Some(v);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let v = stalled.expect("a forward longer than 50 ms makes /health/live answer 503");
+    assert_eq!(v["status"], "stalled");
+    assert_eq!(v["reason"], "forward_timeout");
+    assert_eq!(busy.await.unwrap().0, 200);
+    let (status, v) = get(&s.url("/health/live")).await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("alive")));
+}
