@@ -568,3 +568,44 @@ async fn gzip_and_zstd_bodies_are_read() {
     .await;
     assert_eq!(status, 415, "{v}");
 }
+
+#[tokio::test]
+async fn arbitrary_bodies_never_get_a_5xx() {
+    let s = shared();
+    // A small deterministic generator: random bytes, truncated JSON and odd-but-valid JSON.
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let valid = serde_json::to_vec(&json!({"state": "x", "questions": {"q": noul("?")}})).unwrap();
+    let odd = [
+        json!(null),
+        json!(1),
+        json!("s"),
+        json!({"state": {}, "questions": {"q": {}}}),
+        json!({"state": [], "questions": {"q": {"type": "choice", "criteria": []}}}),
+        json!({"state": "x", "questions": {"q": {"type": "score", "criteria": [null, null]}}}),
+        json!({"states": {"a": {"state": 1, "questions": {}}}}),
+        json!({"requests": {"a": 1}}),
+        json!({"requests": {}}),
+        json!({"state": "x", "questions": {"q": {"type": "set", "criteria": {"a": 1}, "threshold": 7}}}),
+    ];
+    for path in ["/v1/decisions", "/v1/systemone", "/v1/systemone/batch"] {
+        for _ in 0..25 {
+            let n = (next() % 64) as usize;
+            let bytes: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+            let (status, _, _) = post_raw(&s.url(path), bytes, &[]).await;
+            assert!(status < 500, "{path}: random bytes got {status}");
+            let cut = (next() as usize) % valid.len();
+            let (status, _, _) = post_raw(&s.url(path), valid[..cut].to_vec(), &[]).await;
+            assert!(status < 500, "{path}: truncated JSON got {status}");
+        }
+        for v in &odd {
+            let (status, _, body) = post(&s.url(path), v).await;
+            assert!(status < 500, "{path}: {v} got {status}: {body}");
+        }
+    }
+}
