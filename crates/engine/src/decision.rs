@@ -38,6 +38,9 @@ pub struct Timings {
     pub queue: Duration,
     pub forward: Duration,
     pub post: Duration,
+    /// Requests and tokens of the forward this request shared (0 when none ran).
+    pub batch_jobs: usize,
+    pub batch_tokens: usize,
 }
 
 /// The answer to a decision body.
@@ -302,6 +305,8 @@ impl DecisionModel {
                 Ok(out) => {
                     timings.queue = out.queue;
                     timings.forward = out.forward;
+                    timings.batch_jobs = out.batch_jobs;
+                    timings.batch_tokens = out.batch_tokens;
                     Ok(out.logits)
                 }
                 Err(JobError::DeadlineExceeded) => Err(QuestionFailure::new(

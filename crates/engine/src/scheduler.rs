@@ -61,6 +61,8 @@ pub struct JobOutput {
     pub forward: Duration,
     /// How many jobs shared the forward.
     pub batch_jobs: usize,
+    /// Tokens the shared forward evaluated.
+    pub batch_tokens: usize,
 }
 
 struct Job {
@@ -278,6 +280,7 @@ fn run(
         match result {
             Ok(mut logits) if logits.len() == roots.len() => {
                 let batch_jobs = live.len();
+                let batch_tokens: usize = live.iter().map(|j| j.tokens).sum();
                 // Hand each job its roots' logits, in order.
                 let mut rest = logits.drain(..);
                 for job in live {
@@ -287,6 +290,7 @@ fn run(
                         queue: start.duration_since(job.enqueued),
                         forward,
                         batch_jobs,
+                        batch_tokens,
                     }));
                 }
             }

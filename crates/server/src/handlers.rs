@@ -146,6 +146,12 @@ async fn answer(
     phases.engine = timings;
     let return_meta = body.options().return_meta;
     let model_name = model.meta.name.clone();
+    let input_tokens = match &decision {
+        Decision::Single(r) => r.usage.input_tokens,
+        Decision::Batch(b) => b.usage.input_tokens,
+    };
+    metrics::counter!("vllm_srun_input_tokens_total", "model" => model_name.clone())
+        .increment(input_tokens);
     let value = match decision {
         Decision::Single(mut r) => {
             let failures = r.failures();

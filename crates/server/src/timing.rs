@@ -45,5 +45,9 @@ impl Phases {
             metrics::histogram!("vllm_srun_phase_seconds", "endpoint" => endpoint, "phase" => phase)
                 .record(d.as_secs_f64());
         }
+        if self.engine.batch_jobs > 0 {
+            metrics::histogram!("vllm_srun_batch_requests").record(self.engine.batch_jobs as f64);
+            metrics::histogram!("vllm_srun_batch_tokens").record(self.engine.batch_tokens as f64);
+        }
     }
 }

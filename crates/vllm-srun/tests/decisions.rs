@@ -538,7 +538,14 @@ async fn models_health_and_metrics() {
         .await
         .unwrap();
     assert!(text.contains("vllm_srun_requests_total"), "{text}");
-    assert!(text.contains("vllm_srun_phase_seconds"));
+    for name in [
+        "vllm_srun_phase_seconds",
+        "vllm_srun_input_tokens_total",
+        "vllm_srun_batch_tokens",
+        "vllm_srun_queue_jobs",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics");
+    }
 }
 
 #[tokio::test]

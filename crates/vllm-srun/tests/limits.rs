@@ -158,3 +158,36 @@ async fn live_answers_stalled_while_a_forward_outruns_the_timeout() {
     let (status, v) = get(&s.url("/health/live")).await;
     assert_eq!((status, v["status"].as_str()), (200, Some("alive")));
 }
+
+#[tokio::test]
+async fn a_model_that_fails_to_load_is_reported_and_answers_503() {
+    let dir = std::env::temp_dir().join(format!("vllm-srun-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("broken.gguf");
+    std::fs::write(&bad, b"this is not a GGUF file").unwrap();
+    let mut o = options();
+    o.models = vec![bad.to_string_lossy().into_owned()];
+    let s = start_unready(o);
+    let mut health = None;
+    for _ in 0..600 {
+        let (status, v) = get(&s.url("/health")).await;
+        if v["status"] == "failed" {
+            health = Some((status, v));
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (status, v) = health.expect("the load failure is reported");
+    assert_eq!(status, 503);
+    assert_eq!(v["models"]["broken"], "failed");
+    let body = json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}});
+    let (status, h, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["code"], "not_ready");
+    assert!(h.contains_key("retry-after"));
+    let (status, _) = get(&s.url("/health/live")).await;
+    assert_eq!(status, 200, "the process is alive though its model is not");
+    let (_, m) = get(&s.url("/v1/models")).await;
+    assert_eq!(m["models"][0]["card"]["state"], "failed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

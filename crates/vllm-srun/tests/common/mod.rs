@@ -35,6 +35,13 @@ pub fn options() -> ServeOptions {
 
 /// Start a server with `o` on its own thread and runtime; wait until `/health` is ready.
 pub fn start(o: ServeOptions) -> TestServer {
+    let server = start_unready(o);
+    wait_ready(&server);
+    server
+}
+
+/// Start a server and return as soon as it listens.
+pub fn start_unready(o: ServeOptions) -> TestServer {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -56,7 +63,6 @@ pub fn start(o: ServeOptions) -> TestServer {
         base: format!("http://{addr}"),
         registry,
     };
-    wait_ready(&server);
     server
 }
 
