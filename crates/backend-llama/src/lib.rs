@@ -144,6 +144,28 @@ impl LlamaBackend {
     }
 }
 
+impl LlamaBackend {
+    /// A context of `n_ctx` tokens split into `seqs` KV streams (one per sequence), with the
+    /// plain attention path: the configuration whose branches are checked exact.
+    fn context(&self, n_ctx: u32, seqs: u32) -> Result<LlamaContext<'_>, BackendError> {
+        let rt = runtime()?;
+        let threads = i32::try_from(self.config.threads).unwrap_or(2);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(n_ctx)
+            .with_n_ubatch(self.config.ubatch.min(n_ctx))
+            .with_n_seq_max(seqs)
+            .with_kv_unified(false)
+            // LLAMA_FLASH_ATTN_TYPE_DISABLED
+            .with_flash_attention_policy(0)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        self.model
+            .new_context(rt, params)
+            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))
+    }
+}
+
 impl Backend for LlamaBackend {
     fn info(&self) -> &BackendInfo {
         &self.info
@@ -169,25 +191,10 @@ impl Backend for LlamaBackend {
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>, BackendError> {
-        let rt = runtime()?;
         let per_seq = self.config.context_tokens;
         let seqs = self.config.sequences;
         let n_ctx = per_seq * seqs;
-        let threads = i32::try_from(self.config.threads).unwrap_or(2);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(n_ctx)
-            .with_n_ubatch(self.config.ubatch.min(n_ctx))
-            .with_n_seq_max(seqs)
-            .with_kv_unified(false)
-            // LLAMA_FLASH_ATTN_TYPE_DISABLED: the plain attention path is the one checked exact.
-            .with_flash_attention_policy(0)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
-        let ctx = self
-            .model
-            .new_context(rt, params)
-            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        let ctx = self.context(n_ctx, seqs)?;
         Ok(Box::new(LlamaSession {
             ctx,
             n_vocab: self.model.n_vocab().max(0) as usize,
@@ -433,21 +440,8 @@ pub struct PlainEvaluator<'m> {
 impl LlamaBackend {
     /// A plain single-sequence context holding up to `tokens` tokens.
     pub fn plain(&self, tokens: u32) -> Result<PlainEvaluator<'_>, BackendError> {
-        let rt = runtime()?;
         let n_ctx = tokens.max(256).div_ceil(256) * 256;
-        let threads = i32::try_from(self.config.threads).unwrap_or(2);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(n_ctx)
-            .with_n_ubatch(self.config.ubatch.min(n_ctx))
-            .with_n_seq_max(1)
-            .with_flash_attention_policy(0)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
-        let ctx = self
-            .model
-            .new_context(rt, params)
-            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        let ctx = self.context(n_ctx, 1)?;
         Ok(PlainEvaluator {
             ctx,
             batch: LlamaBatch::new(n_ctx as usize, 1),

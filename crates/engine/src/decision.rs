@@ -120,6 +120,18 @@ fn label_paths(backend: &dyn Backend, labels: &[String]) -> Result<Vec<Vec<Token
         .collect()
 }
 
+/// The trie of a question's label paths; labels the vocabulary cannot tell apart are a
+/// model-output failure of that question.
+fn label_trie(paths: &[Vec<Token>]) -> Result<Trie, QuestionFailure> {
+    Trie::build(paths).map_err(|e| {
+        QuestionFailure::new(
+            QuestionErrorKind::InvalidModelOutput,
+            reason::MODEL_OUTPUT,
+            e.to_string(),
+        )
+    })
+}
+
 impl DecisionModel {
     /// Load: check the label vocabulary, start the worker and evaluate the system prompt once.
     pub fn start(
@@ -581,13 +593,7 @@ impl DecisionModel {
                 } else {
                     &self.codes[..n]
                 };
-                let trie = Trie::build(paths).map_err(|e| {
-                    QuestionFailure::new(
-                        QuestionErrorKind::InvalidModelOutput,
-                        reason::MODEL_OUTPUT,
-                        e.to_string(),
-                    )
-                })?;
+                let trie = label_trie(paths)?;
                 let mut block = format!(
                     "Question: {}\nOptions:\n",
                     instr.unwrap_or("Which option describes the text best?")
@@ -644,13 +650,7 @@ impl DecisionModel {
             }
             QuestionKind::Score { levels } => {
                 let n = levels.len();
-                let trie = Trie::build(&self.digits[..n]).map_err(|e| {
-                    QuestionFailure::new(
-                        QuestionErrorKind::InvalidModelOutput,
-                        reason::MODEL_OUTPUT,
-                        e.to_string(),
-                    )
-                })?;
+                let trie = label_trie(&self.digits[..n])?;
                 let mut block = format!(
                     "Question: {}\nLevels:\n",
                     instr.unwrap_or("Which level describes the text best?")

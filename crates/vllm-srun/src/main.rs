@@ -159,16 +159,22 @@ fn models(cmd: ModelsCommand) -> i32 {
     }
 }
 
-fn bench(url: &str, model: &str, runs: usize, suite: Option<usize>) -> i32 {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
-        Ok(rt) => rt,
+        Ok(rt) => Some(rt),
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");
-            return 1;
+            None
         }
+    }
+}
+
+fn bench(url: &str, model: &str, runs: usize, suite: Option<usize>) -> i32 {
+    let Some(rt) = runtime() else {
+        return 1;
     };
     let result = match suite {
         Some(requests) => rt.block_on(vllm_srun::bench::suite(model, runs, requests)),
@@ -216,15 +222,8 @@ fn serve(args: ServeArgs) -> i32 {
         },
         pull_missing: !args.no_pull,
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cannot start the async runtime: {e}");
-            return 1;
-        }
+    let Some(rt) = runtime() else {
+        return 1;
     };
     rt.block_on(async move {
         let bound = match vllm_srun::bind(options).await {
