@@ -30,7 +30,8 @@ impl ModelState {
 
 /// One served model.
 pub struct Slot {
-    pub meta: ModelMeta,
+    /// What was known before loading (the catalogue entry or the path).
+    planned: ModelMeta,
     state: Mutex<ModelState>,
     model: OnceLock<Arc<DecisionModel>>,
 }
@@ -38,7 +39,7 @@ pub struct Slot {
 impl Slot {
     pub fn new(meta: ModelMeta) -> Arc<Slot> {
         Arc::new(Slot {
-            meta,
+            planned: meta,
             state: Mutex::new(ModelState::Starting),
             model: OnceLock::new(),
         })
@@ -62,8 +63,18 @@ impl Slot {
     pub fn model(&self) -> Option<&Arc<DecisionModel>> {
         self.model.get()
     }
+    /// The model's identity: the loaded package's (its card may add a description and
+    /// aliases) once loaded, else what was planned.
+    pub fn meta(&self) -> &ModelMeta {
+        self.model.get().map(|m| &m.meta).unwrap_or(&self.planned)
+    }
+    /// What was known before loading.
+    pub fn planned(&self) -> &ModelMeta {
+        &self.planned
+    }
     pub fn answers_to(&self, name: &str) -> bool {
-        self.meta.name == name || self.meta.aliases.iter().any(|a| a == name)
+        let meta = self.meta();
+        meta.name == name || meta.aliases.iter().any(|a| a == name)
     }
 }
 
@@ -81,7 +92,7 @@ impl Registry {
         &self.slots
     }
     pub fn names(&self) -> Vec<String> {
-        self.slots.iter().map(|s| s.meta.name.clone()).collect()
+        self.slots.iter().map(|s| s.meta().name.clone()).collect()
     }
     /// The slot a request names; with no name, the only model (or the first, the default).
     pub fn find(&self, name: Option<&str>) -> Result<&Arc<Slot>, EngineError> {
@@ -102,6 +113,6 @@ impl Registry {
         let slot = self.find(name)?;
         slot.model()
             .cloned()
-            .ok_or_else(|| EngineError::NotReady(slot.meta.name.clone()))
+            .ok_or_else(|| EngineError::NotReady(slot.meta().name.clone()))
     }
 }

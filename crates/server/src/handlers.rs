@@ -382,12 +382,12 @@ pub async fn systemone_batch(
 fn card(state: &AppState, slot: &engine::Slot) -> Value {
     let st = slot.state();
     let mut card = json!({
-        "id": slot.meta.name,
-        "aliases": slot.meta.aliases,
+        "id": slot.meta().name,
+        "aliases": slot.meta().aliases,
         "modalities": ["text"],
         "state": st.word(),
-        "revision": slot.meta.revision,
-        "sha256": slot.meta.sha256,
+        "revision": slot.meta().revision,
+        "sha256": slot.meta().sha256,
     });
     if let ModelState::Failed(why) = &st {
         card["error"] = json!(why);
@@ -431,9 +431,9 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
                 .map(|m| m.config.question_types.clone())
                 .unwrap_or_default();
             json!({
-                "name": s.meta.name,
-                "description": s.meta.description,
-                "release_date": s.meta.release_date,
+                "name": s.meta().name,
+                "description": s.meta().description,
+                "release_date": s.meta().release_date,
                 "version": protocol::EXTENSION_VERSION,
                 "features": features,
                 "card": card(&state, s),
@@ -451,7 +451,7 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
             .registry
             .slots()
             .iter()
-            .map(|s| json!({"id": s.meta.name, "object": "model", "owned_by": "vllm-srun"}))
+            .map(|s| json!({"id": s.meta().name, "object": "model", "owned_by": "vllm-srun"}))
             .collect::<Vec<_>>());
     }
     json_response(
@@ -480,7 +480,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     let models: serde_json::Map<String, Value> = slots
         .iter()
         .zip(&states)
-        .map(|(s, st)| (s.meta.name.clone(), json!(st.word())))
+        .map(|(s, st)| (s.meta().name.clone(), json!(st.word())))
         .collect();
     let status = if overall == "ready" {
         StatusCode::OK
@@ -495,7 +495,7 @@ pub async fn live(State(state): State<Arc<AppState>>) -> Response {
     let limit = state.config.forward_timeout;
     let stalled = state.registry.slots().iter().find_map(|s| {
         let running = s.model()?.worker().status().forward_running_for()?;
-        (running > limit).then(|| (s.meta.name.clone(), running))
+        (running > limit).then(|| (s.meta().name.clone(), running))
     });
     let (status, body) = match stalled {
         Some((name, running)) => (
@@ -519,7 +519,7 @@ pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     for s in state.registry.slots() {
         if let Some(m) = s.model() {
             let st = m.worker().status();
-            let name = s.meta.name.clone();
+            let name = s.meta().name.clone();
             metrics::gauge!("vllm_srun_queue_jobs", "model" => name.clone())
                 .set(st.queued_jobs() as f64);
             metrics::gauge!("vllm_srun_queue_tokens", "model" => name.clone())

@@ -55,9 +55,10 @@ impl Default for ServeOptions {
     }
 }
 
-/// What a package directory may say about itself (`card.json`).
+/// What a package directory may say about itself (`card.json`). A card is descriptive and
+/// may carry more than this; `decision_config.json`, which changes answers, is read strictly.
 #[derive(serde::Deserialize, Default)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 struct CardFile {
     description: Option<String>,
     release_date: Option<String>,
@@ -119,7 +120,7 @@ fn plan_meta(spec: &str, first: bool, aliases: &[(String, String)]) -> ModelMeta
 fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<DecisionModel, String> {
     slot.set_state(ModelState::Loading);
     let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
-    let mut meta = slot.meta.clone();
+    let mut meta = slot.planned().clone();
     let mut config = DecisionConfig::default();
     if let Some(dir) = resolved.dir.as_deref() {
         config = read_json(&dir.join("decision_config.json"))?;
@@ -197,11 +198,11 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
             .name(format!("load-{spec}"))
             .spawn(move || match load(&spec, &slot, &o) {
                 Ok(model) => {
-                    tracing::info!(model = %slot.meta.name, "ready");
+                    tracing::info!(model = %slot.meta().name, "ready");
                     slot.ready(model);
                 }
                 Err(e) => {
-                    tracing::error!(model = %slot.meta.name, error = %e, "load failed");
+                    tracing::error!(model = %slot.meta().name, error = %e, "load failed");
                     slot.set_state(ModelState::Failed(e));
                 }
             })
