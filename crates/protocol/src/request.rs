@@ -110,9 +110,6 @@ impl QuestionKind {
     }
 }
 
-/// The option list of a question, as sent (kept for echoing, e.g. score legends).
-pub type Criteria = Vec<(String, Option<String>)>;
-
 /// A valid question.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Question {
