@@ -472,10 +472,9 @@ impl PlainEvaluator<'_> {
                 .add(LlamaToken(*t as i32), i as i32, &[0], i + 1 == tokens.len())
                 .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
         }
-        match self.ctx.decode(&mut self.batch) {
-            Ok(()) => {}
-            Err(e) => return Err(BackendError::Forward(e.to_string())),
-        }
+        self.ctx
+            .decode(&mut self.batch)
+            .map_err(|e| BackendError::Forward(e.to_string()))?;
         let logits = self.ctx.get_logits_ith(self.batch.n_tokens() - 1);
         Ok(candidates
             .iter()

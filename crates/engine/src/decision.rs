@@ -105,7 +105,6 @@ pub struct DecisionModel {
     backend: Arc<dyn Backend>,
     worker: Worker,
     prefix: Vec<Token>,
-    prefix_len: usize,
     yes_no: Trie,
     letters: Vec<Vec<Token>>,
     codes: Vec<Vec<Token>>,
@@ -165,7 +164,6 @@ impl DecisionModel {
             Trie::build(paths).map_err(|e| EngineError::Labels(e.to_string()))?;
         }
         let info = backend.info().clone();
-        let prefix_len = prefix.len();
         // A question's path (system prompt, state, question, two label steps) must fit one
         // sequence; a request's tokens are bounded by what the sequences hold together.
         let limits = Limits {
@@ -186,7 +184,6 @@ impl DecisionModel {
             backend,
             worker,
             prefix,
-            prefix_len,
             yes_no,
             letters,
             codes,
@@ -251,7 +248,7 @@ impl DecisionModel {
 
     /// Tokens of the system prompt, evaluated once per load.
     pub fn prefix_tokens(&self) -> usize {
-        self.prefix_len
+        self.prefix.len()
     }
 
     /// The whole token sequence each valid question of `r` is read from (system prompt, state,
@@ -340,7 +337,7 @@ impl DecisionModel {
             Err(_) => [].iter(),
         };
         let mut responses = Vec::with_capacity(prepared.len());
-        for ((name, _), p) in requests.iter().zip(prepared) {
+        for ((name, req), p) in requests.iter().zip(prepared) {
             let resp = match p {
                 Ok(p) => {
                     let root_logits = if p.root.children.is_empty() {
@@ -351,10 +348,7 @@ impl DecisionModel {
                     let failure = outcome.as_ref().err();
                     self.assemble(&p, root_logits, failure)
                 }
-                Err(e) => self.refused(
-                    requests.iter().find(|(n, _)| n == name).map(|(_, r)| *r),
-                    &e,
-                ),
+                Err(e) => self.refused(req, &e),
             };
             responses.push((name.to_string(), resp));
         }
@@ -382,9 +376,9 @@ impl DecisionModel {
     }
 
     /// A batch entry that was refused: each of its questions fails with invalid_input.
-    fn refused(&self, req: Option<&DecisionRequest>, e: &ProtocolError) -> DecisionResponse {
+    fn refused(&self, req: &DecisionRequest, e: &ProtocolError) -> DecisionResponse {
         let mut answers = Ordered::new();
-        for slot in req.map(|r| r.questions.as_slice()).unwrap_or_default() {
+        for slot in &req.questions {
             answers.push(
                 slot.id.clone(),
                 AnswerEntry {
@@ -483,10 +477,10 @@ impl DecisionModel {
         };
         let mut plans = Vec::with_capacity(r.questions.len());
         let mut usage = Usage {
-            input_tokens: (self.prefix_len + root.tokens.len()) as u64,
+            input_tokens: (self.prefix.len() + root.tokens.len()) as u64,
             ..Usage::default()
         };
-        let base = self.prefix_len + root.tokens.len();
+        let base = self.prefix.len() + root.tokens.len();
         for slot in &r.questions {
             let failed = |failure: QuestionFailure| Plan::Failed {
                 id: slot.id.clone(),

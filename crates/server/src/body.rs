@@ -117,18 +117,15 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
     if coding == Coding::Identity {
         return Ok(raw);
     }
-    let decode = move || -> Result<Vec<u8>, BodyError> {
-        match coding {
-            Coding::Identity => Ok(raw.to_vec()),
-            Coding::Gzip => inflate(flate2::read::MultiGzDecoder::new(&raw[..]), limit),
-            Coding::Zstd => {
-                let mut d = zstd::stream::read::Decoder::new(&raw[..])
-                    .map_err(|e| BodyError::Malformed(e.to_string()))?;
-                d.window_log_max(ZSTD_WINDOW_LOG_MAX)
-                    .map_err(|e| BodyError::Malformed(e.to_string()))?;
-                inflate(d, limit)
-            }
+    let decode = move || {
+        if coding == Coding::Gzip {
+            return inflate(flate2::read::MultiGzDecoder::new(&raw[..]), limit);
         }
+        let mut d = zstd::stream::read::Decoder::new(&raw[..])
+            .map_err(|e| BodyError::Malformed(e.to_string()))?;
+        d.window_log_max(ZSTD_WINDOW_LOG_MAX)
+            .map_err(|e| BodyError::Malformed(e.to_string()))?;
+        inflate(d, limit)
     };
     tokio::task::spawn_blocking(decode)
         .await

@@ -64,13 +64,6 @@ fn error_response(err: &ApiError, flavor: Flavor, phases: Option<&Phases>) -> Re
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
-    if flavor == Flavor::V5
-        && err.code == ErrorCode::Overloaded.as_str()
-        && err.retry_after.is_none()
-    {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
-    }
     resp
 }
 
