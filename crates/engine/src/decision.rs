@@ -89,9 +89,19 @@ enum Plan {
 /// One request, rendered and tokenized, ready for the queue.
 #[derive(Debug)]
 struct Prepared {
-    root: Node,
-    plans: Vec<Plan>,
+    /// Root 0 reads the whole state; each further root reads the keys some questions name
+    /// with `over`.
+    roots: Vec<Node>,
+    /// Each question's plan and the root its branch hangs from.
+    plans: Vec<(usize, Plan)>,
     usage: Usage,
+}
+
+/// Whether `keys` name every key of an object state (then the question reads the whole state).
+fn covers_state(state: &serde_json::Value, keys: &[String]) -> bool {
+    state
+        .as_object()
+        .is_some_and(|m| m.len() == keys.len() && m.keys().all(|k| keys.contains(k)))
 }
 
 /// A loaded decision model with its worker.
@@ -200,9 +210,13 @@ impl DecisionModel {
         let root = |state: &str, questions: serde_json::Value| -> Result<Node, EngineError> {
             let body = serde_json::json!({"state": state, "questions": questions});
             match protocol::parse_decision_body(&body, protocol::Schema::Internal) {
-                Ok(DecisionBody::Single(r)) => {
-                    Ok(self.prepare(&r).map_err(EngineError::Request)?.root)
-                }
+                Ok(DecisionBody::Single(r)) => self
+                    .prepare(&r)
+                    .map_err(EngineError::Request)?
+                    .roots
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| EngineError::Labels("the self-check has no state".into())),
                 _ => Err(EngineError::Labels(
                     "the self-check request does not decode".into(),
                 )),
@@ -256,14 +270,15 @@ impl DecisionModel {
     /// that compare against plain llama.cpp.
     pub fn question_sequences(&self, r: &DecisionRequest) -> Result<Vec<Vec<Token>>, EngineError> {
         let p = self.prepare(r).map_err(EngineError::Request)?;
-        Ok(p.root
-            .children
+        Ok(p.roots
             .iter()
-            .map(|q| {
-                let mut seq = self.prefix.clone();
-                seq.extend_from_slice(&p.root.tokens);
-                seq.extend_from_slice(&q.tokens);
-                seq
+            .flat_map(|root| {
+                root.children.iter().map(|q| {
+                    let mut seq = self.prefix.clone();
+                    seq.extend_from_slice(&root.tokens);
+                    seq.extend_from_slice(&q.tokens);
+                    seq
+                })
             })
             .collect())
     }
@@ -304,8 +319,9 @@ impl DecisionModel {
         let roots: Vec<Node> = prepared
             .iter()
             .filter_map(|p| p.as_ref().ok())
-            .filter(|p| !p.root.children.is_empty())
-            .map(|p| p.root.clone())
+            .flat_map(|p| p.roots.iter())
+            .filter(|root| !root.children.is_empty())
+            .cloned()
             .collect();
         let outcome = if roots.is_empty() {
             Ok(Vec::new())
@@ -340,11 +356,17 @@ impl DecisionModel {
         for ((name, req), p) in requests.iter().zip(prepared) {
             let resp = match p {
                 Ok(p) => {
-                    let root_logits = if p.root.children.is_empty() {
-                        None
-                    } else {
-                        logits.next()
-                    };
+                    let root_logits: Vec<Option<&RootLogits>> = p
+                        .roots
+                        .iter()
+                        .map(|root| {
+                            if root.children.is_empty() {
+                                None
+                            } else {
+                                logits.next()
+                            }
+                        })
+                        .collect();
                     let failure = outcome.as_ref().err();
                     self.assemble(&p, root_logits, failure)
                 }
@@ -421,8 +443,8 @@ impl DecisionModel {
         }
     }
 
-    fn render_state(&self, r: &DecisionRequest) -> String {
-        match (&r.state, &r.roles) {
+    fn render_state(state: &serde_json::Value, roles: &Roles) -> String {
+        match (state, roles) {
             (serde_json::Value::Object(map), Roles::Map(roles)) => {
                 let mut out = String::new();
                 for (k, v) in map {
@@ -454,10 +476,7 @@ impl DecisionModel {
             ))
             .with_reason(reason::MODALITY_UNSUPPORTED));
         }
-        let state_text = format!("Text:\n{}\n\n", self.render_state(r));
-        let state_tokens = self.backend.tokenize(&state_text, false).map_err(|e| {
-            ProtocolError::invalid(e.to_string()).with_reason(reason::INPUT_MALFORMED)
-        })?;
+        let state_tokens = self.state_tokens(r, None)?;
         let n_decisions = r
             .questions
             .iter()
@@ -470,22 +489,28 @@ impl DecisionModel {
                 )
             })
             .count();
-        let mut root = Node {
+        let mut roots = vec![Node {
             tokens: state_tokens,
             reads: Vec::new(),
             children: Vec::new(),
-        };
+        }];
+        // The key sets of roots 1.. (questions with `over`).
+        let mut subsets: Vec<&[String]> = Vec::new();
         let mut plans = Vec::with_capacity(r.questions.len());
         let mut usage = Usage {
-            input_tokens: (self.prefix.len() + root.tokens.len()) as u64,
+            input_tokens: (self.prefix.len() + roots[0].tokens.len()) as u64,
             ..Usage::default()
         };
-        let base = self.prefix.len() + root.tokens.len();
         for slot in &r.questions {
-            let failed = |failure: QuestionFailure| Plan::Failed {
-                id: slot.id.clone(),
-                type_word: slot.type_word.clone(),
-                failure,
+            let failed = |failure: QuestionFailure| {
+                (
+                    0,
+                    Plan::Failed {
+                        id: slot.id.clone(),
+                        type_word: slot.type_word.clone(),
+                        failure,
+                    },
+                )
             };
             let q = match &slot.question {
                 Ok(q) => q,
@@ -494,6 +519,30 @@ impl DecisionModel {
                     continue;
                 }
             };
+            if let Err(f) = self.image_check(q, slot.images, r.images) {
+                plans.push(failed(f));
+                continue;
+            }
+            let at = match q.over.as_deref() {
+                Some(keys) if !covers_state(&r.state, keys) => {
+                    match subsets.iter().position(|s| *s == keys) {
+                        Some(i) => i + 1,
+                        None => {
+                            let tokens = self.state_tokens(r, Some(keys))?;
+                            usage.input_tokens += tokens.len() as u64;
+                            roots.push(Node {
+                                tokens,
+                                reads: Vec::new(),
+                                children: Vec::new(),
+                            });
+                            subsets.push(keys);
+                            roots.len() - 1
+                        }
+                    }
+                }
+                _ => 0,
+            };
+            let base = self.prefix.len() + roots[at].tokens.len();
             match self.plan(&slot.id, q, n_decisions) {
                 Ok((plan, nodes)) => {
                     let own: usize = nodes.iter().map(|n| n.tokens.len()).sum();
@@ -514,13 +563,17 @@ impl DecisionModel {
                         continue;
                     }
                     usage.input_tokens += own as u64;
-                    root.children.extend(nodes);
-                    plans.push(plan);
+                    roots[at].children.extend(nodes);
+                    plans.push((at, plan));
                 }
                 Err(f) => plans.push(failed(f)),
             }
         }
-        let total = root.total_tokens();
+        let total: usize = roots
+            .iter()
+            .filter(|root| !root.children.is_empty())
+            .map(Node::total_tokens)
+            .sum();
         if total > self.limits.max_request_tokens {
             return Err(ProtocolError::invalid(format!(
                 "the request reads {total} tokens (its state once and every question); model {} reads at most {} per request",
@@ -529,7 +582,67 @@ impl DecisionModel {
             .with_reason(reason::REQUEST_TOKENS)
             .with_limit(self.limits.max_request_tokens as u64));
         }
-        Ok(Prepared { root, plans, usage })
+        Ok(Prepared {
+            roots,
+            plans,
+            usage,
+        })
+    }
+
+    fn state_tokens(
+        &self,
+        r: &DecisionRequest,
+        over: Option<&[String]>,
+    ) -> Result<Vec<Token>, ProtocolError> {
+        // With `over`, the question reads only the keys it names, in state order, rendered
+        // exactly as a state holding only them.
+        let subset;
+        let state = match (over, &r.state) {
+            (Some(keys), serde_json::Value::Object(map)) => {
+                subset = serde_json::Value::Object(
+                    map.iter()
+                        .filter(|(k, _)| keys.contains(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                );
+                &subset
+            }
+            _ => &r.state,
+        };
+        let state_text = format!("Text:\n{}\n\n", Self::render_state(state, &r.roles));
+        self.backend
+            .tokenize(&state_text, false)
+            .map_err(|e| ProtocolError::invalid(e.to_string()).with_reason(reason::INPUT_MALFORMED))
+    }
+
+    /// Images a question references: a box question's target, else refused on this model (it
+    /// reads no images in questions; moving them into the state would change other answers).
+    fn image_check(
+        &self,
+        q: &Question,
+        question_images: usize,
+        state_images: usize,
+    ) -> Result<(), QuestionFailure> {
+        // A model without box questions answers box_unsupported first (in `plan`).
+        if matches!(q.kind, QuestionKind::Box | QuestionKind::Track) {
+            if !self.config.answers(q.kind.type_name()) {
+                return Ok(());
+            }
+            if matches!(q.kind, QuestionKind::Box) {
+                return protocol::assets::box_target(question_images, state_images).map(|_| ());
+            }
+        }
+        if question_images > 0 {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                reason::QUESTION_IMAGES_UNSUPPORTED,
+                format!(
+                    "model {} reads no images in a question's instructions or options; put the image in the state",
+                    self.meta.name
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn question_tokens(&self, block: &str) -> Result<Vec<Token>, QuestionFailure> {
@@ -704,10 +817,14 @@ impl DecisionModel {
     fn assemble(
         &self,
         p: &Prepared,
-        logits: Option<&RootLogits>,
+        logits: Vec<Option<&RootLogits>>,
         failure: Option<&QuestionFailure>,
     ) -> DecisionResponse {
-        let mut reads = logits.map(|l| l.iter()).unwrap_or_default();
+        let mut per_root: Vec<std::slice::Iter<'_, Vec<f32>>> = logits
+            .into_iter()
+            .map(|l| l.map(|l| l.iter()).unwrap_or_default())
+            .collect();
+        let mut none = [].iter();
         let mut answers = Ordered::new();
         let mut sets = Ordered::new();
         let mut thresholds = Ordered::new();
@@ -725,7 +842,8 @@ impl DecisionModel {
             input_complete: complete && answer.failure().is_none(),
             answer,
         };
-        for plan in &p.plans {
+        for (at, plan) in &p.plans {
+            let reads = per_root.get_mut(*at).unwrap_or(&mut none);
             match plan {
                 Plan::Failed {
                     id,
@@ -750,7 +868,7 @@ impl DecisionModel {
                     temperature,
                     complete,
                 } => {
-                    let answer = match trie.probabilities(&mut reads, keys.len(), *temperature) {
+                    let answer = match trie.probabilities(reads, keys.len(), *temperature) {
                         Some(probs) => Answer::Choice(ChoiceAnswer {
                             choice: keys[argmax(&probs)].clone(),
                             confidence: choice_confidence(&probs),
@@ -765,7 +883,7 @@ impl DecisionModel {
                     temperature,
                     complete,
                 } => {
-                    let answer = match self.yes_no.probabilities(&mut reads, 2, *temperature) {
+                    let answer = match self.yes_no.probabilities(reads, 2, *temperature) {
                         Some(p) => Answer::Noul(NoulAnswer { noul: p[0] }),
                         None => broken("noul"),
                     };
@@ -778,7 +896,7 @@ impl DecisionModel {
                     temperature,
                     complete,
                 } => {
-                    let answer = match trie.probabilities(&mut reads, legend.len(), *temperature) {
+                    let answer = match trie.probabilities(reads, legend.len(), *temperature) {
                         Some(probs) => Answer::Score(ScoreAnswer {
                             score: expected_level(&probs),
                             confidence: score_confidence(&probs),
@@ -813,7 +931,7 @@ impl DecisionModel {
                     let mut ok = true;
                     for label in labels {
                         let key = format!("{id}.{label}");
-                        match self.yes_no.probabilities(&mut reads, 2, *temperature) {
+                        match self.yes_no.probabilities(reads, 2, *temperature) {
                             Some(p) => {
                                 if p[0] >= *threshold {
                                     selected.push(label.clone());

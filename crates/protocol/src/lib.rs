@@ -6,6 +6,7 @@
 //! answer and error types with their fixed code and reason words.
 
 pub mod answer;
+pub mod assets;
 pub mod confidence;
 pub mod error;
 pub mod ordered;

@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::assets::{self, Asset, AssetKind, Parts};
 use crate::error::{reason, ProtocolError, QuestionFailure};
 use crate::text::render;
 use crate::{MAX_LEVELS, MAX_OPTIONS};
@@ -117,6 +118,8 @@ pub struct Question {
     /// Rendered instructions, when given.
     pub instructions: Option<String>,
     pub preset: Option<String>,
+    /// The state keys the question reads (`over`), when not the whole state.
+    pub over: Option<Vec<String>>,
     pub require_full_input: bool,
     pub decision_adapter: bool,
 }
@@ -126,6 +129,8 @@ pub struct Question {
 pub struct QuestionSlot {
     pub id: String,
     pub type_word: String,
+    /// Images its instructions or options reference (asset uses).
+    pub images: usize,
     pub question: Result<Question, QuestionFailure>,
 }
 
@@ -137,8 +142,10 @@ pub struct DecisionRequest {
     pub roles: Roles,
     pub questions: Vec<QuestionSlot>,
     pub options: Options,
-    /// Images sent with the request (data URLs or assets); counted, not decoded, here.
+    /// Images the state holds: 4.0 `images` data URLs and image asset uses in the state's
+    /// strings (headers checked, pixels not decoded).
     pub images: usize,
+    /// Videos the state holds (4.0 `videos` and video asset uses).
     pub videos: usize,
 }
 
@@ -184,6 +191,15 @@ const ENTRY_MEMBERS: &[&str] = &["state", "questions", "roles", "images", "video
 
 /// Decode a request body (already parsed as JSON) in `schema`.
 pub fn parse_decision_body(value: &Value, schema: Schema) -> Result<DecisionBody, ProtocolError> {
+    parse_decision_body_with(value, schema, &Parts::new())
+}
+
+/// Decode a request body whose assets may claim the multipart `parts` of its body.
+pub fn parse_decision_body_with(
+    value: &Value,
+    schema: Schema,
+    parts: &Parts,
+) -> Result<DecisionBody, ProtocolError> {
     let obj = value
         .as_object()
         .ok_or_else(|| ProtocolError::schema(&[], "the request body must be a JSON object"))?;
@@ -206,7 +222,27 @@ pub fn parse_decision_body(value: &Value, schema: Schema) -> Result<DecisionBody
         Some(_) => return Err(ProtocolError::schema(&["model"], "model must be a string")),
     };
     let options = parse_options(obj.get("options"), schema)?;
+    let assets = assets::parse_assets(obj.get("assets"), parts)?;
+    let mut used = vec![0usize; assets.len()];
+    let body = parse_requests(obj, schema, model, options, &assets, &mut used)?;
+    if let Some(i) = used.iter().position(|n| *n == 0) {
+        return Err(ProtocolError::invalid(format!(
+            "asset {:?} is used nowhere: every asset must be referenced in the state, a question's instructions or its options",
+            assets[i].reference
+        ))
+        .with_reason(reason::ASSET_UNREFERENCED));
+    }
+    Ok(body)
+}
 
+fn parse_requests(
+    obj: &Map<String, Value>,
+    schema: Schema,
+    model: Option<String>,
+    options: Options,
+    assets: &[Asset],
+    used: &mut [usize],
+) -> Result<DecisionBody, ProtocolError> {
     if let Some(states) = obj.get("states") {
         for member in ["state", "questions", "images", "videos"] {
             if obj.contains_key(member) {
@@ -234,7 +270,7 @@ pub fn parse_decision_body(value: &Value, schema: Schema) -> Result<DecisionBody
                 )
             })?;
             refuse_unknown(e, ENTRY_MEMBERS, &format!("states.{name}"))?;
-            let mut req = parse_single(e, schema, &["states", name])?;
+            let mut req = parse_single(e, schema, &["states", name], assets, used)?;
             req.model = model.clone();
             req.options = options.clone();
             if !e.contains_key("roles") {
@@ -248,7 +284,7 @@ pub fn parse_decision_body(value: &Value, schema: Schema) -> Result<DecisionBody
             entries,
         });
     }
-    let mut req = parse_single(obj, schema, &[])?;
+    let mut req = parse_single(obj, schema, &[], assets, used)?;
     req.model = model;
     req.options = options;
     Ok(DecisionBody::Single(req))
@@ -361,6 +397,8 @@ fn parse_single(
     obj: &Map<String, Value>,
     schema: Schema,
     at: &[&str],
+    assets: &[Asset],
+    used: &mut [usize],
 ) -> Result<DecisionRequest, ProtocolError> {
     fn join<'a>(at: &[&'a str], k: &'a str) -> Vec<&'a str> {
         at.iter().copied().chain(std::iter::once(k)).collect()
@@ -414,43 +452,48 @@ fn parse_single(
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        let mut uses = vec![0usize; assets.len()];
+        if let Some(o) = q.as_object() {
+            for field in ["instructions", "criteria", "choices", "levels", "labels"] {
+                if let Some(v) = o.get(field) {
+                    assets::count_uses(v, assets, &mut uses);
+                }
+            }
+        }
+        add_uses(used, &uses, assets, false);
+        let images = uses.iter().sum();
         let question = if id.is_empty() {
             Err(QuestionFailure::malformed(
                 "a question id must be a non-empty string",
             ))
         } else {
-            parse_question(q, schema)
+            parse_question(q, schema).and_then(|q| check_over(q, &state))
         };
         slots.push(QuestionSlot {
             id: id.clone(),
             type_word,
+            images,
             question,
         });
     }
-    let count = |k: &'static str| -> Result<usize, ProtocolError> {
+    let list = |k: &'static str| -> Result<&[Value], ProtocolError> {
         match obj.get(k) {
-            None | Some(Value::Null) => Ok(0),
-            Some(Value::Array(a)) => Ok(a.len()),
+            None | Some(Value::Null) => Ok(&[]),
+            Some(Value::Array(a)) => Ok(a.as_slice()),
             Some(_) => Err(ProtocolError::schema(
                 &loc(k),
                 format!("{k} must be an array"),
             )),
         }
     };
-    let mut images = count("images")?;
-    let videos = count("videos")?;
-    if let Some(assets) = obj.get("assets") {
-        match assets {
-            Value::Null => {}
-            Value::Object(a) => images += a.len(),
-            _ => {
-                return Err(ProtocolError::schema(
-                    &loc("assets"),
-                    "assets must be an object",
-                ))
-            }
-        }
+    let data_urls = list("images")?;
+    for (i, v) in data_urls.iter().enumerate() {
+        assets::inspect_data_url(v, &format!("images[{i}]"))?;
     }
+    let mut uses = vec![0usize; assets.len()];
+    assets::count_uses(&state, assets, &mut uses);
+    let images = data_urls.len() + add_uses(used, &uses, assets, false);
+    let videos = list("videos")?.len() + add_uses(used, &uses, assets, true);
     Ok(DecisionRequest {
         model: None,
         state,
@@ -460,6 +503,37 @@ fn parse_single(
         images,
         videos,
     })
+}
+
+/// `over` must name keys of an object state.
+fn check_over(q: Question, state: &Value) -> Result<Question, QuestionFailure> {
+    let Some(keys) = &q.over else { return Ok(q) };
+    let Some(map) = state.as_object() else {
+        return Err(QuestionFailure::malformed(
+            "over names state keys, but the state is not an object",
+        ));
+    };
+    if let Some(k) = keys.iter().find(|k| !map.contains_key(k.as_str())) {
+        return Err(QuestionFailure::malformed(format!(
+            "over names {k:?}, which is not a key of the state"
+        )));
+    }
+    Ok(q)
+}
+
+/// Add one place's asset uses to the request's; return how many of them are images (or, with
+/// `videos`, videos).
+fn add_uses(used: &mut [usize], uses: &[usize], assets: &[Asset], videos: bool) -> usize {
+    let mut n = 0;
+    for (i, (u, a)) in uses.iter().zip(assets).enumerate() {
+        if !videos {
+            used[i] += u;
+        }
+        if matches!(a.kind, AssetKind::Video) == videos {
+            n += u;
+        }
+    }
+    n
 }
 
 const COMMON: &[&str] = &[
@@ -566,18 +640,21 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             ));
         }
     }
-    if let Some(v) = obj.get("over") {
-        let ok = match v {
-            Value::Null | Value::String(_) => true,
-            Value::Array(a) => a.iter().all(Value::is_string),
-            _ => false,
-        };
-        if !ok {
+    let over = match obj.get("over") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) => Some(vec![k.clone()]),
+        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_string) => Some(
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect(),
+        ),
+        Some(_) => {
             return Err(QuestionFailure::malformed(
-                "over must be a state key or an array of state keys",
-            ));
+                "over must be a state key or a non-empty array of state keys",
+            ))
         }
-    }
+    };
     let threshold = match obj.get("threshold") {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_f64() {
@@ -718,6 +795,7 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         kind,
         instructions,
         preset,
+        over,
         require_full_input,
         decision_adapter,
     })

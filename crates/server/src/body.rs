@@ -8,7 +8,8 @@ use std::io::Read;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
-use protocol::error::ErrorCode;
+use protocol::assets::Parts;
+use protocol::error::{reason, ErrorCode};
 
 use crate::error::ApiError;
 
@@ -21,6 +22,8 @@ pub enum BodyError {
     Unsupported(String),
     #[error("the compressed body does not decode: {0}")]
     Malformed(String),
+    #[error("the multipart body does not read: {0}")]
+    Multipart(String),
 }
 
 impl From<BodyError> for ApiError {
@@ -33,7 +36,7 @@ impl From<BodyError> for ApiError {
                     ErrorCode::RequestTooLarge,
                     message,
                 )
-                .with_reason("body_too_large");
+                .with_reason(reason::BODY_TOO_LARGE);
                 a.limit = Some(limit as u64);
                 a
             }
@@ -42,10 +45,14 @@ impl From<BodyError> for ApiError {
                 ErrorCode::UnsupportedMediaType,
                 message,
             )
-            .with_reason("encoding_unsupported"),
+            .with_reason(reason::ENCODING_UNSUPPORTED),
             BodyError::Malformed(_) => {
                 ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
-                    .with_reason("encoding_malformed")
+                    .with_reason(reason::ENCODING_MALFORMED)
+            }
+            BodyError::Multipart(_) => {
+                ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+                    .with_reason(reason::MULTIPART_MALFORMED)
             }
         }
     }
@@ -131,6 +138,55 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
         .await
         .map_err(|e| BodyError::Malformed(format!("the decoder stopped: {e}")))?
         .map(Bytes::from)
+}
+
+/// Split a `multipart/form-data` body: the first part, `request`, holds the JSON request;
+/// every other part is one asset's bytes, by part name. Any other body is the request itself.
+pub async fn split(headers: &HeaderMap, body: Bytes) -> Result<(Bytes, Parts), BodyError> {
+    let Some(boundary) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("multipart/form-data")
+        })
+        .map(|ct| multer::parse_boundary(ct).map_err(|e| BodyError::Multipart(e.to_string())))
+        .transpose()?
+    else {
+        return Ok((body, Parts::new()));
+    };
+    let stream = futures_util::stream::once(async move { Ok::<Bytes, std::io::Error>(body) });
+    let mut form = multer::Multipart::new(stream, boundary);
+    let bad = |e: multer::Error| BodyError::Multipart(e.to_string());
+    let first = form
+        .next_field()
+        .await
+        .map_err(bad)?
+        .ok_or_else(|| BodyError::Multipart("the body has no parts".into()))?;
+    if first.name() != Some("request") {
+        return Err(BodyError::Multipart(format!(
+            "the first part must be named request (the JSON request); it is {:?}",
+            first.name().unwrap_or("")
+        )));
+    }
+    let request = first.bytes().await.map_err(bad)?;
+    let mut parts = Parts::new();
+    while let Some(field) = form.next_field().await.map_err(bad)? {
+        let name = field
+            .name()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| BodyError::Multipart("every part needs a name".into()))?
+            .to_string();
+        if name == "request" || parts.contains_key(&name) {
+            return Err(BodyError::Multipart(format!(
+                "two parts are named {name:?}"
+            )));
+        }
+        let bytes = field.bytes().await.map_err(bad)?;
+        parts.insert(name, bytes);
+    }
+    Ok((request, parts))
 }
 
 #[cfg(test)]

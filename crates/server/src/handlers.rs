@@ -8,8 +8,9 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::{Decision, DecisionModel, ModelState};
+use protocol::assets::Parts;
 use protocol::error::ErrorCode;
-use protocol::request::{parse_decision_body, DecisionBody, Schema};
+use protocol::request::{parse_decision_body_with, DecisionBody, Schema};
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, Flavor};
@@ -96,6 +97,8 @@ struct Call<'a> {
     started: Instant,
     /// In a `/v1/systemone/batch`, the name of the request.
     state_name: Option<&'a str>,
+    /// The multipart parts of the body, claimed by its assets.
+    parts: &'a Parts,
 }
 
 /// Decode and answer one decision body. Returns the JSON value and the answering model.
@@ -111,8 +114,9 @@ async fn answer(
         long_context,
         started,
         state_name,
+        parts,
     } = call;
-    let mut body = parse_decision_body(value, schema).map_err(ApiError::from)?;
+    let mut body = parse_decision_body_with(value, schema, parts).map_err(ApiError::from)?;
     if long_context {
         match &mut body {
             DecisionBody::Single(r) => r.options.long_context = true,
@@ -202,8 +206,16 @@ async fn handle(
         let bytes = crate::body::read(&headers, body, state.config.max_request_bytes)
             .await
             .map_err(ApiError::from)?;
+        let (bytes, parts) = crate::body::split(&headers, bytes)
+            .await
+            .map_err(ApiError::from)?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))?;
         if endpoint == Endpoint::SystemOneBatch {
+            if !parts.is_empty() {
+                return Err(ApiError::from(crate::body::BodyError::Multipart(
+                    "a batch reads its assets from data_base64; send one request per multipart body".into(),
+                )));
+            }
             return batch(&state, value, schema, long_context, started, &mut phases).await;
         }
         let call = Call {
@@ -212,6 +224,7 @@ async fn handle(
             long_context,
             started,
             state_name: None,
+            parts: &parts,
         };
         let (v, m) = answer(&state, &value, call, &mut phases).await?;
         Ok((StatusCode::OK, v, m))
@@ -302,6 +315,7 @@ async fn batch(
                 long_context,
                 started,
                 state_name: Some(&name),
+                parts: &Parts::new(),
             };
             let r = answer(&state, &req, call, &mut p).await;
             (i, name, r, p)

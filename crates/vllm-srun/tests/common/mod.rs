@@ -128,10 +128,13 @@ pub async fn post_raw(
     body: Vec<u8>,
     headers: &[(&str, &str)],
 ) -> (u16, ::reqwest::header::HeaderMap, Value) {
-    let mut req = client()
-        .post(url)
-        .body(body)
-        .header("content-type", "application/json");
+    let mut req = client().post(url).body(body);
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+    {
+        req = req.header("content-type", "application/json");
+    }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }

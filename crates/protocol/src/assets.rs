@@ -1,0 +1,433 @@
+//! Assets and images: the top-level `assets` object, 4.0 `images` data URLs, multipart parts,
+//! placeholder uses, and image headers read from the bytes (never decoded to pixels).
+//!
+//! Every refusal here fails the whole request with 400 `invalid_request`, a fixed reason word
+//! and, where a limit was broken, that limit.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::error::{reason, ProtocolError, QuestionErrorKind, QuestionFailure};
+
+/// Most bytes of one image.
+pub const MAX_IMAGE_BYTES: usize = 16 << 20;
+/// Most pixels of one image as sent.
+pub const MAX_IMAGE_PIXELS: u64 = 16_000_000;
+/// Largest ratio of an image's long side to its short side.
+pub const MAX_ASPECT_RATIO: u64 = 200;
+/// Most bytes of one asset reference.
+pub const MAX_REFERENCE_BYTES: usize = 1024;
+/// Most bytes of all references of a request together.
+pub const MAX_REFERENCES_BYTES: usize = 65_536;
+
+/// The multipart parts of a body other than `request`, by part name.
+pub type Parts = BTreeMap<String, Bytes>;
+
+/// An image format read from the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFormat {
+    Png,
+    Jpeg,
+    WebP,
+}
+
+/// What the header of an image says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageInfo {
+    pub format: ImageFormat,
+    pub width: u64,
+    pub height: u64,
+}
+
+/// What an asset holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssetKind {
+    Image(ImageInfo),
+    Video,
+}
+
+/// One accepted asset of the top-level `assets` object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Asset {
+    pub reference: String,
+    pub kind: AssetKind,
+}
+
+fn refused(reason: &'static str, message: String) -> ProtocolError {
+    ProtocolError::invalid(message).with_reason(reason)
+}
+
+/// Read an image's format and size from its header; refuse what the runtime does not read.
+pub fn inspect_image(bytes: &[u8], what: &str) -> Result<ImageInfo, ProtocolError> {
+    if bytes.len() > MAX_IMAGE_BYTES {
+        return Err(refused(
+            reason::IMAGE_TOO_LARGE,
+            format!(
+                "{what} has {} bytes; an image may have at most {MAX_IMAGE_BYTES}",
+                bytes.len()
+            ),
+        )
+        .with_limit(MAX_IMAGE_BYTES as u64));
+    }
+    // The signature decides the format; a known signature with a broken header is malformed.
+    let format = if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        ImageFormat::Png
+    } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        ImageFormat::Jpeg
+    } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        ImageFormat::WebP
+    } else {
+        let found = imagesize::image_type(bytes)
+            .map(|t| format!("{t:?}"))
+            .unwrap_or_else(|_| "not an image format this runtime knows".into());
+        return Err(refused(
+            reason::IMAGE_FORMAT_UNSUPPORTED,
+            format!("{what} is {found}; send PNG, JPEG or WebP"),
+        ));
+    };
+    let size = imagesize::blob_size(bytes).map_err(|e| {
+        refused(
+            reason::IMAGE_MALFORMED,
+            format!("{what}: the image header does not read ({e})"),
+        )
+    })?;
+    let (width, height) = (size.width as u64, size.height as u64);
+    if width == 0 || height == 0 {
+        return Err(refused(
+            reason::IMAGE_MALFORMED,
+            format!("{what} is {width}x{height} pixels: an image has at least one pixel"),
+        ));
+    }
+    if animated(format, bytes) {
+        return Err(refused(
+            reason::IMAGE_ANIMATED,
+            format!("{what} is an animated image; send one still frame"),
+        ));
+    }
+    if width * height > MAX_IMAGE_PIXELS {
+        return Err(refused(
+            reason::IMAGE_TOO_LARGE,
+            format!(
+                "{what} has {width}x{height} pixels; an image may have at most {MAX_IMAGE_PIXELS}"
+            ),
+        )
+        .with_limit(MAX_IMAGE_PIXELS));
+    }
+    if width.max(height) > MAX_ASPECT_RATIO * width.min(height) {
+        return Err(refused(
+            reason::IMAGE_ASPECT_RATIO,
+            format!(
+                "{what} is {width}x{height} pixels; its sides may differ by a factor of at most {MAX_ASPECT_RATIO}"
+            ),
+        )
+        .with_limit(MAX_ASPECT_RATIO));
+    }
+    Ok(ImageInfo {
+        format,
+        width,
+        height,
+    })
+}
+
+/// An APNG has an `acTL` chunk before its first `IDAT`; an animated WebP sets the animation
+/// flag of its `VP8X` chunk (or carries `ANIM`).
+fn animated(format: ImageFormat, b: &[u8]) -> bool {
+    match format {
+        ImageFormat::Jpeg => false,
+        ImageFormat::Png => {
+            let mut at = 8;
+            while at + 8 <= b.len() {
+                let len = u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize;
+                let kind = &b[at + 4..at + 8];
+                if kind == b"acTL" {
+                    return true;
+                }
+                if kind == b"IDAT" || kind == b"IEND" {
+                    return false;
+                }
+                at = at.saturating_add(12).saturating_add(len);
+            }
+            false
+        }
+        ImageFormat::WebP => {
+            let vp8x = b.len() > 20 && &b[12..16] == b"VP8X" && b[20] & 0x02 != 0;
+            vp8x || b.windows(4).take(64).any(|w| w == b"ANIM")
+        }
+    }
+}
+
+fn decode_base64(text: &str, what: &str) -> Result<Vec<u8>, ProtocolError> {
+    if text.len() > MAX_IMAGE_BYTES / 3 * 4 + 4 {
+        return Err(refused(
+            reason::IMAGE_TOO_LARGE,
+            format!("{what} is larger than {MAX_IMAGE_BYTES} bytes"),
+        )
+        .with_limit(MAX_IMAGE_BYTES as u64));
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| {
+            refused(
+                reason::ENCODING_MALFORMED,
+                format!("{what} is not valid base64 ({e})"),
+            )
+        })
+}
+
+/// Check one 4.0 `images` entry: a `data:image/...;base64,` URL.
+pub fn inspect_data_url(v: &Value, what: &str) -> Result<ImageInfo, ProtocolError> {
+    let s = v.as_str().ok_or_else(|| {
+        refused(
+            reason::ENCODING_MALFORMED,
+            format!("{what} must be a data URL string"),
+        )
+    })?;
+    let data = s
+        .strip_prefix("data:")
+        .and_then(|rest| rest.split_once(";base64,"))
+        .filter(|(mime, _)| mime.starts_with("image/"))
+        .map(|(_, data)| data)
+        .ok_or_else(|| {
+            refused(
+                reason::ENCODING_MALFORMED,
+                format!("{what} must be a data:image/...;base64, URL"),
+            )
+        })?;
+    inspect_image(&decode_base64(data, what)?, what)
+}
+
+/// Decode the top-level `assets` object, claiming multipart `parts` by name. Every part must be
+/// claimed by exactly one asset.
+pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Vec<Asset>, ProtocolError> {
+    let empty = Map::new();
+    let map = match value {
+        None | Some(Value::Null) => &empty,
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(ProtocolError::schema(
+                &["assets"],
+                "assets must be an object of references to assets",
+            ))
+        }
+    };
+    let total: usize = map.keys().map(String::len).sum();
+    if total > MAX_REFERENCES_BYTES {
+        return Err(refused(
+            reason::ASSET_REFERENCE_INVALID,
+            format!(
+                "the asset references have {total} bytes in all; at most {MAX_REFERENCES_BYTES}"
+            ),
+        )
+        .with_limit(MAX_REFERENCES_BYTES as u64));
+    }
+    let mut claimed: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut assets = Vec::with_capacity(map.len());
+    for (reference, asset) in map {
+        if reference.is_empty() || reference.len() > MAX_REFERENCE_BYTES {
+            return Err(refused(
+                reason::ASSET_REFERENCE_INVALID,
+                format!(
+                    "an asset reference has {} bytes; a reference has 1 to {MAX_REFERENCE_BYTES}",
+                    reference.len()
+                ),
+            )
+            .with_limit(MAX_REFERENCE_BYTES as u64));
+        }
+        let what = format!("asset {reference:?}");
+        let obj = asset.as_object().ok_or_else(|| {
+            ProtocolError::schema(&["assets", reference], format!("{what} must be an object"))
+        })?;
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "type" | "data_base64" | "part"))
+        {
+            return Err(ProtocolError::invalid(format!(
+                "unknown member {k:?} in {what}; allowed: type, data_base64, part"
+            ))
+            .with_reason(reason::UNKNOWN_MEMBER));
+        }
+        let kind = match obj.get("type").and_then(Value::as_str) {
+            Some("image") => "image",
+            Some("video") => "video",
+            _ => {
+                return Err(ProtocolError::schema(
+                    &["assets", reference, "type"],
+                    format!("{what}: type must be image or video"),
+                ))
+            }
+        };
+        let bytes: Bytes =
+            match (obj.get("data_base64"), obj.get("part")) {
+                (Some(Value::String(data)), None) => Bytes::from(decode_base64(data, &what)?),
+                (None, Some(Value::String(part))) => {
+                    let Some((name, bytes)) = parts.get_key_value(part.as_str()) else {
+                        return Err(refused(
+                            reason::ASSET_PART_MISSING,
+                            format!("{what} claims part {part:?}, which the body does not have"),
+                        ));
+                    };
+                    if let Some(other) = claimed.insert(name.as_str(), reference.as_str()) {
+                        return Err(refused(
+                            reason::PART_CLAIMED_TWICE,
+                            format!("part {part:?} is claimed by asset {other:?} and by {what}"),
+                        ));
+                    }
+                    bytes.clone()
+                }
+                _ => return Err(ProtocolError::schema(
+                    &["assets", reference],
+                    format!(
+                        "{what} needs exactly one of data_base64 (a string) or part (a part name)"
+                    ),
+                )),
+            };
+        let kind = match kind {
+            "image" => AssetKind::Image(inspect_image(&bytes, &what)?),
+            _ => AssetKind::Video,
+        };
+        assets.push(Asset {
+            reference: reference.clone(),
+            kind,
+        });
+    }
+    if let Some(name) = parts.keys().find(|p| !claimed.contains_key(p.as_str())) {
+        return Err(refused(
+            reason::PART_UNCLAIMED,
+            format!("part {name:?} is claimed by no asset: every part after request holds one asset's bytes"),
+        ));
+    }
+    Ok(assets)
+}
+
+/// Which image a box question locates in: the one its instructions reference, else the
+/// state's only image. Returns whether the target is the question's own image.
+pub fn box_target(question_images: usize, state_images: usize) -> Result<bool, QuestionFailure> {
+    match (question_images, state_images) {
+        (1, _) => Ok(true),
+        (0, 1) => Ok(false),
+        (0, 0) => Err(QuestionFailure::new(
+            QuestionErrorKind::InvalidQuestion,
+            reason::BOX_NEEDS_IMAGE,
+            "a box question needs an image: reference one in its instructions or send one in the state",
+        )),
+        _ => Err(QuestionFailure::new(
+            QuestionErrorKind::InvalidQuestion,
+            reason::BOX_TARGET_AMBIGUOUS,
+            "a box question's instructions must reference one image, or the state must hold exactly one",
+        )),
+    }
+}
+
+/// How often each asset is used in a value's strings (object keys are never read).
+pub fn count_uses(v: &Value, assets: &[Asset], uses: &mut [usize]) {
+    match v {
+        Value::String(s) => count_in(s, assets, uses),
+        Value::Array(a) => a.iter().for_each(|x| count_uses(x, assets, uses)),
+        Value::Object(o) => o.values().for_each(|x| count_uses(x, assets, uses)),
+        _ => {}
+    }
+}
+
+/// Occurrences in one string, left to right, the longest reference winning at each place.
+fn count_in(s: &str, assets: &[Asset], uses: &mut [usize]) {
+    if assets.is_empty() {
+        return;
+    }
+    let mut at = 0;
+    while at < s.len() {
+        let rest = &s[at..];
+        let hit = assets
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| rest.starts_with(a.reference.as_str()))
+            .max_by_key(|(_, a)| a.reference.len());
+        match hit {
+            Some((i, a)) => {
+                uses[i] += 1;
+                at += a.reference.len();
+            }
+            None => at += rest.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn png(w: u32, h: u32, animated: bool) -> Vec<u8> {
+        let mut b = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut ihdr = w.to_be_bytes().to_vec();
+        ihdr.extend(h.to_be_bytes());
+        ihdr.extend([8, 6, 0, 0, 0]);
+        b.extend(13u32.to_be_bytes());
+        b.extend(b"IHDR");
+        b.extend(ihdr);
+        b.extend([0; 4]);
+        if animated {
+            b.extend(8u32.to_be_bytes());
+            b.extend(b"acTL");
+            b.extend([0; 8]);
+            b.extend([0; 4]);
+        }
+        b.extend(0u32.to_be_bytes());
+        b.extend(b"IDAT");
+        b.extend([0; 4]);
+        b
+    }
+
+    #[test]
+    fn headers_are_read_not_decoded() {
+        let i = inspect_image(&png(640, 480, false), "x").unwrap();
+        assert_eq!((i.format, i.width, i.height), (ImageFormat::Png, 640, 480));
+        let e = inspect_image(&png(4, 4, true), "x").unwrap_err();
+        assert_eq!(e.reason, Some(reason::IMAGE_ANIMATED));
+        let e = inspect_image(&png(5000, 5000, false), "x").unwrap_err();
+        assert_eq!(
+            (e.reason, e.limit),
+            (Some(reason::IMAGE_TOO_LARGE), Some(MAX_IMAGE_PIXELS))
+        );
+        let e = inspect_image(&png(1000, 2, false), "x").unwrap_err();
+        assert_eq!(e.reason, Some(reason::IMAGE_ASPECT_RATIO));
+        let e = inspect_image(b"GIF89a\x01\x00\x01\x00", "x").unwrap_err();
+        assert_eq!(e.reason, Some(reason::IMAGE_FORMAT_UNSUPPORTED));
+    }
+
+    #[test]
+    fn bytes_limit_and_box_targets() {
+        let mut big = png(4, 4, false);
+        big.resize(MAX_IMAGE_BYTES + 1, 0);
+        let e = inspect_image(&big, "x").unwrap_err();
+        assert_eq!(e.limit, Some(MAX_IMAGE_BYTES as u64));
+        assert_eq!(box_target(1, 3), Ok(true));
+        assert_eq!(box_target(0, 1), Ok(false));
+        assert_eq!(
+            box_target(0, 0).unwrap_err().reason,
+            reason::BOX_NEEDS_IMAGE
+        );
+        assert_eq!(
+            box_target(0, 2).unwrap_err().reason,
+            reason::BOX_TARGET_AMBIGUOUS
+        );
+        assert_eq!(
+            box_target(2, 0).unwrap_err().reason,
+            reason::BOX_TARGET_AMBIGUOUS
+        );
+    }
+
+    #[test]
+    fn longest_reference_wins_and_keys_are_not_read() {
+        let a = |r: &str| Asset {
+            reference: r.into(),
+            kind: AssetKind::Video,
+        };
+        let assets = [a("<img>"), a("<img>2")];
+        let mut uses = [0, 0];
+        let v = serde_json::json!({"<img>": "see <img>2 and <img> and <img>"});
+        count_uses(&v, &assets, &mut uses);
+        assert_eq!(uses, [2, 1]);
+    }
+}
