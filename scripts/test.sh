@@ -14,8 +14,9 @@ cargo build --workspace --all-targets
 cargo test --workspace
 
 # Conformance: the System One suite must pass every MUST.
-if ! python3 -c 'import jevcompat' 2>/dev/null; then
-    python3 -m pip install -q --disable-pip-version-check "jevcompat==0.1.1"
+if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator' 2>/dev/null; then
+    python3 -m pip install -q --disable-pip-version-check "jevcompat==0.1.1" \
+        "schemathesis==4.32.5" "openapi-spec-validator==0.9.0"
 fi
 log="$(mktemp)"
 ./target/debug/vllm-srun serve --model "$MODEL" --port 0 --no-pull >"$log" 2>&1 &
@@ -43,3 +44,16 @@ ok = must["failed"] == 0 and must["passed"] == must["tested"] and must["passed"]
 print(f"conformance: {1 if ok else 0} passed, {0 if ok else 1} failed")
 sys.exit(0 if ok else 1)
 PY
+
+# The OpenAPI document validates, and the server's answers conform to it (schemathesis:
+# generated and mutated bodies for every documented operation, for a bounded time).
+curl -fsS "$url/openapi.yaml" -o "$report.yaml"
+python3 - "$report.yaml" <<'PY'
+import sys, yaml
+from openapi_spec_validator import validate
+validate(yaml.safe_load(open(sys.argv[1])))
+print("openapi: document valid")
+PY
+python3 -m schemathesis.cli run "$url/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-60}" -w 2 \
+    --phases examples,coverage,fuzzing \
+    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance

@@ -1,27 +1,31 @@
 //! Answer and response types.
 
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::error::QuestionFailure;
 use crate::ordered::Ordered;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct ChoiceAnswer {
     pub choice: String,
+    #[schema(value_type = std::collections::HashMap<String, f64>)]
     pub probabilities: Ordered<f64>,
     pub confidence: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct NoulAnswer {
     pub noul: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct ScoreAnswer {
     pub score: f64,
+    #[schema(value_type = std::collections::HashMap<String, f64>)]
     pub probabilities: Ordered<f64>,
     pub confidence: f64,
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub legend: Ordered<String>,
 }
 
@@ -93,11 +97,12 @@ impl Serialize for AnswerEntry {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schema(required = false)]
     pub tokens_lower_bound: bool,
 }
 
@@ -110,23 +115,28 @@ impl Usage {
 }
 
 /// `sets.<id>` of a response.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct SetResult {
     pub selected: Vec<String>,
+    #[schema(value_type = std::collections::HashMap<String, f64>)]
     pub probabilities: Ordered<f64>,
 }
 
 /// The response to one standard request.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct DecisionResponse {
     pub model: String,
+    #[schema(value_type = std::collections::HashMap<String, crate::schema::AnswerDoc>)]
     pub answers: Ordered<AnswerEntry>,
     #[serde(skip_serializing_if = "Ordered::is_empty")]
+    #[schema(value_type = Option<std::collections::HashMap<String, SetResult>>)]
     pub sets: Ordered<SetResult>,
     #[serde(skip_serializing_if = "Ordered::is_empty")]
+    #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
     pub thresholds: Ordered<f64>,
     pub usage: Usage,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub meta: Option<serde_json::Value>,
 }
 
@@ -141,11 +151,13 @@ impl DecisionResponse {
 }
 
 /// The response to a batch (`states`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct BatchResponse {
     pub model: String,
+    #[schema(value_type = std::collections::HashMap<String, DecisionResponse>)]
     pub states: Ordered<DecisionResponse>,
     pub usage: Usage,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub meta: Option<serde_json::Value>,
 }

@@ -259,31 +259,32 @@ pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Vec<Asset>, 
                 ))
             }
         };
-        let bytes: Bytes =
-            match (obj.get("data_base64"), obj.get("part")) {
-                (Some(Value::String(data)), None) => Bytes::from(decode_base64(data, &what)?),
-                (None, Some(Value::String(part))) => {
-                    let Some((name, bytes)) = parts.get_key_value(part.as_str()) else {
-                        return Err(refused(
-                            reason::ASSET_PART_MISSING,
-                            format!("{what} claims part {part:?}, which the body does not have"),
-                        ));
-                    };
-                    if let Some(other) = claimed.insert(name.as_str(), reference.as_str()) {
-                        return Err(refused(
-                            reason::PART_CLAIMED_TWICE,
-                            format!("part {part:?} is claimed by asset {other:?} and by {what}"),
-                        ));
-                    }
-                    bytes.clone()
+        let bytes: Bytes = match (obj.get("data_base64"), obj.get("part")) {
+            (Some(Value::String(data)), None) => Bytes::from(decode_base64(data, &what)?),
+            (None, Some(Value::String(part))) => {
+                let Some((name, bytes)) = parts.get_key_value(part.as_str()) else {
+                    return Err(refused(
+                        reason::ASSET_PART_MISSING,
+                        format!("{what} claims part {part:?}, which the body does not have"),
+                    ));
+                };
+                if let Some(other) = claimed.insert(name.as_str(), reference.as_str()) {
+                    return Err(refused(
+                        reason::PART_CLAIMED_TWICE,
+                        format!("part {part:?} is claimed by asset {other:?} and by {what}"),
+                    ));
                 }
-                _ => return Err(ProtocolError::schema(
+                bytes.clone()
+            }
+            _ => {
+                return Err(ProtocolError::schema(
                     &["assets", reference],
                     format!(
                         "{what} needs exactly one of data_base64 (a string) or part (a part name)"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         let kind = match kind {
             "image" => AssetKind::Image(inspect_image(&bytes, &what)?),
             _ => AssetKind::Video,

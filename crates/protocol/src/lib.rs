@@ -11,6 +11,7 @@ pub mod confidence;
 pub mod error;
 pub mod ordered;
 pub mod request;
+pub mod schema;
 pub mod text;
 
 pub use answer::{

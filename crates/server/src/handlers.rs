@@ -8,9 +8,14 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::{Decision, DecisionModel, ModelState};
+use protocol::answer::DecisionResponse;
 use protocol::assets::Parts;
 use protocol::error::ErrorCode;
 use protocol::request::{parse_decision_body_with, DecisionBody, Schema};
+use protocol::schema::{
+    DecisionRequestDoc, ErrorDoc, HealthDoc, ModelListDoc, SystemOneBatchDoc,
+    SystemOneBatchResponseDoc,
+};
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, Flavor};
@@ -362,6 +367,20 @@ async fn batch(
     ))
 }
 
+/// Answer a request (or a batch in `states`), each failed question in place.
+#[utoipa::path(post, path = "/v1/decisions", tag = "decisions",
+    request_body(content = DecisionRequestDoc, description = "A request in the internal form (also a batch in `states`, 4.0 forms, gzip/zstd bodies, multipart/form-data with the request first)"),
+    responses(
+        (status = 200, description = "Every question answered, failures in place", body = DecisionResponse),
+        (status = 400, description = "invalid_request", body = ErrorDoc),
+        (status = 404, description = "model_not_found", body = ErrorDoc),
+        (status = 413, description = "request_too_large", body = ErrorDoc),
+        (status = 415, description = "unsupported_media_type", body = ErrorDoc),
+        (status = 422, description = "unsupported_surface", body = ErrorDoc),
+        (status = 429, description = "overloaded", body = ErrorDoc),
+        (status = 500, description = "internal_error", body = ErrorDoc),
+        (status = 503, description = "not_ready", body = ErrorDoc),
+    ))]
 pub async fn decisions(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -370,6 +389,23 @@ pub async fn decisions(
     handle(state, headers, body, Endpoint::Decisions).await
 }
 
+/// Answer one System One request; a failed question fails the request.
+#[utoipa::path(post, path = "/v1/systemone", tag = "decisions",
+    request_body(content = DecisionRequestDoc, description = "One System One request (gzip/zstd bodies and multipart/form-data with the request first are read)"),
+    params(("TypeSafe-Danger-Zone-Long-Context" = Option<String>, Header, description = "true reads a long context")),
+    responses(
+        (status = 200, description = "Every question answered", body = DecisionResponse),
+        (status = 400, description = "invalid_request, or question_failed (max_length_exceeded, scan_budget_exceeded, invalid_input)", body = ErrorDoc),
+        (status = 404, description = "model_not_found", body = ErrorDoc),
+        (status = 413, description = "request_too_large", body = ErrorDoc),
+        (status = 415, description = "unsupported_media_type", body = ErrorDoc),
+        (status = 422, description = "validation failure, or question_failed (invalid_question)", body = ErrorDoc),
+        (status = 429, description = "overloaded (vllm-sr/4.0)", body = ErrorDoc),
+        (status = 500, description = "question_failed (invalid_model_output)", body = ErrorDoc),
+        (status = 503, description = "not_ready, or question_failed (unavailable)", body = ErrorDoc),
+        (status = 504, description = "question_failed (deadline_exceeded)", body = ErrorDoc),
+        (status = 529, description = "overloaded (vllm-sr/5.0)", body = ErrorDoc),
+    ))]
 pub async fn systemone(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -378,6 +414,20 @@ pub async fn systemone(
     handle(state, headers, body, Endpoint::SystemOne).await
 }
 
+/// Named System One requests, each answered as it would be alone.
+#[utoipa::path(post, path = "/v1/systemone/batch", tag = "decisions",
+    request_body = SystemOneBatchDoc,
+    responses(
+        (status = 200, description = "Each request's body (a failed one with its status)", body = SystemOneBatchResponseDoc),
+        (status = 400, description = "invalid_request", body = ErrorDoc),
+        (status = 404, description = "model_not_found", body = ErrorDoc),
+        (status = 413, description = "request_too_large", body = ErrorDoc),
+        (status = 415, description = "unsupported_media_type", body = ErrorDoc),
+        (status = 422, description = "validation failure", body = ErrorDoc),
+        (status = 429, description = "overloaded", body = ErrorDoc),
+        (status = 503, description = "not_ready", body = ErrorDoc),
+        (status = 529, description = "overloaded (vllm-sr/5.0)", body = ErrorDoc),
+    ))]
 pub async fn systemone_batch(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -427,6 +477,9 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
     card
 }
 
+/// The served models with their cards.
+#[utoipa::path(get, path = "/v1/models", tag = "models",
+    responses((status = 200, description = "Served models", body = ModelListDoc)))]
 pub async fn models(State(state): State<Arc<AppState>>) -> Response {
     let models: Vec<Value> = state
         .registry
@@ -468,6 +521,10 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
     )
 }
 
+/// Readiness of the process and each model.
+#[utoipa::path(get, path = "/health", tag = "health",
+    responses((status = 200, description = "Every model ready", body = HealthDoc),
+        (status = 503, description = "Not ready (starting, loading, warming, degraded or failed)", body = HealthDoc)))]
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     let slots = state.registry.slots();
     let states: Vec<ModelState> = slots.iter().map(|s| s.state()).collect();
@@ -498,6 +555,10 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     json_response(status, serde_json::to_vec(&body).unwrap_or_default(), None)
 }
 
+/// Liveness: 503 `stalled` while a forward outruns --forward-timeout-seconds.
+#[utoipa::path(get, path = "/health/live", tag = "health",
+    responses((status = 200, description = "Alive", body = HealthDoc),
+        (status = 503, description = "Stalled", body = HealthDoc)))]
 pub async fn live(State(state): State<Arc<AppState>>) -> Response {
     let limit = state.config.forward_timeout;
     let stalled = state.registry.slots().iter().find_map(|s| {
@@ -522,6 +583,9 @@ pub async fn live(State(state): State<Arc<AppState>>) -> Response {
     json_response(status, serde_json::to_vec(&body).unwrap_or_default(), None)
 }
 
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     for s in state.registry.slots() {
         if let Some(m) = s.model() {
@@ -552,4 +616,22 @@ pub async fn not_found() -> Response {
     )
     .with_reason("route_not_found");
     error_response(&e, Flavor::Internal, None)
+}
+
+/// The OpenAPI document, generated from the handlers' annotations and the wire types.
+#[utoipa::path(get, path = "/openapi.yaml", tag = "health",
+    responses((status = 200, description = "This document", body = String, content_type = "application/yaml")))]
+pub async fn openapi_yaml() -> Response {
+    match crate::openapi::yaml() {
+        Ok(y) => ([(header::CONTENT_TYPE, "application/yaml")], y).into_response(),
+        Err(e) => error_response(
+            &ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::InternalError,
+                e,
+            ),
+            Flavor::Internal,
+            None,
+        ),
+    }
 }

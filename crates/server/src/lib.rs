@@ -4,6 +4,7 @@
 mod body;
 pub mod error;
 mod handlers;
+pub mod openapi;
 mod timing;
 
 use std::net::SocketAddr;
@@ -79,6 +80,7 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
         .route("/health", get(handlers::health))
         .route("/health/live", get(handlers::live))
         .route("/metrics", get(handlers::metrics_text))
+        .route("/openapi.yaml", get(handlers::openapi_yaml))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(request_id))

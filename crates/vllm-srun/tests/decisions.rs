@@ -484,6 +484,7 @@ async fn deadline_passed_before_the_work_started_is_deadline_exceeded() {
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["answers"]["q"]["error"], "deadline_exceeded");
+    assert_eq!(v["answers"]["q"]["reason"], "deadline");
     assert_eq!(v["answers"]["bad"]["error"], "invalid_question");
     let body =
         json!({"state": TICKET, "questions": {"q": noul("?")}, "options": {"deadline_ms": 0}});

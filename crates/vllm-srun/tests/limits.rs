@@ -16,6 +16,7 @@ async fn body_over_max_request_bytes_is_413_with_the_limit() {
     assert_eq!(status, 413, "{v}");
     assert_eq!(v["error"]["code"], "request_too_large");
     assert_eq!(v["error"]["limit"], 2000);
+    assert_eq!(v["error"]["reason"], "body_too_large");
     assert!(h.contains_key("server-timing"));
     let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
     assert_eq!(status, 413, "{v}");
@@ -77,6 +78,27 @@ async fn a_question_longer_than_a_sequence_is_max_length_exceeded() {
     let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["question_error"], "max_length_exceeded");
+    // Every question fits a sequence, but together they pass the request cap
+    // (context tokens x sequences): 400 request_tokens with the cap as limit.
+    let mut questions = serde_json::Map::new();
+    let words = "Does the customer mention the invoice, the refund, the bank or the order number? "
+        .repeat(5);
+    for i in 0..60 {
+        questions.insert(
+            format!("q{i}"),
+            json!({"type": "noul", "instructions": words}),
+        );
+    }
+    let body = json!({"state": TICKET, "questions": questions});
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["reason"], "request_tokens");
+    let cap = v["error"]["limit"].as_u64().unwrap();
+    let (_, m) = get(&s.url("/v1/models")).await;
+    assert_eq!(
+        m["models"][0]["card"]["limits"]["max_request_tokens"], cap,
+        "{m}"
+    );
 }
 
 #[tokio::test]
