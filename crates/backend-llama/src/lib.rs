@@ -138,6 +138,28 @@ impl LlamaBackend {
         })
     }
 
+    /// Load only a GGUF file's tokenizer (no weights): tokenize and read tokens, no sessions.
+    pub fn load_tokenizer(path: &Path) -> Result<LlamaBackend, BackendError> {
+        let rt = runtime()?;
+        let params = LlamaModelParams::default().with_vocab_only(true);
+        let model = LlamaModel::load_from_file(rt, path, &params)
+            .map_err(|e| BackendError::Load(format!("{}: {e}", path.display())))?;
+        let info = BackendInfo {
+            engine: "llama.cpp".into(),
+            device: "cpu".into(),
+            dtype: "vocab-only".into(),
+            context_tokens: 0,
+            max_sequences: 0,
+            trained_context: model.n_ctx_train() as usize,
+            threads: 1,
+        };
+        Ok(LlamaBackend {
+            model,
+            info,
+            config: LlamaConfig::default(),
+        })
+    }
+
     /// Metadata string of the GGUF file.
     pub fn meta(&self, key: &str) -> Option<String> {
         self.model.meta_val_str(key).ok()
@@ -183,11 +205,17 @@ impl Backend for LlamaBackend {
     }
 
     fn token_text(&self, token: Token) -> String {
-        let bytes = self
-            .model
+        String::from_utf8_lossy(&self.token_bytes(token)).into_owned()
+    }
+
+    fn token_bytes(&self, token: Token) -> Vec<u8> {
+        self.model
             .vocab()
-            .token_to_piece(LlamaToken(token as i32), true, None);
-        String::from_utf8_lossy(&bytes).into_owned()
+            .token_to_piece(LlamaToken(token as i32), true, None)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.n_vocab().max(0) as usize
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>, BackendError> {

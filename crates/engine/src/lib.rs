@@ -4,6 +4,7 @@
 //! Knows nothing of HTTP. Depends on `protocol` for request and answer types.
 
 pub mod backend;
+pub mod budget;
 pub mod decision;
 pub mod error;
 pub mod labels;
