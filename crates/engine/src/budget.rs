@@ -65,7 +65,20 @@ fn boundary(c: char) -> Option<CutKind> {
     } else if c.is_ascii_punctuation() {
         if matches!(
             c,
-            '+' | '=' | '<' | '>' | '|' | '~' | '^' | '$' | '%' | '&' | '*' | '#' | '@' | '\\' | '/'
+            '+' | '='
+                | '<'
+                | '>'
+                | '|'
+                | '~'
+                | '^'
+                | '$'
+                | '%'
+                | '&'
+                | '*'
+                | '#'
+                | '@'
+                | '\\'
+                | '/'
         ) {
             Some(CutKind::Symbol)
         } else {
@@ -130,7 +143,9 @@ impl Cutter {
 
     /// The least number of bytes that surely holds more than `budget` tokens.
     pub fn bytes_for(&self, budget: usize) -> usize {
-        budget.saturating_add(1).saturating_mul(self.max_token_bytes)
+        budget
+            .saturating_add(1)
+            .saturating_mul(self.max_token_bytes)
     }
 
     /// Tokenize `text` far enough to know its first `budget` tokens (all of them if it has no
@@ -239,10 +254,14 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 pub fn probe_text(kind: CutKind, max_token_bytes: usize) -> String {
     let want = (25 * max_token_bytes + BOUNDARY_SEARCH + 2 * RUN_MARGIN).max(8192);
     let unit: String = match kind {
-        CutKind::Whitespace => "The quick brown fox jumps over the lazy dog again and again\n".into(),
+        CutKind::Whitespace => {
+            "The quick brown fox jumps over the lazy dog again and again\n".into()
+        }
         CutKind::Punctuation => "alpha,beta;gamma.delta:epsilon!zeta?eta,theta;".into(),
         CutKind::Symbol => "a1+b2=c3<d4>e5|f6~g7^h8&i9*j0#k1@l2\\m3/n4%o5$".into(),
-        CutKind::Cjk => "今天的天气很好我们一起去公园散步然后在湖边喝茶東京の桜は春に咲きます".into(),
+        CutKind::Cjk => {
+            "今天的天气很好我们一起去公园散步然后在湖边喝茶東京の桜は春に咲きます".into()
+        }
         CutKind::Run => {
             // Base64-like and hex-like runs: letters and digits only.
             let mut s = String::new();

@@ -10,10 +10,13 @@ use protocol::answer::{
 };
 use protocol::confidence::{argmax, choice_confidence, expected_level, score_confidence};
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
-use protocol::request::{DecisionBody, DecisionRequest, Question, QuestionKind, Role, Roles};
+use protocol::request::{
+    DecisionBody, DecisionRequest, Overflow, Question, QuestionKind, Role, Roles,
+};
 use protocol::{text, Answer, Ordered, ProtocolError, Usage};
 
 use crate::backend::{Backend, BackendInfo, Node, RootLogits, Token};
+use crate::budget::{self, Cutter};
 use crate::error::EngineError;
 use crate::labels::{option_code, Trie};
 use crate::package::{DecisionConfig, ModelMeta};
@@ -29,6 +32,15 @@ pub struct Limits {
     pub max_request_tokens: usize,
     pub max_options: usize,
     pub max_levels: usize,
+    /// The length each question was validated at; without long context a question reads at
+    /// most this many tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validated_input_tokens: Option<usize>,
+    /// Most tokens of a state read in windows (`overflow: window`), unless
+    /// `options.max_tokens` sets another.
+    pub max_scan_tokens: usize,
+    /// Tokens of a state an `overflow: truncate` question reads.
+    pub truncate_tokens: usize,
 }
 
 /// Time spent in each phase of a request, for Server-Timing.
@@ -92,8 +104,9 @@ struct Prepared {
     /// Root 0 reads the whole state; each further root reads the keys some questions name
     /// with `over`.
     roots: Vec<Node>,
-    /// Each question's plan and the root its branch hangs from.
-    plans: Vec<(usize, Plan)>,
+    /// Each question's plan and the roots its branch hangs from (several when it reads its
+    /// state in windows; none when it failed).
+    plans: Vec<(Vec<usize>, Plan)>,
     usage: Usage,
 }
 
@@ -120,6 +133,27 @@ pub struct DecisionModel {
     codes: Vec<Vec<Token>>,
     digits: Vec<Vec<Token>>,
     turn_end: Vec<Token>,
+    /// The state block's header (`Text:`) and separator tokens.
+    header: Vec<Token>,
+    sep: Vec<Token>,
+    /// Where long texts may be cut for this tokenizer.
+    pub cutter: Cutter,
+}
+
+/// Windows of `w` tokens over `len` tokens, overlapping by an eighth of a window.
+fn windows(len: usize, w: usize) -> Vec<(usize, usize)> {
+    let w = w.max(1);
+    let step = (w - w / 8).max(1);
+    let mut out = Vec::new();
+    let mut a = 0;
+    loop {
+        let b = (a + w).min(len);
+        out.push((a, b));
+        if b >= len {
+            return out;
+        }
+        a += step;
+    }
 }
 
 fn label_paths(backend: &dyn Backend, labels: &[String]) -> Result<Vec<Vec<Token>>, EngineError> {
@@ -176,15 +210,26 @@ impl DecisionModel {
         let info = backend.info().clone();
         // A question's path (system prompt, state, question, two label steps) must fit one
         // sequence; a request's tokens are bounded by what the sequences hold together.
+        let max_input_tokens = info
+            .trained_context
+            .min(info.context_tokens)
+            .saturating_sub(2);
         let limits = Limits {
-            max_input_tokens: info
-                .trained_context
-                .min(info.context_tokens)
-                .saturating_sub(2),
+            max_input_tokens,
             max_request_tokens: info.context_tokens * info.max_sequences,
             max_options: protocol::MAX_OPTIONS,
             max_levels: protocol::MAX_LEVELS,
+            validated_input_tokens: config.validated_input_tokens,
+            // Four inputs on a CPU.
+            max_scan_tokens: config.max_scan_tokens.unwrap_or(4 * max_input_tokens),
+            truncate_tokens: config
+                .truncate_tokens
+                .unwrap_or(max_input_tokens)
+                .min(max_input_tokens),
         };
+        let header = backend.tokenize("Text:\n", false)?;
+        let sep = backend.tokenize("\n\n", false)?;
+        let cutter = Cutter::calibrate(&*backend)?;
         let worker = Worker::start(&meta.name, backend.clone(), prefix.clone(), scheduler)?;
         let mut model = DecisionModel {
             meta,
@@ -199,6 +244,9 @@ impl DecisionModel {
             codes,
             digits,
             turn_end,
+            header,
+            sep,
+            cutter,
         };
         model.numerics = model.measure_numerics()?;
         Ok(model)
@@ -468,6 +516,58 @@ impl DecisionModel {
         }
     }
 
+    /// The most tokens one question reads (system prompt, state and question): the validated
+    /// length by default, `max_input_tokens` with long context.
+    fn question_cap(&self, long_context: bool) -> usize {
+        match self.limits.validated_input_tokens {
+            Some(v) if !long_context => v.min(self.limits.max_input_tokens),
+            _ => self.limits.max_input_tokens,
+        }
+    }
+
+    /// Render the state, or with `over` only the keys it names (in state order), exactly as a
+    /// state holding only them.
+    fn view_text(r: &DecisionRequest, over: Option<&[String]>) -> String {
+        match (over, &r.state) {
+            (Some(keys), serde_json::Value::Object(map)) => {
+                let subset = serde_json::Value::Object(
+                    map.iter()
+                        .filter(|(k, _)| keys.contains(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                );
+                Self::render_state(&subset, &r.roles)
+            }
+            _ => Self::render_state(&r.state, &r.roles),
+        }
+    }
+
+    fn read_text(&self, text: &str, budget: usize) -> Result<budget::Read, ProtocolError> {
+        self.cutter
+            .read(&*self.backend, text, budget)
+            .map_err(|e| ProtocolError::invalid(e.to_string()).with_reason(reason::INPUT_MALFORMED))
+    }
+
+    /// A root: the state header, `tokens`, the separator.
+    fn state_root(&self, tokens: &[Token]) -> Node {
+        let mut t = Vec::with_capacity(self.header.len() + tokens.len() + self.sep.len());
+        t.extend_from_slice(&self.header);
+        t.extend_from_slice(tokens);
+        t.extend_from_slice(&self.sep);
+        Node {
+            tokens: t,
+            reads: Vec::new(),
+            children: Vec::new(),
+        }
+    }
+
+    /// Render, read within budget and tokenize a request into roots and per-question plans.
+    ///
+    /// Each view of the state (the whole state, or the keys a question's `over` names) is read
+    /// only as far as its questions' budgets need. A question whose budget holds the view reads
+    /// it in the shared root; otherwise its `overflow` decides: reject (max_length_exceeded),
+    /// truncate (a root of the first `truncate_tokens`), or window (the view read whole up to
+    /// the scan budget, in overlapping windows whose answers are combined).
     fn prepare(&self, r: &DecisionRequest) -> Result<Prepared, ProtocolError> {
         if r.images > 0 || r.videos > 0 {
             return Err(ProtocolError::invalid(format!(
@@ -476,7 +576,6 @@ impl DecisionModel {
             ))
             .with_reason(reason::MODALITY_UNSUPPORTED));
         }
-        let state_tokens = self.state_tokens(r, None)?;
         let n_decisions = r
             .questions
             .iter()
@@ -489,84 +588,218 @@ impl DecisionModel {
                 )
             })
             .count();
-        let mut roots = vec![Node {
-            tokens: state_tokens,
-            reads: Vec::new(),
-            children: Vec::new(),
-        }];
-        // The key sets of roots 1.. (questions with `over`).
-        let mut subsets: Vec<&[String]> = Vec::new();
-        let mut plans = Vec::with_capacity(r.questions.len());
-        let mut usage = Usage {
-            input_tokens: (self.prefix.len() + roots[0].tokens.len()) as u64,
-            ..Usage::default()
-        };
-        for slot in &r.questions {
-            let failed = |failure: QuestionFailure| {
-                (
-                    0,
-                    Plan::Failed {
-                        id: slot.id.clone(),
-                        type_word: slot.type_word.clone(),
-                        failure,
-                    },
-                )
-            };
+        let cap = self.question_cap(r.options.long_context);
+        let fixed = self.prefix.len() + self.header.len() + self.sep.len();
+        let max_tokens = r.options.max_tokens.map(|t| t as usize);
+
+        // 1. Plan every question; note the view it reads.
+        struct Planned<'a> {
+            view: usize,
+            q: &'a Question,
+            plan: Plan,
+            nodes: Vec<Node>,
+            /// Tokens the state may have for this question (cap minus everything else).
+            room: usize,
+        }
+        let mut views: Vec<Option<&[String]>> = Vec::new();
+        let mut planned: Vec<Result<Planned, (usize, QuestionFailure)>> = Vec::new();
+        for (i, slot) in r.questions.iter().enumerate() {
             let q = match &slot.question {
                 Ok(q) => q,
                 Err(f) => {
-                    plans.push(failed(f.clone()));
+                    planned.push(Err((i, f.clone())));
                     continue;
                 }
             };
             if let Err(f) = self.image_check(q, slot.images, r.images) {
-                plans.push(failed(f));
+                planned.push(Err((i, f)));
                 continue;
             }
-            let at = match q.over.as_deref() {
-                Some(keys) if !covers_state(&r.state, keys) => {
-                    match subsets.iter().position(|s| *s == keys) {
-                        Some(i) => i + 1,
-                        None => {
-                            let tokens = self.state_tokens(r, Some(keys))?;
-                            usage.input_tokens += tokens.len() as u64;
-                            roots.push(Node {
-                                tokens,
-                                reads: Vec::new(),
-                                children: Vec::new(),
-                            });
-                            subsets.push(keys);
-                            roots.len() - 1
-                        }
-                    }
+            let key = q
+                .over
+                .as_deref()
+                .filter(|keys| !covers_state(&r.state, keys));
+            let view = match views.iter().position(|v| *v == key) {
+                Some(v) => v,
+                None => {
+                    views.push(key);
+                    views.len() - 1
                 }
-                _ => 0,
             };
-            let base = self.prefix.len() + roots[at].tokens.len();
             match self.plan(&slot.id, q, n_decisions) {
                 Ok((plan, nodes)) => {
-                    let own: usize = nodes.iter().map(|n| n.tokens.len()).sum();
                     let longest = nodes.iter().map(|n| n.tokens.len()).max().unwrap_or(0);
-                    if base + longest > self.limits.max_input_tokens {
+                    planned.push(Ok(Planned {
+                        view,
+                        q,
+                        plan,
+                        nodes,
+                        room: cap.saturating_sub(fixed + longest),
+                    }));
+                }
+                Err(f) => planned.push(Err((i, f))),
+            }
+        }
+
+        // 2. Read each view as far as its roomiest question needs.
+        let texts: Vec<String> = views.iter().map(|v| Self::view_text(r, *v)).collect();
+        let mut reads = Vec::with_capacity(views.len());
+        for (v, text) in texts.iter().enumerate() {
+            let need = planned
+                .iter()
+                .filter_map(|p| p.as_ref().ok())
+                .filter(|p| p.view == v)
+                .map(|p| p.room)
+                .max()
+                .unwrap_or(0);
+            reads.push(self.read_text(text, need)?);
+        }
+        let mut scans: Vec<Option<Option<budget::Read>>> = vec![None; views.len()];
+
+        // 3. Place each question on its roots.
+        #[derive(PartialEq)]
+        enum RootKey {
+            Whole(usize),
+            Truncated(usize, usize),
+            Windows(usize, usize),
+        }
+        let mut roots: Vec<Node> = Vec::new();
+        let mut keyed: Vec<(RootKey, Vec<usize>)> = Vec::new();
+        let mut plans: Vec<(Vec<usize>, Plan)> = Vec::with_capacity(r.questions.len());
+        let mut read_in_part = vec![false; views.len()];
+        let mut used = vec![false; views.len()];
+        let mut usage = Usage {
+            input_tokens: self.prefix.len() as u64,
+            ..Usage::default()
+        };
+        let failed = |i: usize, failure: QuestionFailure| -> (Vec<usize>, Plan) {
+            let slot = &r.questions[i];
+            (
+                Vec::new(),
+                Plan::Failed {
+                    id: slot.id.clone(),
+                    type_word: slot.type_word.clone(),
+                    failure,
+                },
+            )
+        };
+        for (i, p) in planned.into_iter().enumerate() {
+            let p = match p {
+                Ok(p) => p,
+                Err((i, f)) => {
+                    plans.push(failed(i, f));
+                    continue;
+                }
+            };
+            let read = &reads[p.view];
+            used[p.view] = true;
+            let budget = max_tokens.map_or(p.room, |m| m.min(p.room));
+            let key = if read.complete && read.tokens.len() <= budget {
+                RootKey::Whole(p.view)
+            } else {
+                read_in_part[p.view] |= !read.complete;
+                match p.q.overflow {
+                    Overflow::Reject => {
+                        let (limit, why) = match max_tokens {
+                            Some(m) if m < p.room => (m, "options.max_tokens"),
+                            _ => (cap, "the model"),
+                        };
                         let mut f = QuestionFailure::new(
                             QuestionErrorKind::MaxLengthExceeded,
                             reason::QUESTION_TOKENS,
                             format!(
-                                "question {:?} reads {} tokens with its state; the model reads at most {}",
-                                slot.id,
-                                base + longest,
-                                self.limits.max_input_tokens
+                                "question {:?} reads more than {limit} tokens with its state, the most {why} allows; send overflow: truncate or window to read it in part or in windows",
+                                r.questions[i].id
                             ),
                         );
-                        f.limit = Some(self.limits.max_input_tokens as u64);
-                        plans.push(failed(f));
+                        f.limit = Some(limit as u64);
+                        plans.push(failed(i, f));
                         continue;
                     }
-                    usage.input_tokens += own as u64;
-                    roots[at].children.extend(nodes);
-                    plans.push((at, plan));
+                    Overflow::Truncate => {
+                        if p.q.require_full_input {
+                            let f = QuestionFailure::new(
+                                QuestionErrorKind::MaxLengthExceeded,
+                                reason::INPUT_INCOMPLETE,
+                                format!(
+                                    "require_full_input: question {:?} would read only the first {} tokens of its state",
+                                    r.questions[i].id,
+                                    budget.min(self.limits.truncate_tokens)
+                                ),
+                            );
+                            plans.push(failed(i, f));
+                            continue;
+                        }
+                        RootKey::Truncated(p.view, budget.min(self.limits.truncate_tokens))
+                    }
+                    Overflow::Window => {
+                        let scan_budget = max_tokens.unwrap_or(self.limits.max_scan_tokens);
+                        if scans[p.view].is_none() {
+                            let scan = self.read_text(&texts[p.view], scan_budget)?;
+                            let whole = scan.complete && scan.tokens.len() <= scan_budget;
+                            scans[p.view] = Some(whole.then_some(scan));
+                        }
+                        if !matches!(scans[p.view], Some(Some(_))) {
+                            let mut f = QuestionFailure::new(
+                                QuestionErrorKind::ScanBudgetExceeded,
+                                reason::SCAN_BUDGET,
+                                format!(
+                                    "question {:?}: its state has more than {scan_budget} tokens, the scan budget; none of it was read",
+                                    r.questions[i].id
+                                ),
+                            );
+                            f.limit = Some(scan_budget as u64);
+                            plans.push(failed(i, f));
+                            continue;
+                        }
+                        RootKey::Windows(p.view, p.room.max(1))
+                    }
                 }
-                Err(f) => plans.push(failed(f)),
+            };
+            let at = match keyed.iter().position(|(k, _)| *k == key) {
+                Some(k) => keyed[k].1.clone(),
+                None => {
+                    let first = roots.len();
+                    match key {
+                        RootKey::Whole(v) => roots.push(self.state_root(&reads[v].tokens)),
+                        RootKey::Truncated(v, t) => {
+                            let t = t.min(reads[v].tokens.len());
+                            roots.push(self.state_root(&reads[v].tokens[..t]));
+                        }
+                        RootKey::Windows(v, w) => {
+                            let tokens = match &scans[v] {
+                                Some(Some(scan)) => &scan.tokens[..],
+                                _ => &[],
+                            };
+                            for (a, b) in windows(tokens.len(), w) {
+                                roots.push(self.state_root(&tokens[a..b]));
+                            }
+                        }
+                    }
+                    let at: Vec<usize> = (first..roots.len()).collect();
+                    keyed.push((key, at.clone()));
+                    at
+                }
+            };
+            let own: usize = p.nodes.iter().map(|n| n.tokens.len()).sum();
+            usage.input_tokens += (own * at.len()) as u64;
+            for &root in &at {
+                roots[root].children.extend(p.nodes.iter().cloned());
+            }
+            plans.push((at, p.plan));
+        }
+        // The tokens read of each view: the whole view once, or the part read.
+        for v in 0..views.len() {
+            if !used[v] {
+                continue;
+            }
+            let n = match &scans[v] {
+                Some(Some(scan)) => scan.tokens.len(),
+                _ => reads[v].tokens.len(),
+            };
+            usage.input_tokens += (n + self.header.len() + self.sep.len()) as u64;
+            if read_in_part[v] && !matches!(scans[v], Some(Some(_))) {
+                usage.tokens_lower_bound = true;
             }
         }
         let total: usize = roots
@@ -587,32 +820,6 @@ impl DecisionModel {
             plans,
             usage,
         })
-    }
-
-    fn state_tokens(
-        &self,
-        r: &DecisionRequest,
-        over: Option<&[String]>,
-    ) -> Result<Vec<Token>, ProtocolError> {
-        // With `over`, the question reads only the keys it names, in state order, rendered
-        // exactly as a state holding only them.
-        let subset;
-        let state = match (over, &r.state) {
-            (Some(keys), serde_json::Value::Object(map)) => {
-                subset = serde_json::Value::Object(
-                    map.iter()
-                        .filter(|(k, _)| keys.contains(k))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                );
-                &subset
-            }
-            _ => &r.state,
-        };
-        let state_text = format!("Text:\n{}\n\n", Self::render_state(state, &r.roles));
-        self.backend
-            .tokenize(&state_text, false)
-            .map_err(|e| ProtocolError::invalid(e.to_string()).with_reason(reason::INPUT_MALFORMED))
     }
 
     /// Images a question references: a box question's target, else refused on this model (it
@@ -814,6 +1021,45 @@ impl DecisionModel {
         }
     }
 
+    /// Read one plan's probability groups from one root's logits: one distribution for a
+    /// choice, noul or score question, one yes/no pair per label of a set.
+    fn read_groups<'a>(
+        &self,
+        plan: &Plan,
+        reads: &mut impl Iterator<Item = &'a Vec<f32>>,
+    ) -> Option<Vec<Vec<f64>>> {
+        match plan {
+            Plan::Failed { .. } => Some(Vec::new()),
+            Plan::Choice {
+                keys,
+                trie,
+                temperature,
+                ..
+            } => Some(vec![trie.probabilities(reads, keys.len(), *temperature)?]),
+            Plan::Noul { temperature, .. } => {
+                Some(vec![self.yes_no.probabilities(reads, 2, *temperature)?])
+            }
+            Plan::Score {
+                legend,
+                trie,
+                temperature,
+                ..
+            } => Some(vec![trie.probabilities(
+                reads,
+                legend.len(),
+                *temperature,
+            )?]),
+            Plan::Set {
+                labels,
+                temperature,
+                ..
+            } => labels
+                .iter()
+                .map(|_| self.yes_no.probabilities(reads, 2, *temperature))
+                .collect(),
+        }
+    }
+
     fn assemble(
         &self,
         p: &Prepared,
@@ -824,7 +1070,6 @@ impl DecisionModel {
             .into_iter()
             .map(|l| l.map(|l| l.iter()).unwrap_or_default())
             .collect();
-        let mut none = [].iter();
         let mut answers = Ordered::new();
         let mut sets = Ordered::new();
         let mut thresholds = Ordered::new();
@@ -842,8 +1087,18 @@ impl DecisionModel {
             input_complete: complete && answer.failure().is_none(),
             answer,
         };
-        for (at, plan) in &p.plans {
-            let reads = per_root.get_mut(*at).unwrap_or(&mut none);
+        for (roots, plan) in &p.plans {
+            // Every root (window) the question read, then the windows combined.
+            let mut per_window = Vec::with_capacity(roots.len());
+            for &at in roots {
+                let mut none = [].iter();
+                let reads = per_root.get_mut(at).unwrap_or(&mut none);
+                per_window.push(self.read_groups(plan, reads));
+            }
+            let groups: Option<Vec<Vec<f64>>> = per_window
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .and_then(|w| combine_windows(plan, w));
             match plan {
                 Plan::Failed {
                     id,
@@ -862,13 +1117,9 @@ impl DecisionModel {
                     );
                 }
                 Plan::Choice {
-                    id,
-                    keys,
-                    trie,
-                    temperature,
-                    complete,
+                    id, keys, complete, ..
                 } => {
-                    let answer = match trie.probabilities(reads, keys.len(), *temperature) {
+                    let answer = match groups.and_then(|g| g.into_iter().next()) {
                         Some(probs) => Answer::Choice(ChoiceAnswer {
                             choice: keys[argmax(&probs)].clone(),
                             confidence: choice_confidence(&probs),
@@ -878,12 +1129,8 @@ impl DecisionModel {
                     };
                     answers.push(id.clone(), entry(answer, *complete));
                 }
-                Plan::Noul {
-                    id,
-                    temperature,
-                    complete,
-                } => {
-                    let answer = match self.yes_no.probabilities(reads, 2, *temperature) {
+                Plan::Noul { id, complete, .. } => {
+                    let answer = match groups.and_then(|g| g.into_iter().next()) {
                         Some(p) => Answer::Noul(NoulAnswer { noul: p[0] }),
                         None => broken("noul"),
                     };
@@ -892,11 +1139,10 @@ impl DecisionModel {
                 Plan::Score {
                     id,
                     legend,
-                    trie,
-                    temperature,
                     complete,
+                    ..
                 } => {
-                    let answer = match trie.probabilities(reads, legend.len(), *temperature) {
+                    let answer = match groups.and_then(|g| g.into_iter().next()) {
                         Some(probs) => Answer::Score(ScoreAnswer {
                             score: expected_level(&probs),
                             confidence: score_confidence(&probs),
@@ -923,32 +1169,22 @@ impl DecisionModel {
                     id,
                     labels,
                     threshold,
-                    temperature,
                     complete,
-                } => {
-                    let mut probs = Ordered::new();
-                    let mut selected = Vec::new();
-                    let mut ok = true;
-                    for label in labels {
-                        let key = format!("{id}.{label}");
-                        match self.yes_no.probabilities(reads, 2, *temperature) {
-                            Some(p) => {
-                                if p[0] >= *threshold {
-                                    selected.push(label.clone());
-                                }
-                                probs.push(label.clone(), p[0]);
-                                answers.push(
-                                    key,
-                                    entry(Answer::Noul(NoulAnswer { noul: p[0] }), *complete),
-                                );
+                    ..
+                } => match groups {
+                    Some(groups) => {
+                        let mut probs = Ordered::new();
+                        let mut selected = Vec::new();
+                        for (label, p) in labels.iter().zip(groups) {
+                            if p[0] >= *threshold {
+                                selected.push(label.clone());
                             }
-                            None => {
-                                ok = false;
-                                answers.push(key, entry(broken("noul"), false));
-                            }
+                            probs.push(label.clone(), p[0]);
+                            answers.push(
+                                format!("{id}.{label}"),
+                                entry(Answer::Noul(NoulAnswer { noul: p[0] }), *complete),
+                            );
                         }
-                    }
-                    if ok {
                         sets.push(
                             id.clone(),
                             SetResult {
@@ -958,7 +1194,12 @@ impl DecisionModel {
                         );
                         thresholds.push(id.clone(), *threshold);
                     }
-                }
+                    None => {
+                        for label in labels {
+                            answers.push(format!("{id}.{label}"), entry(broken("noul"), false));
+                        }
+                    }
+                },
             }
         }
         DecisionResponse {
@@ -970,4 +1211,41 @@ impl DecisionModel {
             meta: None,
         }
     }
+}
+
+/// Combine the answers of a question read in windows. A noul (and each label of a set) takes
+/// the highest probability any window gave it: the text says yes if any part of it does. A
+/// choice or score takes the mean of the windows' distributions: each window is one equal
+/// reading of the text. One window is its own answer.
+fn combine_windows(plan: &Plan, windows: Vec<Vec<Vec<f64>>>) -> Option<Vec<Vec<f64>>> {
+    let mut it = windows.into_iter();
+    let first = it.next()?;
+    let rest: Vec<Vec<Vec<f64>>> = it.collect();
+    if rest.is_empty() {
+        return Some(first);
+    }
+    let n = (rest.len() + 1) as f64;
+    let max = matches!(plan, Plan::Noul { .. } | Plan::Set { .. });
+    let mut out = first;
+    for w in &rest {
+        for (g, wg) in out.iter_mut().zip(w) {
+            if max {
+                if wg[0] > g[0] {
+                    g.clone_from(wg);
+                }
+            } else {
+                for (x, y) in g.iter_mut().zip(wg) {
+                    *x += y;
+                }
+            }
+        }
+    }
+    if !max {
+        for g in &mut out {
+            for x in g.iter_mut() {
+                *x /= n;
+            }
+        }
+    }
+    Some(out)
 }

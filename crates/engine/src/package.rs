@@ -85,6 +85,15 @@ pub struct DecisionConfig {
     pub presets: Vec<String>,
     /// Default threshold of set questions.
     pub set_threshold: f64,
+    /// The length questions were validated at (card `limits.validated_input_tokens`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validated_input_tokens: Option<usize>,
+    /// The scan budget of windowed reads (card `limits.max_scan_tokens`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_scan_tokens: Option<usize>,
+    /// Tokens a truncating question reads (card `limits.truncate_tokens`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncate_tokens: Option<usize>,
 }
 
 impl Default for DecisionConfig {
@@ -101,6 +110,9 @@ impl Default for DecisionConfig {
             question_types: vec!["choice".into(), "noul".into(), "score".into(), "set".into()],
             presets: Vec::new(),
             set_threshold: 0.5,
+            validated_input_tokens: None,
+            max_scan_tokens: None,
+            truncate_tokens: None,
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod reason {
     pub const REQUEST_TOKENS: &str = "request_tokens";
     pub const INPUT_MALFORMED: &str = "input_malformed";
     pub const INPUT_INCOMPLETE: &str = "input_incomplete";
+    pub const SCAN_BUDGET: &str = "scan_budget";
     pub const BODY_MALFORMED: &str = "body_malformed";
     pub const UNKNOWN_MEMBER: &str = "unknown_member";
     pub const REMOVED_FORM: &str = "removed_form";

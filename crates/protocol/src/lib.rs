@@ -21,7 +21,7 @@ pub use answer::{
 pub use error::{reason, ErrorCode, ProtocolError, QuestionErrorKind, QuestionFailure};
 pub use ordered::Ordered;
 pub use request::{
-    parse_decision_body, DecisionBody, DecisionRequest, Options, Question, QuestionKind,
+    parse_decision_body, DecisionBody, DecisionRequest, Options, Overflow, Question, QuestionKind,
     QuestionSlot, Role, Roles, Schema,
 };
 

@@ -111,6 +111,18 @@ impl QuestionKind {
     }
 }
 
+/// How a question reads a state longer than its budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Overflow {
+    /// Fail the question with max_length_exceeded (the default).
+    #[default]
+    Reject,
+    /// Read the first `limits.truncate_tokens`.
+    Truncate,
+    /// Read it whole in windows, up to the scan budget.
+    Window,
+}
+
 /// A valid question.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Question {
@@ -120,6 +132,8 @@ pub struct Question {
     pub preset: Option<String>,
     /// The state keys the question reads (`over`), when not the whole state.
     pub over: Option<Vec<String>>,
+    /// How a state longer than the question's budget is read.
+    pub overflow: Overflow,
     pub require_full_input: bool,
     pub decision_adapter: bool,
 }
@@ -633,13 +647,19 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
     };
     let require_full_input = flag("require_full_input")?;
     let decision_adapter = flag("decision_adapter")?;
-    if let Some(v) = obj.get("overflow") {
-        if !matches!(v.as_str(), Some("window" | "truncate")) && !v.is_null() {
-            return Err(QuestionFailure::malformed(
-                "overflow must be window or truncate",
-            ));
-        }
-    }
+    let overflow = match obj.get("overflow") {
+        None | Some(Value::Null) => Overflow::Reject,
+        Some(v) => match v.as_str() {
+            Some("window") => Overflow::Window,
+            Some("truncate") => Overflow::Truncate,
+            Some("reject") => Overflow::Reject,
+            _ => {
+                return Err(QuestionFailure::malformed(
+                    "overflow must be window, truncate or reject",
+                ))
+            }
+        },
+    };
     let over = match obj.get("over") {
         None | Some(Value::Null) => None,
         Some(Value::String(k)) => Some(vec![k.clone()]),
@@ -796,6 +816,7 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         instructions,
         preset,
         over,
+        overflow,
         require_full_input,
         decision_adapter,
     })

@@ -466,13 +466,9 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
             "scheduler": m.worker().config(),
             "system_prompt_tokens": m.prefix_tokens(),
         });
-        card["limits"] = json!({
-            "max_input_tokens": m.limits.max_input_tokens,
-            "max_request_tokens": m.limits.max_request_tokens,
-            "max_options": m.limits.max_options,
-            "max_levels": m.limits.max_levels,
-            "max_request_bytes": state.config.max_request_bytes,
-        });
+        let mut limits = serde_json::to_value(&m.limits).unwrap_or_else(|_| json!({}));
+        limits["max_request_bytes"] = json!(state.config.max_request_bytes);
+        card["limits"] = limits;
     }
     card
 }

@@ -34,6 +34,8 @@ pub struct ServeOptions {
     pub threads: usize,
     pub scheduler: SchedulerConfig,
     pub pull_missing: bool,
+    /// Replaces every decision model's scan budget (`limits.max_scan_tokens`).
+    pub max_scan_tokens: Option<usize>,
 }
 
 impl Default for ServeOptions {
@@ -51,6 +53,7 @@ impl Default for ServeOptions {
             threads: 0,
             scheduler: SchedulerConfig::default(),
             pull_missing: true,
+            max_scan_tokens: None,
         }
     }
 }
@@ -121,9 +124,15 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<DecisionModel, Stri
     slot.set_state(ModelState::Loading);
     let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
     let mut meta = slot.planned().clone();
-    let mut config = DecisionConfig::default();
+    let mut config = DecisionConfig {
+        max_scan_tokens: o.max_scan_tokens,
+        ..DecisionConfig::default()
+    };
     if let Some(dir) = resolved.dir.as_deref() {
         config = read_json(&dir.join("decision_config.json"))?;
+        if o.max_scan_tokens.is_some() {
+            config.max_scan_tokens = o.max_scan_tokens;
+        }
         let card: CardFile = read_json(&dir.join("card.json"))?;
         if let Some(d) = card.description {
             meta.description = d;

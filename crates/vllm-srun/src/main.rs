@@ -88,6 +88,9 @@ struct ServeArgs {
     /// Most tokens one forward evaluates; concurrent requests share forwards up to it.
     #[arg(long, default_value_t = 4096)]
     forward_tokens: usize,
+    /// Scan budget of windowed reads (overflow: window), in tokens; default: four inputs.
+    #[arg(long)]
+    max_scan_tokens: Option<usize>,
     /// Do not fetch missing catalogue models.
     #[arg(long)]
     no_pull: bool,
@@ -221,6 +224,7 @@ fn serve(args: ServeArgs) -> i32 {
             forward_tokens: args.forward_tokens,
         },
         pull_missing: !args.no_pull,
+        max_scan_tokens: args.max_scan_tokens,
     };
     let Some(rt) = runtime() else {
         return 1;

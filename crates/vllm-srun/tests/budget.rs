@@ -15,14 +15,18 @@ fn tokenizers() -> Vec<(String, PathBuf)> {
             out.push((id.to_string(), r.weights));
         }
     }
-    assert!(!out.is_empty(), "no GGUF model is cached; run `vllm-srun models pull smollm2-135m`");
+    assert!(
+        !out.is_empty(),
+        "no GGUF model is cached; run `vllm-srun models pull smollm2-135m`"
+    );
     out
 }
 
 fn texts() -> Vec<(&'static str, String)> {
     let english = "The refund for order 4471 was promised last week, but it has not arrived. \
         Customers who wait longer than thirty days may dispute the charge; our policy (v2.3) says so!\n";
-    let code = "fn merge(a: &[i32], b: &[i32]) -> Vec<i32> {\n    let (mut i, mut j) = (0, 0);\n    \
+    let code =
+        "fn merge(a: &[i32], b: &[i32]) -> Vec<i32> {\n    let (mut i, mut j) = (0, 0);\n    \
         while i < a.len() && j < b.len() { if a[i] <= b[j] { i += 1 } else { j += 1 } }\n}\n";
     let mut base64 = String::new();
     let mut hex = String::new();
@@ -34,9 +38,11 @@ fn texts() -> Vec<(&'static str, String)> {
         base64.push(b64[(x % 64) as usize] as char);
         hex.push(b"0123456789abcdef"[(x % 16) as usize] as char);
     }
-    let chinese = "今天的天气很好，我们一起去公园散步。然后在湖边喝茶，聊了很多关于工作和生活的事情。";
+    let chinese =
+        "今天的天气很好，我们一起去公园散步。然后在湖边喝茶，聊了很多关于工作和生活的事情。";
     let japanese = "東京の桜は春に咲きます。多くの人が公園に集まり、花見を楽しみます。";
-    let unspaced_chinese = "今天的天气很好我们一起去公园散步然后在湖边喝茶聊了很多关于工作和生活的事情";
+    let unspaced_chinese =
+        "今天的天气很好我们一起去公园散步然后在湖边喝茶聊了很多关于工作和生活的事情";
     vec![
         ("english", english.repeat(1500)),
         ("code", code.repeat(1500)),
@@ -74,9 +80,13 @@ fn kept_tokens_are_the_whole_texts_token_prefix() {
                 if read.complete {
                     assert_eq!(read.tokens.len(), whole.len());
                 } else {
-                    assert!(read.tokens.len() > budget, "{id} {name}: read past the budget");
+                    assert!(
+                        read.tokens.len() > budget,
+                        "{id} {name}: read past the budget"
+                    );
                     assert!(read.tokens.len() < whole.len(), "{id} {name}: read in part");
-                    let read_bytes: usize = read.tokens.iter().map(|t| tok.token_bytes(*t).len()).sum();
+                    let read_bytes: usize =
+                        read.tokens.iter().map(|t| tok.token_bytes(*t).len()).sum();
                     assert!(
                         read_bytes <= cutter.bytes_for(budget) + 8192,
                         "{id} {name}: read {read_bytes} bytes for a budget of {budget} tokens"
