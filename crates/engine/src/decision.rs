@@ -2,6 +2,7 @@
 //! state once, then one branch per question), queue it, and read typed answers from the logits
 //! of each question's option labels.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -527,8 +528,10 @@ impl DecisionModel {
 
     /// Render the state, or with `over` only the keys it names (in state order), exactly as a
     /// state holding only them.
-    fn view_text(r: &DecisionRequest, over: Option<&[String]>) -> String {
+    fn view_text<'a>(r: &'a DecisionRequest, over: Option<&[String]>) -> Cow<'a, str> {
         match (over, &r.state) {
+            // A plain text state is read as it is, without a copy.
+            (None, serde_json::Value::String(s)) => Cow::Borrowed(s.trim_end_matches('\n')),
             (Some(keys), serde_json::Value::Object(map)) => {
                 let subset = serde_json::Value::Object(
                     map.iter()
@@ -536,9 +539,9 @@ impl DecisionModel {
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect(),
                 );
-                Self::render_state(&subset, &r.roles)
+                Cow::Owned(Self::render_state(&subset, &r.roles))
             }
-            _ => Self::render_state(&r.state, &r.roles),
+            _ => Cow::Owned(Self::render_state(&r.state, &r.roles)),
         }
     }
 
@@ -642,14 +645,14 @@ impl DecisionModel {
         }
 
         // 2. Read each view as far as its roomiest question needs.
-        let texts: Vec<String> = views.iter().map(|v| Self::view_text(r, *v)).collect();
+        let texts: Vec<Cow<'_, str>> = views.iter().map(|v| Self::view_text(r, *v)).collect();
         let mut reads = Vec::with_capacity(views.len());
         for (v, text) in texts.iter().enumerate() {
             let need = planned
                 .iter()
                 .filter_map(|p| p.as_ref().ok())
                 .filter(|p| p.view == v)
-                .map(|p| p.room)
+                .map(|p| max_tokens.map_or(p.room, |m| m.min(p.room)))
                 .max()
                 .unwrap_or(0);
             reads.push(self.read_text(text, need)?);

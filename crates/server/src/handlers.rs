@@ -215,6 +215,8 @@ async fn handle(
             .await
             .map_err(ApiError::from)?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))?;
+        // The parsed value holds everything now; a long body's bytes are not kept beside it.
+        drop(bytes);
         if endpoint == Endpoint::SystemOneBatch {
             if !parts.is_empty() {
                 return Err(ApiError::from(crate::body::BodyError::Multipart(

@@ -353,3 +353,154 @@ fn raw_threads() -> usize {
         .map(|n| n.get())
         .unwrap_or(2)
 }
+
+/// Resident memory of this process, in bytes.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Run `f` while sampling resident memory every 2 ms; return its result and the peak growth.
+async fn peak_rss<T>(f: impl std::future::Future<Output = T>) -> (T, u64) {
+    let base = rss_bytes();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(base));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peak.fetch_max(rss_bytes(), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let out = f.await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = sampler.join();
+    let grown = peak
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .saturating_sub(base);
+    (out, grown)
+}
+
+/// Long inputs: one decision on a 2 KB text and on a 10 MB text, both with a 512-token budget
+/// (`options.max_tokens: 512`, `overflow: truncate`), alternating over HTTP in one process;
+/// then plain whole-text tokenization of the 10 MB text for contrast.
+pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
+    let o = crate::ServeOptions {
+        models: vec![model_spec.to_string()],
+        port: 0,
+        max_request_bytes: 64 << 20,
+        ..crate::ServeOptions::default()
+    };
+    let bound = crate::bind(o).await?;
+    let registry = bound.registry.clone();
+    let base = format!("http://{}", bound.addr);
+    tokio::spawn(bound.run());
+    let model = loop {
+        match registry.ready(None) {
+            Ok(m) => break m,
+            Err(engine::EngineError::NotReady(_)) => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let url = format!("{base}/v1/decisions");
+    let unit = "2026-11-29T10:00:00Z worker-7 INFO request 4471 served in 12 ms; cache hit for \
+                key user:9913, queue depth 3, retries 0, upstream ok.\n";
+    let text = |bytes: usize| unit.repeat(bytes / unit.len() + 1)[..bytes].to_string();
+    let body = |state: String| -> Result<Vec<u8>, String> {
+        serde_json::to_vec(&json!({
+            "state": state,
+            "questions": {"q": {"type": "noul", "instructions": "Do the logs show an error?", "overflow": "truncate"}},
+            "options": {"max_tokens": 512}
+        }))
+        .map_err(|e| e.to_string())
+    };
+    let short = body(text(2 << 10))?;
+    let long = body(text(10 << 20))?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let send = |b: Vec<u8>| {
+        let client = client.clone();
+        let url = url.clone();
+        async move {
+            let t = Instant::now();
+            let resp = client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(b)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = resp.status();
+            let v: Value = resp.json().await.map_err(|e| e.to_string())?;
+            if !status.is_success() || v["answers"]["q"]["noul"].as_f64().is_none() {
+                return Err(format!("{status}: {v}"));
+            }
+            Ok::<(Duration, Value), String>((t.elapsed(), v))
+        }
+    };
+    println!(
+        "long inputs: model {}, 512-token budget (overflow truncate), {runs} runs each, alternating",
+        model.meta.name
+    );
+    send(short.clone()).await?;
+    send(long.clone()).await?;
+    let (mut ts, mut tl, mut ms, mut ml) = (Vec::new(), Vec::new(), 0u64, 0u64);
+    let mut usage = (Value::Null, Value::Null);
+    for _ in 0..runs {
+        let (r, m) = peak_rss(send(short.clone())).await;
+        let (t, v) = r?;
+        ts.push(t);
+        ms = ms.max(m);
+        usage.0 = v["usage"].clone();
+        let (r, m) = peak_rss(send(long.clone())).await;
+        let (t, v) = r?;
+        tl.push(t);
+        ml = ml.max(m);
+        usage.1 = v["usage"].clone();
+    }
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let (s, l) = (median(ts), median(tl));
+    println!(
+        "   2 KB text: median {:8.1} ms, peak RSS growth {:6.1} MiB, usage {}",
+        s.as_secs_f64() * 1e3,
+        mib(ms),
+        usage.0
+    );
+    println!(
+        "  10 MB text: median {:8.1} ms, peak RSS growth {:6.1} MiB, usage {}",
+        l.as_secs_f64() * 1e3,
+        mib(ml),
+        usage.1
+    );
+    println!(
+        "  10 MB / 2 KB time ratio: {:.2}",
+        l.as_secs_f64() / s.as_secs_f64()
+    );
+    // For contrast: what reading the whole 10 MB text would cost in tokenization alone.
+    let resolved = hub::resolve(model_spec, false).map_err(|e| e.to_string())?;
+    let tok = backend_llama::LlamaBackend::load_tokenizer(&resolved.weights)
+        .map_err(|e| e.to_string())?;
+    let big = text(10 << 20);
+    let t = Instant::now();
+    let (n, m) =
+        peak_rss(async { engine::Backend::tokenize(&tok, &big, false).map(|t| t.len()) }).await;
+    println!(
+        "  whole-text tokenization of the 10 MB text (not done by the server): {} tokens in {:.1} ms, peak RSS growth {:.1} MiB",
+        n.map_err(|e| e.to_string())?,
+        t.elapsed().as_secs_f64() * 1e3,
+        mib(m)
+    );
+    Ok(())
+}

@@ -38,6 +38,9 @@ enum Command {
         /// Distinct requests per throughput level of the suite.
         #[arg(long, default_value_t = 24)]
         requests: usize,
+        /// Long inputs: a decision on a 2 KB and a 10 MB text with a 512-token budget.
+        #[arg(long)]
+        long: bool,
     },
 }
 
@@ -114,7 +117,14 @@ fn main() {
             runs,
             suite,
             requests,
-        } => bench(&url, &model, runs.max(1), suite.then_some(requests.max(1))),
+            long,
+        } => {
+            if long {
+                bench_long(&model, runs.max(1))
+            } else {
+                bench(&url, &model, runs.max(1), suite.then_some(requests.max(1)))
+            }
+        }
     };
     std::process::exit(code);
 }
@@ -184,6 +194,19 @@ fn bench(url: &str, model: &str, runs: usize, suite: Option<usize>) -> i32 {
         None => rt.block_on(vllm_srun::bench::latency(url, model, runs)),
     };
     match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            1
+        }
+    }
+}
+
+fn bench_long(model: &str, runs: usize) -> i32 {
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    match rt.block_on(vllm_srun::bench::long_inputs(model, runs)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("bench failed: {e}");
