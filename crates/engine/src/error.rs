@@ -13,6 +13,15 @@ pub enum EngineError {
     ModelNotFound(String),
     #[error("model {0:?} is not ready")]
     NotReady(String),
+    #[error("model {0:?} has not started loading")]
+    NotLoaded(String),
+    #[error("model {0:?} failed to load: {1}")]
+    LoadFailed(String, String),
+    /// The named model is of the other kind (`{1}`) and does not serve this endpoint.
+    #[error("model {0:?} is of kind {1} and does not serve this endpoint")]
+    UnsupportedSurface(String, &'static str),
+    #[error("no {0} model is served")]
+    NoModelOfKind(&'static str),
     #[error("the model is overloaded")]
     Overloaded,
     /// The forward ran out of memory; `shared` when other requests were in it.

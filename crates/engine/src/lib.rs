@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod budget;
 pub mod decision;
+pub mod encoder;
 pub mod error;
 pub mod labels;
 pub mod package;
@@ -14,7 +15,8 @@ pub mod scheduler;
 
 pub use backend::{Backend, BackendError, BackendInfo, Node, Read, Session, Token};
 pub use decision::{Decision, DecisionModel, Limits, Timings};
+pub use encoder::{EncodeError, Encoder, EncoderInfo, EncoderModel};
 pub use error::EngineError;
 pub use package::{DecisionConfig, ModelMeta};
-pub use registry::{ModelState, Registry, Slot};
+pub use registry::{Loaded, ModelKind, ModelState, Registry, Slot};
 pub use scheduler::SchedulerConfig;

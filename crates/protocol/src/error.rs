@@ -41,6 +41,12 @@ pub mod reason {
     pub const DEADLINE: &str = "deadline";
     pub const MODEL_OUTPUT: &str = "model_output";
     pub const MODEL_UNAVAILABLE: &str = "model_unavailable";
+    pub const MODEL_LOADING: &str = "model_loading";
+    pub const MODEL_LOAD_FAILED: &str = "model_load_failed";
+    pub const INPUT_TOO_LONG: &str = "input_too_long";
+    pub const INFERENCE_ERROR: &str = "inference_error";
+    pub const PARAMETER_UNSUPPORTED: &str = "parameter_unsupported";
+    pub const BUNDLE_TASKS: &str = "bundle_tasks";
     pub const FORWARD_OUT_OF_MEMORY: &str = "forward_out_of_memory";
 }
 
@@ -57,6 +63,7 @@ pub enum ErrorCode {
     NotReady,
     QuestionFailed,
     InternalError,
+    DeadlineExceeded,
 }
 
 impl ErrorCode {
@@ -71,6 +78,7 @@ impl ErrorCode {
             ErrorCode::NotReady => "not_ready",
             ErrorCode::QuestionFailed => "question_failed",
             ErrorCode::InternalError => "internal_error",
+            ErrorCode::DeadlineExceeded => "deadline_exceeded",
         }
     }
 }

@@ -213,3 +213,124 @@ pub struct HealthDoc {
     #[schema(value_type = Option<Object>)]
     pub models: Option<Value>,
 }
+
+/// `POST /v1/embeddings` (OpenAI-compatible).
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingsRequestDoc {
+    pub model: Option<String>,
+    /// A string, a list of strings, token ids, or a list of token-id lists.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// float (default) or base64 (little-endian float32).
+    pub encoding_format: Option<String>,
+    /// Only where the model declares smaller vectors; otherwise 400.
+    pub dimensions: Option<u64>,
+    /// Only where the model declares layer outputs; otherwise 400.
+    pub layer: Option<u64>,
+    pub user: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub options: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingDoc {
+    pub object: String,
+    pub index: u64,
+    /// A list of numbers, or a base64 string with encoding_format base64.
+    pub embedding: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingsUsageDoc {
+    pub prompt_tokens: u64,
+    pub total_tokens: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingsResponseDoc {
+    pub object: String,
+    pub data: Vec<EmbeddingDoc>,
+    pub model: String,
+    pub usage: EmbeddingsUsageDoc,
+    #[schema(value_type = Option<Object>)]
+    pub meta: Option<Value>,
+}
+
+/// `POST /v1/rerank`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerankRequestDoc {
+    pub model: Option<String>,
+    pub query: String,
+    /// Strings or `{"text"}` objects.
+    #[schema(value_type = Vec<Object>)]
+    pub documents: Vec<Value>,
+    #[schema(minimum = 1)]
+    pub top_n: Option<u64>,
+    pub return_documents: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    pub options: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RerankResultDoc {
+    pub index: u64,
+    pub relevance_score: f64,
+    #[schema(value_type = Option<Object>)]
+    pub document: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RerankResponseDoc {
+    pub model: String,
+    pub results: Vec<RerankResultDoc>,
+    #[schema(value_type = Object)]
+    pub usage: Value,
+}
+
+/// `POST /v1/classify`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyRequestDoc {
+    /// A classification entry of the models file.
+    pub model: Option<String>,
+    /// A string, or a list of strings, `{text, text_pair}` pairs or `{context, question, answer}` items.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// overflow (reject, truncate, window), window {tokens, overlap}, return_meta, deadline_ms.
+    #[schema(value_type = Option<Object>)]
+    pub options: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ClassifyResponseDoc {
+    pub model: String,
+    pub backbone: String,
+    /// Per input: `{index, label, labels: [{label, score}]}` (a set: `selected`), or
+    /// `{index, error, reason, message}`.
+    #[schema(value_type = Vec<Object>)]
+    pub data: Vec<Value>,
+    #[schema(value_type = Object)]
+    pub usage: Value,
+    #[schema(value_type = Option<Object>)]
+    pub meta: Option<Value>,
+}
+
+/// `POST /v1/bundle`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BundleRequestDoc {
+    /// Each `{id, <kind>: body}` with kind decisions, classify, embeddings or rerank.
+    #[schema(value_type = Vec<Object>)]
+    pub tasks: Vec<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub options: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BundleResponseDoc {
+    /// In task order: `{id, type, status, body}`.
+    #[schema(value_type = Vec<Object>)]
+    pub results: Vec<Value>,
+}

@@ -15,6 +15,8 @@ pub enum Flavor {
     V5,
     /// vllm-sr/4.0: `error`, plus `detail` and the flat fields beside it.
     V4,
+    /// The SIE face: `{"detail": {"code": "MODEL_NOT_FOUND", "message": ...}}`.
+    Sie,
 }
 
 /// An error answer before it is rendered.
@@ -55,6 +57,12 @@ impl ApiError {
 
     pub fn with_reason(mut self, reason: &'static str) -> ApiError {
         self.reason = Some(reason);
+        self
+    }
+
+    /// The same error with `prefix` in front of its message (e.g. which input failed).
+    pub fn prefixed(mut self, prefix: &str) -> ApiError {
+        self.message = format!("{prefix}{}", self.message);
         self
     }
 
@@ -194,6 +202,7 @@ impl ApiError {
         let mut error = flat.clone();
         error.insert("message".into(), json!(self.message));
         match flavor {
+            Flavor::Sie => json!({"detail": {"code": self.sie_code(), "message": self.message}}),
             Flavor::Internal => json!({ "error": Value::Object(error) }),
             Flavor::V5 => {
                 let mut body = flat;
@@ -226,6 +235,7 @@ impl From<ProtocolError> for ApiError {
             ErrorCode::Overloaded => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
         };
         let mut a = ApiError::new(status, e.code, e.message);
         a.reason = e.reason;
@@ -239,7 +249,41 @@ impl From<ProtocolError> for ApiError {
 impl ApiError {
     /// Adjust status to an API family: under the standard (V5) a schema validation failure is
     /// a 422 with a detail list, and an overloaded process answers 529.
+    /// The SIE error code of this error.
+    pub fn sie_code(&self) -> &'static str {
+        use protocol::reason as r;
+        match (self.code, self.reason) {
+            ("model_not_found", _) => "MODEL_NOT_FOUND",
+            (_, Some(r::INPUT_TOO_LONG)) => "INPUT_TOO_LONG",
+            ("not_ready", Some(r::MODEL_LOAD_FAILED)) => "MODEL_LOAD_FAILED",
+            ("not_ready", Some(r::MODEL_LOADING)) => "MODEL_LOADING",
+            ("not_ready", _) => "MODEL_NOT_LOADED",
+            ("overloaded", Some(r::FORWARD_OUT_OF_MEMORY)) => "RESOURCE_EXHAUSTED",
+            ("overloaded", _) => "QUEUE_FULL",
+            ("internal_error", Some(r::INFERENCE_ERROR)) => "INFERENCE_ERROR",
+            ("internal_error", _) => "INTERNAL_ERROR",
+            _ => "INVALID_INPUT",
+        }
+    }
+
     pub fn for_flavor(mut self, flavor: Flavor) -> ApiError {
+        if flavor == Flavor::Sie {
+            self.status = match self.sie_code() {
+                "MODEL_NOT_FOUND" => StatusCode::NOT_FOUND,
+                "INVALID_INPUT" | "INPUT_TOO_LONG" => match self.status {
+                    StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                        self.status
+                    }
+                    _ => StatusCode::BAD_REQUEST,
+                },
+                "MODEL_LOAD_FAILED" => StatusCode::BAD_GATEWAY,
+                "MODEL_NOT_LOADED" | "MODEL_LOADING" | "QUEUE_FULL" | "RESOURCE_EXHAUSTED" => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            return self;
+        }
         if flavor == Flavor::V5 {
             if self.validation && self.status == StatusCode::BAD_REQUEST {
                 self.status = StatusCode::UNPROCESSABLE_ENTITY;
@@ -262,15 +306,35 @@ impl ApiError {
                     served.join(", ")
                 ),
             ),
-            EngineError::NotReady(name) => {
+            EngineError::NotReady(name) | EngineError::NotLoaded(name) => {
                 let mut a = ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     ErrorCode::NotReady,
                     format!("model {name:?} is not ready yet"),
-                );
+                )
+                .with_reason(protocol::reason::MODEL_LOADING);
                 a.retry_after = Some(5);
                 a
             }
+            EngineError::LoadFailed(name, why) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::NotReady,
+                format!("model {name:?} failed to load: {why}"),
+            )
+            .with_reason(protocol::reason::MODEL_LOAD_FAILED),
+            EngineError::UnsupportedSurface(name, kind) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::UnsupportedSurface,
+                format!("model {name:?} is {kind} model and does not serve this endpoint"),
+            ),
+            EngineError::NoModelOfKind(kind) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                ErrorCode::ModelNotFound,
+                format!(
+                    "this process serves no {kind} model; served models: {}",
+                    served.join(", ")
+                ),
+            ),
             EngineError::Overloaded => {
                 let mut a = ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -312,6 +376,48 @@ impl ApiError {
                 ErrorCode::InternalError,
                 other.to_string(),
             ),
+        }
+    }
+}
+
+impl From<engine::EncodeError> for ApiError {
+    fn from(e: engine::EncodeError) -> ApiError {
+        use engine::EncodeError as E;
+        let message = e.to_string();
+        match e.root() {
+            E::TooLong { limit, .. } => {
+                let mut a =
+                    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+                        .with_reason(protocol::reason::INPUT_TOO_LONG);
+                a.limit = Some(*limit as u64);
+                a
+            }
+            E::Invalid(_) | E::Item { .. } => {
+                ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+                    .with_reason(protocol::reason::INPUT_MALFORMED)
+            }
+            E::Overloaded => {
+                let mut a = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    ErrorCode::Overloaded,
+                    message,
+                )
+                .with_reason(protocol::reason::QUEUE_FULL);
+                a.retry_after = Some(1);
+                a
+            }
+            E::Unavailable => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::NotReady,
+                message,
+            )
+            .with_reason(protocol::reason::MODEL_UNAVAILABLE),
+            E::Inference(_) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::InternalError,
+                message,
+            )
+            .with_reason(protocol::reason::INFERENCE_ERROR),
         }
     }
 }

@@ -49,7 +49,11 @@ fn flavor(endpoint: Endpoint, schema: Schema) -> Flavor {
     }
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>, phases: Option<&Phases>) -> Response {
+pub(crate) fn json_response(
+    status: StatusCode,
+    body: Vec<u8>,
+    phases: Option<&Phases>,
+) -> Response {
     let mut resp = (status, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -63,7 +67,7 @@ fn json_response(status: StatusCode, body: Vec<u8>, phases: Option<&Phases>) -> 
     resp
 }
 
-fn error_response(err: &ApiError, flavor: Flavor, phases: Option<&Phases>) -> Response {
+pub(crate) fn error_response(err: &ApiError, flavor: Flavor, phases: Option<&Phases>) -> Response {
     let body = serde_json::to_vec(&err.body(flavor)).unwrap_or_default();
     let mut resp = json_response(err.status, body, phases);
     if let Some(s) = err.retry_after {
@@ -451,6 +455,19 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
     if let ModelState::Failed(why) = &st {
         card["error"] = json!(why);
     }
+    card["kind"] = json!(slot.kind().word());
+    if let Some(e) = slot.encoder() {
+        let info = e.info();
+        card["engine"] = json!(info.engine);
+        card["device"] = json!(info.device);
+        card["dtype"] = json!(info.dtype);
+        card["numerics"] = json!("approximate");
+        card["encoder"] = json!(info);
+        card["representation"] = crate::encoders::representation(e);
+        card["engine_args"] = json!({"batching": e.config});
+        card["limits"] = json!({"max_input_tokens": info.max_tokens,
+            "max_request_bytes": state.config.max_request_bytes});
+    }
     if let Some(m) = slot.model() {
         let info = m.info();
         card["question_types"] = json!(m.config.question_types);
@@ -475,6 +492,26 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
     card
 }
 
+/// One model's listing entry: the System One fields (`name`, `description`,
+/// `release_date`, `version`, `features`, `card`) and the SIE fields (`inputs`, `outputs`,
+/// `dims`, `loaded`, `state`, `max_sequence_length`, ...).
+pub(crate) fn listing_entry(state: &AppState, s: &engine::Slot) -> Value {
+    let features = match (s.model(), s.kind()) {
+        (Some(m), _) => json!(m.config.question_types),
+        (None, engine::ModelKind::Encoder) => json!(["embeddings", "rerank", "encode", "score"]),
+        (None, _) => json!([]),
+    };
+    let mut entry = serde_json::Map::new();
+    entry.insert("name".into(), json!(s.meta().name));
+    entry.insert("description".into(), json!(s.meta().description));
+    entry.insert("release_date".into(), json!(s.meta().release_date));
+    entry.insert("version".into(), json!(protocol::EXTENSION_VERSION));
+    entry.insert("features".into(), features);
+    entry.insert("card".into(), card(state, s));
+    entry.extend(crate::sie::sie_fields(s));
+    Value::Object(entry)
+}
+
 /// The served models with their cards.
 #[utoipa::path(get, path = "/v1/models", tag = "models",
     responses((status = 200, description = "Served models", body = ModelListDoc)))]
@@ -483,26 +520,15 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
         .registry
         .slots()
         .iter()
-        .map(|s| {
-            let features = s
-                .model()
-                .map(|m| m.config.question_types.clone())
-                .unwrap_or_default();
-            json!({
-                "name": s.meta().name,
-                "description": s.meta().description,
-                "release_date": s.meta().release_date,
-                "version": protocol::EXTENSION_VERSION,
-                "features": features,
-                "card": card(&state, s),
-            })
-        })
+        .map(|s| listing_entry(&state, s))
         .collect();
     let mut body = json!({
         "object": "list",
         "api_version": protocol::API_VERSION,
         "models": models,
-        "limits": {"max_request_bytes": state.config.max_request_bytes},
+        "classifiers": state.config.classifiers,
+        "limits": {"max_request_bytes": state.config.max_request_bytes,
+            "max_bundle_tasks": state.config.max_bundle_tasks},
     });
     if state.config.schema == Schema::V4 {
         body["data"] = json!(state
@@ -553,17 +579,22 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     json_response(status, serde_json::to_vec(&body).unwrap_or_default(), None)
 }
 
+/// A model whose forward has run longer than --forward-timeout-seconds, and for how long.
+pub(crate) fn stalled(state: &AppState) -> Option<(String, std::time::Duration)> {
+    let limit = state.config.forward_timeout;
+    state.registry.slots().iter().find_map(|s| {
+        let running = s.model()?.worker().status().forward_running_for()?;
+        (running > limit).then(|| (s.meta().name.clone(), running))
+    })
+}
+
 /// Liveness: 503 `stalled` while a forward outruns --forward-timeout-seconds.
 #[utoipa::path(get, path = "/health/live", tag = "health",
     responses((status = 200, description = "Alive", body = HealthDoc),
         (status = 503, description = "Stalled", body = HealthDoc)))]
 pub async fn live(State(state): State<Arc<AppState>>) -> Response {
     let limit = state.config.forward_timeout;
-    let stalled = state.registry.slots().iter().find_map(|s| {
-        let running = s.model()?.worker().status().forward_running_for()?;
-        (running > limit).then(|| (s.meta().name.clone(), running))
-    });
-    let (status, body) = match stalled {
+    let (status, body) = match stalled(&state) {
         Some((name, running)) => (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({
@@ -632,4 +663,19 @@ pub async fn openapi_yaml() -> Response {
             None,
         ),
     }
+}
+
+/// A `/v1/decisions` body answered as that endpoint answers it (for bundle tasks).
+pub(crate) async fn decisions_core(state: &AppState, body: &Value) -> crate::encoders::CoreResult {
+    let mut phases = Phases::default();
+    let call = Call {
+        schema: Schema::Internal,
+        endpoint: Endpoint::Decisions,
+        long_context: false,
+        started: Instant::now(),
+        state_name: None,
+        parts: &Parts::new(),
+    };
+    let (v, m) = answer(state, body, call, &mut phases).await?;
+    Ok((v, m, phases.engine))
 }

@@ -2,9 +2,11 @@
 //! rendering, Server-Timing, request ids, metrics and health.
 
 mod body;
+mod encoders;
 pub mod error;
 mod handlers;
 pub mod openapi;
+mod sie;
 mod timing;
 
 use std::net::SocketAddr;
@@ -30,6 +32,28 @@ pub struct ServerConfig {
     pub max_request_bytes: usize,
     /// While a forward runs longer than this, `/health/live` answers 503 `stalled`.
     pub forward_timeout: Duration,
+    /// Classification entries served by /v1/classify.
+    pub classifiers: Vec<Classifier>,
+    /// Most tasks one /v1/bundle may carry.
+    pub max_bundle_tasks: usize,
+}
+
+/// A classification entry: a decision backbone asked one question with a fixed label set.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Classifier {
+    /// The name requests use.
+    pub name: String,
+    /// The decision model that answers.
+    pub backbone: String,
+    /// The labels, in order.
+    pub labels: Vec<String>,
+    /// Independent label scores (a set question) instead of label probabilities (a choice).
+    #[serde(default)]
+    pub multi_label: bool,
+    /// The question asked about each input.
+    #[serde(default)]
+    pub instructions: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -38,6 +62,8 @@ impl Default for ServerConfig {
             schema: Schema::V5,
             max_request_bytes: 16 * 1024 * 1024,
             forward_timeout: Duration::from_secs(60),
+            classifiers: Vec::new(),
+            max_bundle_tasks: 32,
         }
     }
 }
@@ -81,6 +107,17 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
         .route("/health/live", get(handlers::live))
         .route("/metrics", get(handlers::metrics_text))
         .route("/openapi.yaml", get(handlers::openapi_yaml))
+        .route("/v1/embeddings", post(encoders::embeddings))
+        .route("/v1/rerank", post(encoders::rerank))
+        .route("/v1/classify", post(encoders::classify))
+        .route("/v1/bundle", post(encoders::bundle))
+        .route("/v1/encode/{*model}", post(sie::encode_route))
+        .route("/v1/score/{*model}", post(sie::score_route))
+        .route("/v1/extract/{*model}", post(sie::extract_route))
+        .route("/v1/models/{*model}", get(sie::model_route))
+        .route("/healthz", get(sie::healthz))
+        .route("/readyz", get(sie::readyz))
+        .route("/livez", get(sie::livez))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn(request_id))

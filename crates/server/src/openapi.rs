@@ -20,6 +20,10 @@ use crate::handlers;
         handlers::live,
         handlers::metrics_text,
         handlers::openapi_yaml,
+        crate::encoders::embeddings,
+        crate::encoders::rerank,
+        crate::encoders::classify,
+        crate::encoders::bundle,
     )
 )]
 pub struct ApiDoc;

@@ -3,6 +3,7 @@
 //! integration tests start the same server in-process on a loopback port.
 
 pub mod bench;
+pub mod models_file;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,9 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine::{
-    DecisionConfig, DecisionModel, ModelMeta, ModelState, Registry, SchedulerConfig, Slot,
+    DecisionConfig, DecisionModel, EncoderModel, Loaded, ModelKind, ModelMeta, ModelState,
+    Registry, SchedulerConfig, Slot,
 };
 use protocol::Schema;
+pub use server::Classifier;
 
 /// Everything `vllm-srun serve` can be told.
 #[derive(Debug, Clone)]
@@ -36,12 +39,18 @@ pub struct ServeOptions {
     pub pull_missing: bool,
     /// Replaces every decision model's scan budget (`limits.max_scan_tokens`).
     pub max_scan_tokens: Option<usize>,
+    /// Classification entries: a decision backbone with a fixed label set.
+    pub classifiers: Vec<Classifier>,
+    /// Batching of encoders.
+    pub encoder: engine::encoder::EncoderConfig,
+    /// Most tasks one /v1/bundle may carry.
+    pub max_bundle_tasks: usize,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
-            models: vec!["qwen2.5-1.5b".into()],
+            models: vec!["qwen2.5-1.5b".into(), "minilm-l6".into()],
             aliases: Vec::new(),
             host: "127.0.0.1".into(),
             port: 8000,
@@ -54,6 +63,9 @@ impl Default for ServeOptions {
             scheduler: SchedulerConfig::default(),
             pull_missing: true,
             max_scan_tokens: None,
+            classifiers: Vec::new(),
+            encoder: engine::encoder::EncoderConfig::default(),
+            max_bundle_tasks: 32,
         }
     }
 }
@@ -94,7 +106,7 @@ fn plan_meta(spec: &str, first: bool, aliases: &[(String, String)]) -> ModelMeta
                 .unwrap_or_else(|| spec.to_string());
             (
                 stem,
-                format!("GGUF decision model from {spec}"),
+                format!("{} model from {spec}", plan_kind(spec).word()),
                 String::new(),
                 "local".into(),
                 None,
@@ -119,11 +131,42 @@ fn plan_meta(spec: &str, first: bool, aliases: &[(String, String)]) -> ModelMeta
     }
 }
 
+/// The kind a `--model` names, known before loading: a catalogue entry's kind, an encoder
+/// directory (`config.json` and `model.safetensors`), else a GGUF decision model.
+fn plan_kind(spec: &str) -> ModelKind {
+    let encoder = match hub::entry(spec) {
+        Some(e) => e.kind == hub::Kind::Encoder,
+        None => {
+            let p = Path::new(spec);
+            p.join("config.json").is_file() && p.join("model.safetensors").is_file()
+        }
+    };
+    if encoder {
+        ModelKind::Encoder
+    } else {
+        ModelKind::Decision
+    }
+}
+
 /// Resolve, load and start one model; the slot's state follows the steps.
-fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<DecisionModel, String> {
+fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     slot.set_state(ModelState::Loading);
     let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
     let mut meta = slot.planned().clone();
+    if resolved.kind == hub::Kind::Encoder {
+        let dir = resolved
+            .dir
+            .clone()
+            .ok_or_else(|| format!("{spec}: an encoder is a directory"))?;
+        if meta.sha256.is_none() {
+            meta.sha256 = hub::sha256_file(&resolved.weights).ok();
+        }
+        let backend = backend_candle::BertEncoder::load(&dir).map_err(|e| e.to_string())?;
+        slot.set_state(ModelState::Warming);
+        let model =
+            EncoderModel::start(meta, Arc::new(backend), o.encoder).map_err(|e| e.to_string())?;
+        return Ok(Loaded::Encoder(Arc::new(model)));
+    }
     let mut config = DecisionConfig {
         max_scan_tokens: o.max_scan_tokens,
         ..DecisionConfig::default()
@@ -160,6 +203,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<DecisionModel, Stri
     .map_err(|e| e.to_string())?;
     slot.set_state(ModelState::Warming);
     DecisionModel::start(meta, config, Arc::new(backend), o.scheduler.clone())
+        .map(|m| Loaded::Decision(Arc::new(m)))
         .map_err(|e| e.to_string())
 }
 
@@ -185,7 +229,10 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
         .models
         .iter()
         .enumerate()
-        .map(|(i, spec)| (spec.clone(), Slot::new(plan_meta(spec, i == 0, &o.aliases))))
+        .map(|(i, spec)| {
+            let slot = Slot::new(plan_meta(spec, i == 0, &o.aliases), plan_kind(spec));
+            (spec.clone(), slot)
+        })
         .collect();
     let registry = Arc::new(Registry::new(
         slots.iter().map(|(_, s)| s.clone()).collect(),
@@ -194,6 +241,8 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
         schema: o.schema,
         max_request_bytes: o.max_request_bytes,
         forward_timeout: o.forward_timeout,
+        classifiers: o.classifiers.clone(),
+        max_bundle_tasks: o.max_bundle_tasks,
     };
     let addr = format!("{}:{}", o.host, o.port);
     let listener = tokio::net::TcpListener::bind(&addr)

@@ -54,10 +54,14 @@ enum ModelsCommand {
 
 #[derive(Parser)]
 struct ServeArgs {
-    /// A catalogue id, a GGUF file or a package directory; repeat to serve several. The first
-    /// is the default model and also answers to `jev-latest`.
-    #[arg(long = "model", default_value = "qwen2.5-1.5b")]
+    /// A catalogue id, a GGUF file, a GGUF package directory or an encoder directory; repeat
+    /// to serve several. The first is the default model and also answers to `jev-latest`.
+    /// Default: qwen2.5-1.5b and minilm-l6.
+    #[arg(long = "model")]
     models: Vec<String>,
+    /// A TOML models file: models, aliases, classifier entries (see models_file.rs).
+    #[arg(long)]
+    models_file: Option<std::path::PathBuf>,
     /// Extra names: `ALIAS=MODEL`.
     #[arg(long = "alias")]
     aliases: Vec<String>,
@@ -230,8 +234,12 @@ fn serve(args: ServeArgs) -> i32 {
             }
         }
     }
-    let options = ServeOptions {
-        models: args.models,
+    let mut options = ServeOptions {
+        models: if args.models.is_empty() {
+            ServeOptions::default().models
+        } else {
+            args.models
+        },
         aliases,
         host: args.host,
         port: args.port,
@@ -248,7 +256,14 @@ fn serve(args: ServeArgs) -> i32 {
         },
         pull_missing: !args.no_pull,
         max_scan_tokens: args.max_scan_tokens,
+        ..ServeOptions::default()
     };
+    if let Some(path) = &args.models_file {
+        if let Err(e) = vllm_srun::models_file::apply(path, &mut options) {
+            eprintln!("{e}");
+            return 2;
+        }
+    }
     let Some(rt) = runtime() else {
         return 1;
     };

@@ -1,0 +1,175 @@
+//! BERT-family encoders through candle: `config.json`, `tokenizer.json` and
+//! `model.safetensors` from a directory, pooled as its sentence-transformers files declare
+//! (`1_Pooling/config.json`, a `Normalize` module in `modules.json`).
+//!
+//! Inputs of one batch are padded to the longest and pooled with the attention mask, so a
+//! text's vector does not depend on what it is batched with beyond float rounding. The
+//! tokenizer's own padding and truncation are turned off (all-MiniLM-L6-v2 ships a tokenizer
+//! that pads every input to 128 tokens); the runtime truncates or refuses long inputs itself.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use engine::backend::{BackendError, Token};
+use engine::encoder::{Encoder, EncoderInfo};
+use tokenizers::Tokenizer;
+
+/// A loaded BERT encoder.
+pub struct BertEncoder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    info: EncoderInfo,
+    pad_id: u32,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct PoolingFile {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct Module {
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+fn load_err(what: &str, e: impl std::fmt::Display) -> BackendError {
+    BackendError::Load(format!("{what}: {e}"))
+}
+
+impl BertEncoder {
+    /// Load an encoder directory.
+    pub fn load(dir: &Path) -> Result<BertEncoder, BackendError> {
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.join(name))
+                .map_err(|e| load_err(&dir.join(name).display().to_string(), e))
+        };
+        let config: Config =
+            serde_json::from_str(&read("config.json")?).map_err(|e| load_err("config.json", e))?;
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| load_err("tokenizer.json", e))?;
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| load_err("tokenizer.json", e))?;
+        let pooling: PoolingFile = match read("1_Pooling/config.json") {
+            Ok(s) => serde_json::from_str(&s).map_err(|e| load_err("1_Pooling/config.json", e))?,
+            // Without a pooling file: mean pooling, the sentence-transformers default.
+            Err(_) => PoolingFile::default(),
+        };
+        let pooling = if pooling.pooling_mode_cls_token {
+            "cls"
+        } else if pooling.pooling_mode_max_tokens {
+            "max"
+        } else {
+            "mean"
+        };
+        let normalize = match read("modules.json") {
+            Ok(s) => serde_json::from_str::<Vec<Module>>(&s)
+                .map_err(|e| load_err("modules.json", e))?
+                .iter()
+                .any(|m| m.kind.ends_with("Normalize")),
+            Err(_) => false,
+        };
+        let device = Device::Cpu;
+        // SAFETY: the weights file is memory-mapped read-only and not modified while loaded.
+        let vb = unsafe {
+            VarBuilder::from_mmaped_safetensors(
+                &[dir.join("model.safetensors")],
+                DType::F32,
+                &device,
+            )
+        }
+        .map_err(|e| load_err("model.safetensors", e))?;
+        let model = BertModel::load(vb, &config).map_err(|e| load_err("model.safetensors", e))?;
+        let pad_id = config.pad_token_id as u32;
+        let info = EncoderInfo {
+            engine: "candle".into(),
+            device: "cpu".into(),
+            dtype: "F32".into(),
+            dims: config.hidden_size,
+            max_tokens: config.max_position_embeddings,
+            pooling: pooling.into(),
+            normalize,
+            architecture: "bert".into(),
+            vocab_size: config.vocab_size,
+        };
+        Ok(BertEncoder {
+            model,
+            tokenizer,
+            device,
+            info,
+            pad_id,
+        })
+    }
+
+    fn forward(&self, batch: &[Vec<Token>]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let n = batch.len();
+        let len = batch.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut ids = Vec::with_capacity(n * len);
+        let mut mask = Vec::with_capacity(n * len);
+        for t in batch {
+            ids.extend(t.iter().copied());
+            ids.extend(std::iter::repeat_n(self.pad_id, len - t.len()));
+            mask.extend(std::iter::repeat_n(1u32, t.len()));
+            mask.extend(std::iter::repeat_n(0u32, len - t.len()));
+        }
+        let ids = Tensor::from_vec(ids, (n, len), &self.device)?;
+        let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
+        let types = ids.zeros_like()?;
+        let hidden = self.model.forward(&ids, &types, Some(&mask))?; // (n, len, dims)
+        let maskf = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (n, len, 1)
+        let pooled = match self.info.pooling.as_str() {
+            "cls" => hidden.narrow(1, 0, 1)?.squeeze(1)?,
+            "max" => {
+                // Padded positions must never win the max.
+                let neg = ((maskf.ones_like()? - &maskf)? * -1e9f64)?;
+                hidden.broadcast_add(&neg)?.max(1)?
+            }
+            _ => {
+                let sum = hidden.broadcast_mul(&maskf)?.sum(1)?;
+                let count = maskf.sum(1)?.clamp(1e-9f64, f64::MAX)?;
+                sum.broadcast_div(&count)?
+            }
+        };
+        let pooled = if self.info.normalize {
+            let norm = pooled
+                .sqr()?
+                .sum_keepdim(1)?
+                .sqrt()?
+                .clamp(1e-12f64, f64::MAX)?;
+            pooled.broadcast_div(&norm)?
+        } else {
+            pooled
+        };
+        pooled.to_vec2::<f32>()
+    }
+}
+
+impl Encoder for BertEncoder {
+    fn info(&self) -> &EncoderInfo {
+        &self.info
+    }
+
+    fn tokenize(&self, text: &str) -> Result<Vec<Token>, BackendError> {
+        let enc = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| BackendError::Tokenize(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    fn embed(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.forward(batch)
+            .map_err(|e| BackendError::Forward(e.to_string()))
+    }
+}

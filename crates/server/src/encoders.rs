@@ -1,0 +1,894 @@
+//! The worker endpoints beside decisions: `/v1/embeddings` (OpenAI), `/v1/rerank`,
+//! `/v1/classify` and `/v1/bundle`. Each has a core (`Value` in, `Value` out) that the HTTP
+//! handler and the bundle both call, so a bundle task answers exactly as its endpoint would.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use base64::Engine as _;
+use engine::{EncoderModel, ModelKind, Timings};
+use protocol::error::ErrorCode;
+use protocol::request::{parse_decision_body, Schema};
+use serde_json::{json, Map, Value};
+
+use crate::error::{ApiError, Flavor};
+use crate::handlers::{error_response, json_response};
+use crate::timing::Phases;
+use crate::AppState;
+
+/// What a core returns: the body, the model that answered, and its engine timings.
+pub(crate) type CoreResult = Result<(Value, String, Timings), ApiError>;
+
+pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+        .with_reason(protocol::reason::BODY_MALFORMED)
+}
+
+fn unsupported_param(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+        .with_reason(protocol::reason::PARAMETER_UNSUPPORTED)
+}
+
+/// Refuse members other than `allowed`, naming the first.
+pub(crate) fn only(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ApiError> {
+    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            format!(
+                "unknown member {k:?} in {what}; allowed: {}",
+                allowed.join(", ")
+            ),
+        )
+        .with_reason(protocol::reason::UNKNOWN_MEMBER));
+    }
+    Ok(())
+}
+
+pub(crate) fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, ApiError> {
+    v.as_object()
+        .ok_or_else(|| invalid(format!("{what} must be a JSON object")))
+}
+
+fn model_name(obj: &Map<String, Value>) -> Result<Option<&str>, ApiError> {
+    match obj.get("model") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(_) => Err(invalid("model must be a string")),
+    }
+}
+
+fn engine_err(state: &AppState, e: engine::EngineError) -> ApiError {
+    ApiError::from_engine(e, &state.registry.names())
+}
+
+fn return_meta(obj: &Map<String, Value>) -> Result<bool, ApiError> {
+    match obj.get("options") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Object(o)) => {
+            only(o, &["return_meta", "deadline_ms"], "options")?;
+            match o.get("return_meta") {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(_) => Err(invalid("options.return_meta must be a boolean")),
+            }
+        }
+        Some(_) => Err(invalid("options must be an object")),
+    }
+}
+
+/// The vector space an encoder's vectors live in.
+pub(crate) fn representation(m: &EncoderModel) -> Value {
+    let info = m.info();
+    json!({
+        "model": m.meta.name,
+        "revision": m.meta.revision,
+        "sha256": m.meta.sha256,
+        "dims": info.dims,
+        "pooling": info.pooling,
+        "normalized": info.normalize,
+        "layer": "last",
+    })
+}
+
+/// One embeddings input: text, or token ids.
+enum Input {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+fn parse_inputs(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
+    let tokens = |a: &[Value]| -> Option<Vec<u32>> {
+        a.iter()
+            .map(|x| x.as_u64().and_then(|t| u32::try_from(t).ok()))
+            .collect()
+    };
+    let inputs = match v {
+        Some(Value::String(s)) => vec![Input::Text(s.clone())],
+        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_number) => {
+            vec![Input::Tokens(tokens(a).ok_or_else(|| {
+                invalid("input token ids must be non-negative integers")
+            })?)]
+        }
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|x| match x {
+                Value::String(s) => Ok(Input::Text(s.clone())),
+                Value::Array(t) if !t.is_empty() => tokens(t)
+                    .map(Input::Tokens)
+                    .ok_or_else(|| invalid("input token ids must be non-negative integers")),
+                _ => Err(invalid(
+                    "input must be a string, a list of strings, a list of token ids or a list of lists of token ids",
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        None => return Err(invalid("input is required")),
+        _ => {
+            return Err(invalid(
+                "input must be a non-empty string list, a string, or token ids",
+            ))
+        }
+    };
+    Ok(inputs)
+}
+
+/// `POST /v1/embeddings`, OpenAI-compatible.
+pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResult {
+    let obj = object(body, "the request body")?;
+    only(
+        obj,
+        &[
+            "model",
+            "input",
+            "encoding_format",
+            "dimensions",
+            "layer",
+            "user",
+            "options",
+        ],
+        "request",
+    )?;
+    let meta = return_meta(obj)?;
+    let inputs = parse_inputs(obj.get("input"))?;
+    let base64 = match obj.get("encoding_format") {
+        None | Some(Value::Null) => false,
+        Some(v) => match v.as_str() {
+            Some("float") => false,
+            Some("base64") => true,
+            _ => return Err(invalid("encoding_format must be float or base64")),
+        },
+    };
+    let m = state
+        .registry
+        .encoder(model_name(obj)?)
+        .map_err(|e| engine_err(state, e))?;
+    let info = m.info().clone();
+    if let Some(d) = obj.get("dimensions").filter(|v| !v.is_null()) {
+        if d.as_u64() != Some(info.dims as u64) {
+            return Err(unsupported_param(format!(
+                "dimensions: model {} declares no smaller vectors; its vectors have {} dimensions",
+                m.meta.name, info.dims
+            )));
+        }
+    }
+    if obj.get("layer").is_some_and(|v| !v.is_null()) {
+        return Err(unsupported_param(format!(
+            "layer: model {} declares no layer outputs; it answers from its last layer",
+            m.meta.name
+        )));
+    }
+    let t0 = Instant::now();
+    let mut tokenized = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.iter().enumerate() {
+        let t = match input {
+            Input::Text(s) => m.tokenize(s, false).map(|(t, _)| t),
+            Input::Tokens(t) => {
+                if let Some(bad) = t.iter().find(|x| **x as usize >= info.vocab_size) {
+                    Err(engine::EncodeError::Invalid(format!(
+                        "token id {bad} is outside the vocabulary ({} tokens)",
+                        info.vocab_size
+                    )))
+                } else if t.len() > info.max_tokens {
+                    Err(engine::EncodeError::TooLong {
+                        tokens: t.len(),
+                        limit: info.max_tokens,
+                    })
+                } else {
+                    Ok(t.clone())
+                }
+            }
+        };
+        tokenized.push(t.map_err(|e| ApiError::from(e).prefixed(&format!("input[{i}]: ")))?);
+    }
+    let tokenize = t0.elapsed();
+    let n_tokens: usize = tokenized.iter().map(Vec::len).sum();
+    let out = m.embed_tokens(tokenized).await.map_err(ApiError::from)?;
+    let data: Vec<Value> = out
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    let mut resp = json!({
+        "object": "list",
+        "data": data,
+        "model": m.meta.name,
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    });
+    if meta {
+        resp["meta"] = json!({"representation": representation(&m), "engine": info.engine,
+            "device": info.device, "dtype": info.dtype});
+    }
+    let timings = Timings {
+        tokenize,
+        queue: out.timings.queue,
+        forward: out.timings.forward,
+        batch_jobs: 1,
+        batch_tokens: n_tokens,
+        ..Timings::default()
+    };
+    Ok((resp, m.meta.name.clone(), timings))
+}
+
+/// Relevance of each document to a query, from an encoder (cosine of the vectors) or a
+/// decision model (the probability of a relevance noul per document, asked as one batch).
+/// Returns the scores, the tokens read, the model and the timings.
+pub(crate) async fn relevance(
+    state: &AppState,
+    model: Option<&str>,
+    query: &str,
+    documents: &[String],
+) -> Result<(Vec<f64>, usize, String, Timings), ApiError> {
+    let kind = match model {
+        Some(n) => state
+            .registry
+            .find(Some(n))
+            .map_err(|e| engine_err(state, e))?
+            .kind(),
+        None if state
+            .registry
+            .slots()
+            .iter()
+            .any(|s| s.kind() == ModelKind::Encoder) =>
+        {
+            ModelKind::Encoder
+        }
+        None => ModelKind::Decision,
+    };
+    if kind == ModelKind::Encoder {
+        let m = state
+            .registry
+            .encoder(model)
+            .map_err(|e| engine_err(state, e))?;
+        let mut texts: Vec<&str> = vec![query];
+        texts.extend(documents.iter().map(String::as_str));
+        let out = m.embed(&texts, true).await.map_err(ApiError::from)?;
+        let q = &out.vectors[0];
+        let scores = out.vectors[1..]
+            .iter()
+            .map(|d| engine::encoder::cosine(q, d) as f64)
+            .collect();
+        let tokens = out.tokens.iter().sum();
+        let timings = Timings {
+            tokenize: out.timings.tokenize,
+            queue: out.timings.queue,
+            forward: out.timings.forward,
+            ..Timings::default()
+        };
+        return Ok((scores, tokens, m.meta.name.clone(), timings));
+    }
+    let m = state
+        .registry
+        .ready(model)
+        .map_err(|e| engine_err(state, e))?;
+    let mut states = Map::new();
+    for (i, d) in documents.iter().enumerate() {
+        states.insert(
+            i.to_string(),
+            json!({"state": {"query": query, "document": d}, "questions": {"relevant": {"type": "noul",
+                "instructions": "Is the document relevant to the query: does it answer it or help answer it?",
+                "overflow": "truncate"}}}),
+        );
+    }
+    let body = parse_decision_body(&json!({ "states": states }), Schema::Internal)
+        .map_err(ApiError::from)?;
+    let (decision, timings) = m
+        .decide(&body, Instant::now())
+        .await
+        .map_err(|e| engine_err(state, e))?;
+    let engine::Decision::Batch(b) = decision else {
+        return Err(invalid("the relevance batch was not answered as a batch"));
+    };
+    let mut scores = Vec::with_capacity(documents.len());
+    for (_, r) in b.states.iter() {
+        match r.answers.get("relevant").map(|a| &a.answer) {
+            Some(protocol::Answer::Noul(n)) => scores.push(n.noul),
+            Some(protocol::Answer::Failed { failure, .. }) => {
+                let mut e = ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidRequest,
+                    failure.message.clone(),
+                )
+                .with_reason(failure.reason);
+                e.limit = failure.limit;
+                return Err(e);
+            }
+            _ => return Err(invalid("a document has no relevance answer")),
+        }
+    }
+    Ok((
+        scores,
+        b.usage.input_tokens as usize,
+        m.meta.name.clone(),
+        timings,
+    ))
+}
+
+fn document_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("text").and_then(Value::as_str).map(String::from),
+        _ => None,
+    }
+}
+
+/// `POST /v1/rerank`.
+pub(crate) async fn rerank_core(state: &AppState, body: &Value) -> CoreResult {
+    let obj = object(body, "the request body")?;
+    only(
+        obj,
+        &[
+            "model",
+            "query",
+            "documents",
+            "top_n",
+            "return_documents",
+            "options",
+        ],
+        "request",
+    )?;
+    let query = obj
+        .get("query")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("query must be a string"))?;
+    let docs: Vec<String> = match obj.get("documents") {
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|d| {
+                document_text(d).ok_or_else(|| invalid("each document is a string or {\"text\"}"))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(invalid("documents must be a non-empty list")),
+    };
+    let top_n = match obj.get("top_n") {
+        None | Some(Value::Null) => docs.len(),
+        Some(v) => {
+            v.as_u64()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| invalid("top_n must be a positive integer"))? as usize
+        }
+    };
+    let return_documents = obj
+        .get("return_documents")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let (scores, tokens, model, timings) = relevance(state, model_name(obj)?, query, &docs).await?;
+    let mut order: Vec<usize> = (0..docs.len()).collect();
+    order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
+    let results: Vec<Value> = order
+        .into_iter()
+        .take(top_n)
+        .map(|i| {
+            let mut r = json!({"index": i, "relevance_score": scores[i]});
+            if return_documents {
+                r["document"] = json!({"text": docs[i]});
+            }
+            r
+        })
+        .collect();
+    let resp = json!({"model": model, "results": results, "usage": {"input_tokens": tokens, "total_tokens": tokens}});
+    Ok((resp, model, timings))
+}
+
+/// `POST /v1/classify`: a classification entry (a decision backbone and a fixed label set)
+/// over strings, `{text, text_pair}` pairs or `{context, question, answer}` items.
+pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult {
+    let obj = object(body, "the request body")?;
+    only(obj, &["model", "input", "options"], "request")?;
+    let names: Vec<String> = state
+        .config
+        .classifiers
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    let name = model_name(obj)?;
+    let Some(c) = state
+        .config
+        .classifiers
+        .iter()
+        .find(|c| Some(c.name.as_str()) == name || (name.is_none() && names.len() == 1))
+    else {
+        // A model that exists but is no classification entry does not serve this endpoint.
+        if let Some(n) = name {
+            if state.registry.find(Some(n)).is_ok() {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    ErrorCode::UnsupportedSurface,
+                    format!(
+                        "model {n:?} has no classification head; classification entries: {}",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::ModelNotFound,
+            format!(
+                "classifier {:?} is not served; classification entries: {}",
+                name.unwrap_or(""),
+                names.join(", ")
+            ),
+        ));
+    };
+    let mut overflow = None;
+    let mut deadline = None;
+    let mut meta = false;
+    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
+        let o = object(o, "options")?;
+        only(
+            o,
+            &[
+                "overflow",
+                "window",
+                "return_meta",
+                "deadline_ms",
+                "return_spans",
+            ],
+            "options",
+        )?;
+        overflow = match o.get("overflow").and_then(Value::as_str) {
+            None | Some("reject") => None,
+            Some("truncate") => Some("truncate"),
+            Some("window") => Some("window"),
+            Some(_) => {
+                return Err(invalid(
+                    "options.overflow must be reject, truncate or window",
+                ))
+            }
+        };
+        if let Some(w) = o.get("window").filter(|v| !v.is_null()) {
+            let w = object(w, "options.window")?;
+            only(w, &["tokens", "overlap"], "options.window")?;
+            if w.values().any(|v| v.as_u64().is_none()) {
+                return Err(invalid(
+                    "options.window.tokens and overlap must be non-negative integers",
+                ));
+            }
+        }
+        deadline = o.get("deadline_ms").and_then(Value::as_u64);
+        meta = o
+            .get("return_meta")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        if o.get("return_spans").and_then(Value::as_bool) == Some(true) {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::UnsupportedSurface,
+                format!(
+                    "classifier {:?}: backbone {} has no span capability",
+                    c.name, c.backbone
+                ),
+            ));
+        }
+    }
+    let items: Vec<Value> = match obj.get("input") {
+        Some(Value::String(s)) => vec![json!(s)],
+        Some(Value::Array(a)) if !a.is_empty() => a.clone(),
+        _ => return Err(invalid("input must be a string or a non-empty list")),
+    };
+    let mut states = Map::new();
+    for (i, item) in items.iter().enumerate() {
+        let (state_v, roles) = match item {
+            Value::String(s) => (json!(s), Value::Null),
+            Value::Object(o) if o.contains_key("text") => {
+                only(o, &["text", "text_pair"], &format!("input[{i}]"))?;
+                (json!(o), Value::Null)
+            }
+            Value::Object(o) if o.contains_key("context") || o.contains_key("answer") => {
+                only(
+                    o,
+                    &["context", "question", "answer"],
+                    &format!("input[{i}]"),
+                )?;
+                let mut roles = Map::new();
+                for (k, r) in [
+                    ("context", "context"),
+                    ("question", "user"),
+                    ("answer", "answer"),
+                ] {
+                    if o.contains_key(k) {
+                        roles.insert(k.into(), json!(r));
+                    }
+                }
+                (json!(o), Value::Object(roles))
+            }
+            _ => return Err(invalid(format!(
+                "input[{i}] must be a string, {{text, text_pair}} or {{context, question, answer}}"
+            ))),
+        };
+        let criteria: Map<String, Value> =
+            c.labels.iter().map(|l| (l.clone(), Value::Null)).collect();
+        let mut q = json!({
+            "type": if c.multi_label { "set" } else { "choice" },
+            "criteria": criteria,
+        });
+        q["instructions"] = json!(c.instructions.clone().unwrap_or_else(|| {
+            if c.multi_label {
+                "Which labels apply to the text?".into()
+            } else {
+                "Which label describes the text best?".into()
+            }
+        }));
+        if let Some(o) = overflow {
+            q["overflow"] = json!(o);
+        }
+        let mut entry = json!({"state": state_v, "questions": {"label": q}});
+        if !roles.is_null() {
+            entry["roles"] = roles;
+        }
+        states.insert(i.to_string(), entry);
+    }
+    let mut req = json!({"states": states});
+    if let Some(d) = deadline {
+        req["options"] = json!({"deadline_ms": d});
+    }
+    let body = parse_decision_body(&req, Schema::Internal).map_err(ApiError::from)?;
+    let m = state
+        .registry
+        .ready(Some(&c.backbone))
+        .map_err(|e| engine_err(state, e))?;
+    let (decision, timings) = m
+        .decide(&body, Instant::now())
+        .await
+        .map_err(|e| engine_err(state, e))?;
+    let engine::Decision::Batch(b) = decision else {
+        return Err(invalid(
+            "the classification batch was not answered as a batch",
+        ));
+    };
+    let mut data = Vec::with_capacity(items.len());
+    for (i, (_, r)) in b.states.iter().enumerate() {
+        let mut labels: Vec<(String, f64)> = if c.multi_label {
+            match r.sets.get("label") {
+                Some(s) => s
+                    .probabilities
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
+                None => Vec::new(),
+            }
+        } else {
+            match r.answers.get("label").map(|a| &a.answer) {
+                Some(protocol::Answer::Choice(ch)) => ch
+                    .probabilities
+                    .iter()
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+        if labels.is_empty() {
+            let failure = r
+                .answers
+                .iter()
+                .find_map(|(_, a)| a.answer.failure().cloned());
+            let (error, reason, message) = match failure {
+                Some(f) => (f.kind.as_str(), f.reason, f.message),
+                None => (
+                    "invalid_model_output",
+                    protocol::reason::MODEL_OUTPUT,
+                    "no labels were read".to_string(),
+                ),
+            };
+            data.push(json!({"index": i, "error": error, "reason": reason, "message": message}));
+            continue;
+        }
+        labels.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut entry = json!({
+            "index": i,
+            "labels": labels.iter().map(|(l, p)| json!({"label": l, "score": p})).collect::<Vec<_>>(),
+        });
+        if c.multi_label {
+            entry["selected"] = json!(r
+                .sets
+                .get("label")
+                .map(|s| s.selected.clone())
+                .unwrap_or_default());
+        } else {
+            entry["label"] = json!(labels[0].0);
+        }
+        data.push(entry);
+    }
+    let mut resp =
+        json!({"model": c.name, "backbone": m.meta.name, "data": data, "usage": b.usage});
+    if meta {
+        resp["meta"] =
+            json!({"revision": m.meta.revision, "sha256": m.meta.sha256, "numerics": m.numerics});
+    }
+    Ok((resp, c.name.clone(), timings))
+}
+
+/// Read a JSON body within the limits and answer it with `core`, with Server-Timing, metrics
+/// and the internal error shape.
+async fn serve<F, Fut>(
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    body: Body,
+    path: &'static str,
+    core: F,
+) -> Response
+where
+    F: FnOnce(Arc<AppState>, Value) -> Fut,
+    Fut: std::future::Future<Output = CoreResult>,
+{
+    let started = Instant::now();
+    let mut phases = Phases::default();
+    let result = async {
+        let bytes = crate::body::read(&headers, body, state.config.max_request_bytes)
+            .await
+            .map_err(ApiError::from)?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))?;
+        drop(bytes);
+        phases.parse = started.elapsed();
+        core(state.clone(), value).await
+    }
+    .await;
+    let t_ser = Instant::now();
+    let (resp, model, status) = match result {
+        Ok((value, model, timings)) => {
+            phases.engine = timings;
+            let bytes = serde_json::to_vec(&value).unwrap_or_default();
+            phases.serialize = t_ser.elapsed();
+            phases.total = started.elapsed();
+            (
+                json_response(StatusCode::OK, bytes, Some(&phases)),
+                model,
+                StatusCode::OK,
+            )
+        }
+        Err(e) => {
+            phases.serialize = t_ser.elapsed();
+            phases.total = started.elapsed();
+            (
+                error_response(&e, Flavor::Internal, Some(&phases)),
+                String::new(),
+                e.status,
+            )
+        }
+    };
+    phases.record(path);
+    metrics::counter!("vllm_srun_requests_total", "endpoint" => path, "model" => model,
+        "status" => status.as_u16().to_string())
+    .increment(1);
+    resp
+}
+
+/// OpenAI-compatible embeddings.
+#[utoipa::path(post, path = "/v1/embeddings", tag = "encoders",
+    request_body(content = protocol::schema::EmbeddingsRequestDoc, description = "input: a string, a list of strings, token ids or lists of token ids"),
+    responses(
+        (status = 200, description = "One vector per input", body = protocol::schema::EmbeddingsResponseDoc),
+        (status = 400, description = "invalid_request (input_too_long, parameter_unsupported, ...)", body = protocol::schema::ErrorDoc),
+        (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
+        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
+        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
+        (status = 422, description = "unsupported_surface: the model is no encoder", body = protocol::schema::ErrorDoc),
+        (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
+        (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
+    ))]
+pub async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(state, headers, body, "/v1/embeddings", |s, v| async move {
+        embeddings_core(&s, &v).await
+    })
+    .await
+}
+
+/// Score documents against a query.
+#[utoipa::path(post, path = "/v1/rerank", tag = "encoders",
+    request_body = protocol::schema::RerankRequestDoc,
+    responses(
+        (status = 200, description = "Documents by relevance", body = protocol::schema::RerankResponseDoc),
+        (status = 400, description = "invalid_request", body = protocol::schema::ErrorDoc),
+        (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
+        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
+        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
+        (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
+        (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
+    ))]
+pub async fn rerank(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(state, headers, body, "/v1/rerank", |s, v| async move {
+        rerank_core(&s, &v).await
+    })
+    .await
+}
+
+/// Run a classification entry over inputs.
+#[utoipa::path(post, path = "/v1/classify", tag = "encoders",
+    request_body = protocol::schema::ClassifyRequestDoc,
+    responses(
+        (status = 200, description = "Labels per input (failed inputs answered in place)", body = protocol::schema::ClassifyResponseDoc),
+        (status = 400, description = "invalid_request", body = protocol::schema::ErrorDoc),
+        (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
+        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
+        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
+        (status = 422, description = "unsupported_surface", body = protocol::schema::ErrorDoc),
+        (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
+        (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
+    ))]
+pub async fn classify(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(state, headers, body, "/v1/classify", |s, v| async move {
+        classify_core(&s, &v).await
+    })
+    .await
+}
+
+/// Several tasks for one or more models in one call, answered in task order, each with the
+/// status it would have had alone.
+#[utoipa::path(post, path = "/v1/bundle", tag = "encoders",
+    request_body = protocol::schema::BundleRequestDoc,
+    responses(
+        (status = 200, description = "Each task's status and body, in task order", body = protocol::schema::BundleResponseDoc),
+        (status = 400, description = "invalid_request (too many tasks: reason bundle_tasks)", body = protocol::schema::ErrorDoc),
+        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
+        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
+    ))]
+pub async fn bundle(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(state, headers, body, "/v1/bundle", |s, v| async move {
+        bundle_core(&s, &v).await
+    })
+    .await
+}
+
+const TASK_KINDS: &[&str] = &["decisions", "classify", "embeddings", "rerank"];
+
+async fn run_task(
+    state: &AppState,
+    kind: &str,
+    mut body: Value,
+    deadline_ms: Option<u64>,
+) -> CoreResult {
+    match kind {
+        "decisions" => {
+            if let (Some(d), Some(o)) = (deadline_ms, body.as_object_mut()) {
+                let opts = o.entry("options").or_insert_with(|| json!({}));
+                if let Some(opts) = opts.as_object_mut() {
+                    opts.entry("deadline_ms").or_insert(json!(d));
+                }
+            }
+            crate::handlers::decisions_core(state, &body).await
+        }
+        "classify" => classify_core(state, &body).await,
+        "embeddings" => embeddings_core(state, &body).await,
+        _ => rerank_core(state, &body).await,
+    }
+}
+
+/// `POST /v1/bundle`.
+pub(crate) async fn bundle_core(state: &AppState, body: &Value) -> CoreResult {
+    let obj = object(body, "the request body")?;
+    only(obj, &["tasks", "options"], "request")?;
+    let tasks = match obj.get("tasks") {
+        Some(Value::Array(t)) if !t.is_empty() => t,
+        _ => return Err(invalid("tasks must be a non-empty list")),
+    };
+    let limit = state.config.max_bundle_tasks;
+    if tasks.len() > limit {
+        let mut e = ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            format!(
+                "the bundle has {} tasks; this process takes at most {limit}",
+                tasks.len()
+            ),
+        )
+        .with_reason(protocol::reason::BUNDLE_TASKS);
+        e.limit = Some(limit as u64);
+        return Err(e);
+    }
+    let mut deadline_ms = None;
+    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
+        let o = object(o, "options")?;
+        only(o, &["deadline_ms"], "options")?;
+        deadline_ms = match o.get("deadline_ms") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .ok_or_else(|| invalid("options.deadline_ms must be a non-negative integer"))?,
+            ),
+        };
+    }
+    let mut parsed = Vec::with_capacity(tasks.len());
+    for (i, t) in tasks.iter().enumerate() {
+        let t = object(t, &format!("tasks[{i}]"))?;
+        let mut allowed = vec!["id"];
+        allowed.extend_from_slice(TASK_KINDS);
+        only(t, &allowed, &format!("tasks[{i}]"))?;
+        let kinds: Vec<&str> = TASK_KINDS
+            .iter()
+            .copied()
+            .filter(|k| t.contains_key(*k))
+            .collect();
+        let [kind] = kinds[..] else {
+            return Err(invalid(format!(
+                "tasks[{i}] needs exactly one of {}",
+                TASK_KINDS.join(", ")
+            )));
+        };
+        let id = t.get("id").cloned().unwrap_or(json!(i.to_string()));
+        parsed.push((id, kind, t[kind].clone()));
+    }
+    let started = Instant::now();
+    let futures = parsed.into_iter().map(|(id, kind, body)| async move {
+        let run = run_task(state, kind, body, deadline_ms);
+        let result = match deadline_ms {
+            // Decisions honour the deadline themselves (work not started is not run); other
+            // tasks are cut off when it passes.
+            Some(d) if kind != "decisions" => {
+                match tokio::time::timeout(Duration::from_millis(d), run).await {
+                    Ok(r) => r,
+                    Err(_) => Err(ApiError::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        ErrorCode::DeadlineExceeded,
+                        format!("options.deadline_ms ({d} ms) passed before the task was answered"),
+                    )),
+                }
+            }
+            _ => run.await,
+        };
+        (id, kind, result)
+    });
+    let done = futures_util::future::join_all(futures).await;
+    let mut timings = Timings::default();
+    let mut results = Vec::with_capacity(done.len());
+    for (id, kind, r) in done {
+        match r {
+            Ok((body, _, t)) => {
+                timings = t;
+                results.push(json!({"id": id, "type": kind, "status": 200, "body": body}));
+            }
+            Err(e) => results.push(json!({"id": id, "type": kind, "status": e.status.as_u16(),
+                "body": e.body(Flavor::Internal)})),
+        }
+    }
+    timings.tokenize = timings.tokenize.min(started.elapsed());
+    Ok((json!({"results": results}), String::new(), timings))
+}

@@ -1,0 +1,539 @@
+//! The SIE face of the engine: `/v1/encode/{model}`, `/v1/score/{model}`,
+//! `/v1/extract/{model}`, `/v1/models/{model}`, `/healthz`, `/readyz`, `/livez`.
+//!
+//! Bodies are msgpack (`Content-Type: application/msgpack`) or JSON; answers are msgpack unless
+//! the client sends `Accept: application/json`. Errors are `{"detail": {"code", "message"}}`
+//! with SIE's codes, and every answer carries `X-Total-Time`, `X-Queue-Time`,
+//! `X-Tokenization-Time` and `X-Inference-Time` (milliseconds).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use engine::{ModelKind, Timings};
+use protocol::request::{parse_decision_body, Schema};
+use serde_json::{json, Map, Value};
+
+use crate::encoders::{invalid, object, only, relevance};
+use crate::error::{ApiError, Flavor};
+use crate::AppState;
+
+const MSGPACK: &str = "application/msgpack";
+
+fn is_msgpack(v: Option<&HeaderValue>) -> bool {
+    v.and_then(|v| v.to_str().ok())
+        .is_some_and(|s| s.contains("msgpack"))
+}
+
+/// Whether the answer is JSON: only when the client asks for it.
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("application/json") && !a.contains("msgpack"))
+}
+
+fn decode(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
+    if is_msgpack(headers.get(header::CONTENT_TYPE)) {
+        rmp_serde::from_slice(bytes)
+            .map_err(|e| invalid(format!("the msgpack body does not decode: {e}")))
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_json(&e))
+    }
+}
+
+fn encode(headers: &HeaderMap, status: StatusCode, v: &Value) -> Response {
+    let (ct, body) = if wants_json(headers) {
+        (
+            "application/json",
+            serde_json::to_vec(v).unwrap_or_default(),
+        )
+    } else {
+        (MSGPACK, rmp_serde::to_vec_named(v).unwrap_or_default())
+    };
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    r
+}
+
+fn ms(d: std::time::Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
+
+type SieResult = Result<(Value, String, Timings), ApiError>;
+
+/// Read, decode, answer with `core`, and render with SIE's negotiation, headers and errors.
+async fn serve<F, Fut>(
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    body: Body,
+    path: &'static str,
+    core: F,
+) -> Response
+where
+    F: FnOnce(Arc<AppState>, Value) -> Fut,
+    Fut: std::future::Future<Output = SieResult>,
+{
+    let started = Instant::now();
+    let result = async {
+        let bytes = crate::body::read(&headers, body, state.config.max_request_bytes)
+            .await
+            .map_err(ApiError::from)?;
+        let value = decode(&headers, &bytes)?;
+        drop(bytes);
+        core(state.clone(), value).await
+    }
+    .await;
+    let (mut resp, model, timings) = match result {
+        Ok((v, model, t)) => (encode(&headers, StatusCode::OK, &v), model, t),
+        Err(e) => {
+            let e = e.for_flavor(Flavor::Sie);
+            let mut r = encode(&headers, e.status, &e.body(Flavor::Sie));
+            if let Some(s) = e.retry_after {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(s));
+            }
+            (r, String::new(), Timings::default())
+        }
+    };
+    let h = resp.headers_mut();
+    for (name, d) in [
+        ("x-total-time", started.elapsed()),
+        ("x-queue-time", timings.queue),
+        ("x-tokenization-time", timings.tokenize),
+        ("x-inference-time", timings.forward),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&ms(d)) {
+            h.insert(name, v);
+        }
+    }
+    if timings.post > std::time::Duration::ZERO {
+        if let Ok(v) = HeaderValue::from_str(&ms(timings.post)) {
+            h.insert("x-postprocessing-time", v);
+        }
+    }
+    metrics::counter!("vllm_srun_requests_total", "endpoint" => path, "model" => model,
+        "status" => resp.status().as_u16().to_string())
+    .increment(1);
+    resp
+}
+
+/// An item's text; images, audio, video and documents are not read by these models.
+fn item_text(item: &Value, what: &str) -> Result<String, ApiError> {
+    let o = object(item, what)?;
+    for k in ["images", "audio", "video", "document"] {
+        if o.contains_key(k) {
+            return Err(invalid(format!("{what}.{k}: the model reads text only")));
+        }
+    }
+    o.get("text")
+        .and_then(Value::as_str)
+        .map(String::from)
+        .ok_or_else(|| invalid(format!("{what}.text must be a string")))
+}
+
+fn items(v: Option<&Value>) -> Result<&Vec<Value>, ApiError> {
+    match v {
+        Some(Value::Array(a)) if !a.is_empty() => Ok(a),
+        _ => Err(invalid("items must be a non-empty list")),
+    }
+}
+
+fn quantize(v: &[f32], dtype: &str) -> Result<Value, ApiError> {
+    Ok(match dtype {
+        "float32" => json!(v),
+        "float16" => json!(v
+            .iter()
+            .map(|x| f64::from(half_round(*x)))
+            .collect::<Vec<_>>()),
+        "int8" => json!(v
+            .iter()
+            .map(|x| (x * 127.0).round().clamp(-127.0, 127.0) as i8)
+            .collect::<Vec<_>>()),
+        "binary" => json!(v
+            .chunks(8)
+            .map(|c| c.iter().enumerate().fold(0u8, |b, (i, x)| if *x > 0.0 {
+                b | (0x80 >> i)
+            } else {
+                b
+            }))
+            .collect::<Vec<_>>()),
+        other => {
+            return Err(invalid(format!(
+                "params.output_dtype {other:?}: use float32, float16, int8 or binary"
+            )))
+        }
+    })
+}
+
+/// Round an f32 to the nearest value an IEEE half can hold (10 mantissa bits).
+fn half_round(x: f32) -> f32 {
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    let bits = x.to_bits();
+    let rounded = (bits + 0x0000_1000) & 0xFFFF_E000;
+    f32::from_bits(rounded)
+}
+
+async fn encode_core(state: &AppState, model: &str, body: &Value) -> SieResult {
+    let obj = object(body, "the request body")?;
+    only(obj, &["items", "params"], "request")?;
+    let items = items(obj.get("items"))?;
+    let (mut dtype, mut instruction) = ("float32".to_string(), None);
+    if let Some(p) = obj.get("params").filter(|v| !v.is_null()) {
+        let p = object(p, "params")?;
+        only(
+            p,
+            &["output_types", "instruction", "output_dtype", "options"],
+            "params",
+        )?;
+        if let Some(t) = p.get("output_types").filter(|v| !v.is_null()) {
+            let types = t
+                .as_array()
+                .ok_or_else(|| invalid("params.output_types must be a list"))?;
+            if let Some(bad) = types.iter().find(|t| t.as_str() != Some("dense")) {
+                return Err(invalid(format!(
+                    "params.output_types: model {model} provides dense vectors only, not {bad}"
+                )));
+            }
+        }
+        if let Some(d) = p.get("output_dtype").and_then(Value::as_str) {
+            dtype = d.to_string();
+        }
+        instruction = p
+            .get("instruction")
+            .and_then(Value::as_str)
+            .map(String::from);
+    }
+    let m = state
+        .registry
+        .encoder(Some(model))
+        .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
+    let mut texts = Vec::with_capacity(items.len());
+    for (i, it) in items.iter().enumerate() {
+        let t = item_text(it, &format!("items[{i}]"))?;
+        texts.push(match &instruction {
+            Some(ins) => format!("{ins} {t}"),
+            None => t,
+        });
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let out = m.embed(&refs, true).await.map_err(ApiError::from)?;
+    let dims = m.info().dims;
+    let mut results = Vec::with_capacity(items.len());
+    for (it, v) in items.iter().zip(&out.vectors) {
+        let mut r =
+            json!({"dense": {"dims": dims, "dtype": dtype, "values": quantize(v, &dtype)?}});
+        if let Some(id) = it.get("id") {
+            r["id"] = id.clone();
+        }
+        results.push(r);
+    }
+    let timing = json!({
+        "tokenization_ms": out.timings.tokenize.as_secs_f64() * 1e3,
+        "queue_ms": out.timings.queue.as_secs_f64() * 1e3,
+        "inference_ms": out.timings.forward.as_secs_f64() * 1e3,
+    });
+    let timings = Timings {
+        tokenize: out.timings.tokenize,
+        queue: out.timings.queue,
+        forward: out.timings.forward,
+        ..Timings::default()
+    };
+    Ok((
+        json!({"model": m.meta.name, "items": results, "timing": timing}),
+        m.meta.name.clone(),
+        timings,
+    ))
+}
+
+async fn score_core(state: &AppState, model: &str, body: &Value) -> SieResult {
+    let obj = object(body, "the request body")?;
+    only(
+        obj,
+        &["query", "items", "instruction", "options"],
+        "request",
+    )?;
+    let query = obj
+        .get("query")
+        .ok_or_else(|| invalid("query is required"))?;
+    let mut q = item_text(query, "query")?;
+    if let Some(ins) = obj.get("instruction").and_then(Value::as_str) {
+        q = format!("{ins} {q}");
+    }
+    let items = items(obj.get("items"))?;
+    let docs: Vec<String> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| item_text(it, &format!("items[{i}]")))
+        .collect::<Result<_, _>>()?;
+    let (scores, tokens, name, timings) = relevance(state, Some(model), &q, &docs).await?;
+    let mut order: Vec<usize> = (0..docs.len()).collect();
+    order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
+    let entries: Vec<Value> = order
+        .iter()
+        .enumerate()
+        .map(|(rank, &i)| {
+            json!({"item_id": items[i].get("id").cloned().unwrap_or(Value::Null), "score": scores[i], "rank": rank})
+        })
+        .collect();
+    Ok((
+        json!({"model": name, "query_id": query.get("id").cloned().unwrap_or(Value::Null),
+            "scores": entries, "usage": {"input_tokens": tokens}}),
+        name,
+        timings,
+    ))
+}
+
+/// Extract: a decision model classifies each item over `params.labels` (`classifications`);
+/// entities need a span capability, which no served model has, so an entity request is
+/// answered per item with an error.
+async fn extract_core(state: &AppState, model: &str, body: &Value) -> SieResult {
+    let obj = object(body, "the request body")?;
+    only(obj, &["items", "params"], "request")?;
+    let items = items(obj.get("items"))?;
+    let p = obj
+        .get("params")
+        .map(|p| object(p, "params"))
+        .transpose()?
+        .cloned()
+        .unwrap_or_default();
+    only(
+        &p,
+        &["labels", "output_schema", "instruction", "options"],
+        "params",
+    )?;
+    let labels: Vec<String> = match p.get("labels") {
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|l| {
+                l.as_str()
+                    .map(String::from)
+                    .ok_or_else(|| invalid("params.labels must be strings"))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(invalid("params.labels must be a non-empty list of labels")),
+    };
+    if p.contains_key("output_schema") {
+        return Err(invalid(format!(
+            "params.output_schema: model {model} does no structured extraction"
+        )));
+    }
+    let task = p
+        .get("options")
+        .and_then(|o| o.get("task"))
+        .and_then(Value::as_str)
+        .unwrap_or("classify");
+    let m = state
+        .registry
+        .ready(Some(model))
+        .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
+    let ids: Vec<Value> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| it.get("id").cloned().unwrap_or(json!(format!("item-{i}"))))
+        .collect();
+    // Items that cannot be read, and an entity request on a model without spans, fail alone.
+    let mut out: Vec<Option<Value>> = vec![None; items.len()];
+    let mut states = Map::new();
+    for (i, it) in items.iter().enumerate() {
+        let text = match item_text(it, &format!("items[{i}]")) {
+            Ok(t) => t,
+            Err(e) => {
+                out[i] = Some(
+                    json!({"id": ids[i], "error": {"code": "INVALID_INPUT", "message": e.message}}),
+                );
+                continue;
+            }
+        };
+        if task == "entities" {
+            out[i] = Some(json!({"id": ids[i], "error": {"code": "INVALID_INPUT",
+                "message": format!("model {} has no span capability: it cannot extract entities", m.meta.name)}}));
+            continue;
+        }
+        let criteria: Map<String, Value> =
+            labels.iter().map(|l| (l.clone(), Value::Null)).collect();
+        let instructions = p
+            .get("instruction")
+            .and_then(Value::as_str)
+            .unwrap_or("Which label describes the text best?");
+        states.insert(
+            i.to_string(),
+            json!({"state": text, "questions": {"label": {"type": "choice", "instructions": instructions,
+                "criteria": criteria, "overflow": "truncate"}}}),
+        );
+    }
+    let mut timings = Timings::default();
+    if !states.is_empty() {
+        let body = parse_decision_body(&json!({ "states": states }), Schema::Internal)
+            .map_err(ApiError::from)?;
+        let (decision, t) = m
+            .decide(&body, Instant::now())
+            .await
+            .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
+        timings = t;
+        let engine::Decision::Batch(b) = decision else {
+            return Err(invalid("the extraction batch was not answered as a batch"));
+        };
+        for (key, r) in b.states.iter() {
+            let Ok(i) = key.parse::<usize>() else {
+                continue;
+            };
+            out[i] = Some(match r.answers.get("label").map(|a| &a.answer) {
+                Some(protocol::Answer::Choice(c)) => {
+                    let mut cls: Vec<(&String, f64)> =
+                        c.probabilities.iter().map(|(k, v)| (k, *v)).collect();
+                    cls.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    json!({"id": ids[i], "classifications": cls.iter().map(|(l, s)| json!({"label": l, "score": s})).collect::<Vec<_>>()})
+                }
+                Some(protocol::Answer::Failed { failure, .. }) => {
+                    let code = if failure.kind == protocol::QuestionErrorKind::MaxLengthExceeded {
+                        "INPUT_TOO_LONG"
+                    } else {
+                        "INVALID_INPUT"
+                    };
+                    json!({"id": ids[i], "error": {"code": code, "message": failure.message}})
+                }
+                _ => {
+                    json!({"id": ids[i], "error": {"code": "INFERENCE_ERROR", "message": "no answer was read"}})
+                }
+            });
+        }
+    }
+    let results: Vec<Value> = out.into_iter().map(|o| o.unwrap_or(Value::Null)).collect();
+    Ok((
+        json!({"model": m.meta.name, "items": results}),
+        m.meta.name.clone(),
+        timings,
+    ))
+}
+
+pub async fn encode_route(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(state, headers, body, "/v1/encode", |s, v| async move {
+        encode_core(&s, &model, &v).await
+    })
+    .await
+}
+
+pub async fn score_route(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(state, headers, body, "/v1/score", |s, v| async move {
+        score_core(&s, &model, &v).await
+    })
+    .await
+}
+
+pub async fn extract_route(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    serve(state, headers, body, "/v1/extract", |s, v| async move {
+        extract_core(&s, &model, &v).await
+    })
+    .await
+}
+
+/// The SIE fields of one model's listing entry.
+pub(crate) fn sie_fields(slot: &engine::Slot) -> Map<String, Value> {
+    let st = slot.state();
+    let mut m = Map::new();
+    m.insert("inputs".into(), json!(["text"]));
+    match slot.kind() {
+        ModelKind::Encoder => {
+            let (dims, max) = slot
+                .encoder()
+                .map(|e| (json!({"dense": e.info().dims}), json!(e.info().max_tokens)))
+                .unwrap_or((json!({}), Value::Null));
+            m.insert("outputs".into(), json!(["dense", "score"]));
+            m.insert("dims".into(), dims);
+            m.insert("max_sequence_length".into(), max);
+        }
+        ModelKind::Decision => {
+            let max = slot
+                .model()
+                .map(|d| json!(d.limits.max_input_tokens))
+                .unwrap_or(Value::Null);
+            m.insert("outputs".into(), json!(["score", "classifications"]));
+            m.insert("dims".into(), json!({}));
+            m.insert("max_sequence_length".into(), max);
+        }
+    }
+    m.insert("loaded".into(), json!(st == engine::ModelState::Ready));
+    m.insert("state".into(), json!(st.word()));
+    m.insert(
+        "last_error".into(),
+        match &st {
+            engine::ModelState::Failed(e) => json!({"message": e}),
+            _ => Value::Null,
+        },
+    );
+    m.insert("profiles".into(), json!({}));
+    m.insert("revision".into(), json!(slot.meta().revision));
+    m
+}
+
+/// `GET /v1/models/{model}`: one model's listing entry (System One and SIE fields).
+pub async fn model_route(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match state.registry.find(Some(&model)) {
+        Ok(slot) => {
+            let v = crate::handlers::listing_entry(&state, slot);
+            encode(&headers, StatusCode::OK, &v)
+        }
+        Err(e) => {
+            let e = ApiError::from_engine(e, &state.registry.names()).for_flavor(Flavor::Sie);
+            encode(&headers, e.status, &e.body(Flavor::Sie))
+        }
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain")], body).into_response()
+}
+
+/// `GET /healthz`: the process runs.
+pub async fn healthz() -> Response {
+    text(StatusCode::OK, "ok")
+}
+
+/// `GET /readyz`: every model is ready.
+pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let ready = state
+        .registry
+        .slots()
+        .iter()
+        .all(|s| s.state() == engine::ModelState::Ready);
+    if ready {
+        text(StatusCode::OK, "ok")
+    } else {
+        text(StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+/// `GET /livez`: no forward has outrun --forward-timeout-seconds.
+pub async fn livez(State(state): State<Arc<AppState>>) -> Response {
+    if crate::handlers::stalled(&state).is_some() {
+        text(StatusCode::SERVICE_UNAVAILABLE, "stalled")
+    } else {
+        text(StatusCode::OK, "ok")
+    }
+}

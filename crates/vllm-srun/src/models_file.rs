@@ -1,0 +1,120 @@
+//! The models file (TOML): what a process serves.
+//!
+//! ```toml
+//! [[models]]
+//! model = "qwen2.5-1.5b"          # catalogue id, GGUF file or package directory
+//! aliases = ["decider"]
+//!
+//! [[models]]
+//! model = "minilm-l6"             # an encoder
+//!
+//! max_scan_tokens = 32768         # scan budget of windowed reads (decision models)
+//!
+//! [[classifiers]]
+//! name = "sentiment"
+//! backbone = "qwen2.5-1.5b"
+//! labels = ["positive", "negative", "neutral"]
+//! instructions = "What is the sentiment of the text?"
+//! ```
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::{Classifier, ServeOptions};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelsFile {
+    #[serde(default)]
+    models: Vec<ModelEntry>,
+    #[serde(default)]
+    classifiers: Vec<Classifier>,
+    #[serde(default)]
+    max_scan_tokens: Option<usize>,
+    #[serde(default)]
+    max_bundle_tasks: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelEntry {
+    model: String,
+    #[serde(default)]
+    aliases: Vec<String>,
+}
+
+/// Read a models file into `o`: its models replace `o.models`.
+pub fn apply(path: &Path, o: &mut ServeOptions) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    apply_str(&text, o).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
+    let f: ModelsFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    if f.models.is_empty() {
+        return Err("the models file lists no [[models]]".into());
+    }
+    o.models = f.models.iter().map(|m| m.model.clone()).collect();
+    for m in &f.models {
+        for a in &m.aliases {
+            o.aliases.push((a.clone(), m.model.clone()));
+        }
+    }
+    for c in &f.classifiers {
+        if c.labels.len() < 2 && !c.multi_label {
+            return Err(format!("classifier {:?} needs at least two labels", c.name));
+        }
+        if !o.models.contains(&c.backbone)
+            && !f.models.iter().any(|m| m.aliases.contains(&c.backbone))
+        {
+            return Err(format!(
+                "classifier {:?}: backbone {:?} is not among the models",
+                c.name, c.backbone
+            ));
+        }
+    }
+    o.classifiers = f.classifiers;
+    if f.max_scan_tokens.is_some() {
+        o.max_scan_tokens = f.max_scan_tokens;
+    }
+    if let Some(n) = f.max_bundle_tasks {
+        o.max_bundle_tasks = n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_models_file_lists_models_aliases_and_classifiers() {
+        let mut o = ServeOptions::default();
+        apply_str(
+            r#"
+max_scan_tokens = 1000
+[[models]]
+model = "smollm2-135m"
+aliases = ["small"]
+[[models]]
+model = "minilm-l6"
+[[classifiers]]
+name = "mood"
+backbone = "small"
+labels = ["happy", "sad"]
+"#,
+            &mut o,
+        )
+        .unwrap();
+        assert_eq!(o.models, ["smollm2-135m", "minilm-l6"]);
+        assert_eq!(
+            o.aliases,
+            [("small".to_string(), "smollm2-135m".to_string())]
+        );
+        assert_eq!(o.classifiers[0].labels, ["happy", "sad"]);
+        assert_eq!(o.max_scan_tokens, Some(1000));
+        let e = apply_str("[[models]]\nmodel = \"x\"\ncolour = 1\n", &mut o).unwrap_err();
+        assert!(e.contains("colour"), "{e}");
+    }
+}
