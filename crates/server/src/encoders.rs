@@ -525,9 +525,11 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
                 }
                 (json!(o), Value::Object(roles))
             }
-            _ => return Err(invalid(format!(
+            _ => {
+                return Err(invalid(format!(
                 "input[{i}] must be a string, {{text, text_pair}} or {{context, question, answer}}"
-            ))),
+            )))
+            }
         };
         let criteria: Map<String, Value> =
             c.labels.iter().map(|l| (l.clone(), Value::Null)).collect();
