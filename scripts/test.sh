@@ -10,16 +10,19 @@ export VLLM_SRUN_TEST_MODEL="$MODEL"
 
 cargo build --workspace --all-targets
 ./target/debug/vllm-srun models pull "$MODEL"
+# The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
+./target/debug/vllm-srun models pull minilm-l6
+./target/debug/vllm-srun models pull qwen2.5-0.5b
 
 cargo test --workspace
 
 # Conformance: the System One suite must pass every MUST.
-if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator' 2>/dev/null; then
+if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator, openai, msgpack' 2>/dev/null; then
     python3 -m pip install -q --disable-pip-version-check "jevcompat==0.1.1" \
-        "schemathesis==4.32.5" "openapi-spec-validator==0.9.0"
+        "schemathesis==4.32.5" "openapi-spec-validator==0.9.0" "openai==3.57.0" "msgpack==1.2.4"
 fi
 log="$(mktemp)"
-./target/debug/vllm-srun serve --model "$MODEL" --port 0 --no-pull >"$log" 2>&1 &
+./target/debug/vllm-srun serve --model "$MODEL" --model minilm-l6 --port 0 --no-pull >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
 url=""
@@ -57,3 +60,6 @@ PY
 python3 -m schemathesis.cli run "$url/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-60}" -w 2 \
     --phases examples,coverage,fuzzing \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
+
+# Real clients: the OpenAI Python SDK (embeddings) and a msgpack client (SIE endpoints).
+python3 scripts/clients_check.py "$url"

@@ -13,6 +13,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use engine::backend::{BackendError, Token};
+use engine::budget::Vocab;
 use engine::encoder::{Encoder, EncoderInfo};
 use tokenizers::Tokenizer;
 
@@ -23,6 +24,8 @@ pub struct BertEncoder {
     device: Device,
     info: EncoderInfo,
     pad_id: u32,
+    /// Special tokens before and after an input's own.
+    special: (Vec<Token>, Vec<Token>),
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -100,12 +103,21 @@ impl BertEncoder {
             architecture: "bert".into(),
             vocab_size: config.vocab_size,
         };
+        let empty = tokenizer
+            .encode("", true)
+            .map_err(|e| load_err("tokenizer.json", e))?;
+        let ids = empty.get_ids();
+        let special = match ids {
+            [first, rest @ ..] => (vec![*first], rest.to_vec()),
+            [] => (Vec::new(), Vec::new()),
+        };
         Ok(BertEncoder {
             model,
             tokenizer,
             device,
             info,
             pad_id,
+            special,
         })
     }
 
@@ -152,6 +164,28 @@ impl BertEncoder {
     }
 }
 
+impl Vocab for BertEncoder {
+    fn tokenize_text(&self, text: &str) -> Result<Vec<Token>, BackendError> {
+        let enc = self
+            .tokenizer
+            .encode(text, false)
+            .map_err(|e| BackendError::Tokenize(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// A WordPiece token's text without its continuation mark. WordPiece drops whitespace and
+    /// folds case, so these do not concatenate to the input: the cut checks find which cuts
+    /// hold for it.
+    fn token_bytes(&self, token: Token) -> Vec<u8> {
+        let t = self.tokenizer.id_to_token(token).unwrap_or_default();
+        t.strip_prefix("##").unwrap_or(&t).as_bytes().to_vec()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.tokenizer.get_vocab_size(true)
+    }
+}
+
 impl Encoder for BertEncoder {
     fn info(&self) -> &EncoderInfo {
         &self.info
@@ -163,6 +197,10 @@ impl Encoder for BertEncoder {
             .encode(text, true)
             .map_err(|e| BackendError::Tokenize(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    fn special(&self) -> (Vec<Token>, Vec<Token>) {
+        self.special.clone()
     }
 
     fn embed(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<f32>>, BackendError> {

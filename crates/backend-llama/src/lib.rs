@@ -188,6 +188,22 @@ impl LlamaBackend {
     }
 }
 
+impl engine::budget::Vocab for LlamaBackend {
+    fn tokenize_text(&self, text: &str) -> Result<Vec<Token>, BackendError> {
+        Backend::tokenize(self, text, false)
+    }
+
+    fn token_bytes(&self, token: Token) -> Vec<u8> {
+        self.model
+            .vocab()
+            .token_to_piece(LlamaToken(token as i32), true, None)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.n_vocab().max(0) as usize
+    }
+}
+
 impl Backend for LlamaBackend {
     fn info(&self) -> &BackendInfo {
         &self.info
@@ -205,17 +221,7 @@ impl Backend for LlamaBackend {
     }
 
     fn token_text(&self, token: Token) -> String {
-        String::from_utf8_lossy(&self.token_bytes(token)).into_owned()
-    }
-
-    fn token_bytes(&self, token: Token) -> Vec<u8> {
-        self.model
-            .vocab()
-            .token_to_piece(LlamaToken(token as i32), true, None)
-    }
-
-    fn vocab_size(&self) -> usize {
-        self.model.n_vocab().max(0) as usize
+        String::from_utf8_lossy(&engine::budget::Vocab::token_bytes(self, token)).into_owned()
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>, BackendError> {

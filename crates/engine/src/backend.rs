@@ -74,20 +74,13 @@ pub enum BackendError {
 
 /// An inference engine. Shared between request threads (tokenization) and the model's worker
 /// thread, which opens the one [`Session`] that evaluates.
-pub trait Backend: Send + Sync + 'static {
+pub trait Backend: crate::budget::Vocab + Send + Sync + 'static {
     fn info(&self) -> &BackendInfo;
     /// Tokenize `text`. With `special`, control-token text (`<|im_start|>`) is read as control
     /// tokens; user text is always tokenized without it.
     fn tokenize(&self, text: &str, special: bool) -> Result<Vec<Token>, BackendError>;
     /// The text of a token (for diagnostics and label checks).
     fn token_text(&self, token: Token) -> String;
-    /// The bytes of the text a token covers (a byte-level tokenizer's tokens concatenate to
-    /// the text).
-    fn token_bytes(&self, token: Token) -> Vec<u8> {
-        self.token_text(token).into_bytes()
-    }
-    /// Number of tokens in the vocabulary.
-    fn vocab_size(&self) -> usize;
     /// Open an evaluation session. Called on the model's worker thread; the session lives there.
     fn session(&self) -> Result<Box<dyn Session + '_>, BackendError>;
 }

@@ -10,7 +10,19 @@
 //! texts when a tokenizer is first used ([`Cutter::calibrate`]); a kind that fails the check
 //! is never used, and texts that would need it are read whole.
 
-use crate::backend::{Backend, BackendError, Token};
+use crate::backend::{BackendError, Token};
+
+/// What budgeted tokenization needs of a tokenizer. Implemented by every [`Backend`] and
+/// [`Encoder`](crate::encoder::Encoder).
+///
+/// [`Backend`]: crate::backend::Backend
+pub trait Vocab {
+    /// Tokens of `text` without special tokens.
+    fn tokenize_text(&self, text: &str) -> Result<Vec<Token>, BackendError>;
+    /// The bytes of the text a token covers.
+    fn token_bytes(&self, token: Token) -> Vec<u8>;
+    fn vocab_size(&self) -> usize;
+}
 
 /// Bytes before a cut inside a run whose tokens are not kept.
 pub const RUN_MARGIN: usize = 1024;
@@ -111,7 +123,7 @@ pub struct Cutter {
 
 impl Cutter {
     /// Measure the vocabulary and check each kind of cut on probe texts.
-    pub fn calibrate(backend: &dyn Backend) -> Result<Cutter, BackendError> {
+    pub fn calibrate(backend: &dyn Vocab) -> Result<Cutter, BackendError> {
         let max_token_bytes = (0..backend.vocab_size() as Token)
             .map(|t| backend.token_bytes(t).len())
             .max()
@@ -127,13 +139,16 @@ impl Cutter {
                 max_token_bytes,
                 enabled: vec![kind],
             };
-            let budget = 24;
-            let read = trial.read(backend, &probe, budget)?;
-            let whole = backend.tokenize(&probe, false)?;
-            let ok = read.cut == Some(kind)
-                && read.tokens.len() > budget
-                && whole.len() >= read.tokens.len()
-                && whole[..read.tokens.len()] == read.tokens[..];
+            // Several budgets, so the cuts land at several places of the probe.
+            let whole = backend.tokenize_text(&probe)?;
+            let mut ok = true;
+            for budget in [24, 27, 31, 36] {
+                let read = trial.read(backend, &probe, budget)?;
+                ok &= read.cut == Some(kind)
+                    && read.tokens.len() > budget
+                    && whole.len() >= read.tokens.len()
+                    && whole[..read.tokens.len()] == read.tokens[..];
+            }
             if ok {
                 cutter.enabled.push(kind);
             }
@@ -152,33 +167,42 @@ impl Cutter {
     /// more). The tokens are a prefix of the whole text's tokens.
     pub fn read(
         &self,
-        backend: &dyn Backend,
+        backend: &dyn Vocab,
         text: &str,
         budget: usize,
     ) -> Result<Read, BackendError> {
-        // Try a prefix of typical token length first; the bound always holds more than the
-        // budget, so it is the last try.
+        // Try a prefix of typical token length first, then the bound that holds more than the
+        // budget when every token covers at most `max_token_bytes`. A tokenizer whose unknown
+        // token covers a whole long word can break that bound, so keep doubling until the
+        // prefix holds more than the budget or is the whole text.
         let bound = self.bytes_for(budget);
-        let guess = budget.saturating_add(1).saturating_mul(TYPICAL_TOKEN_BYTES);
-        if guess < bound {
-            let read = self.read_from(backend, text, guess)?;
+        let mut least = budget
+            .saturating_add(1)
+            .saturating_mul(TYPICAL_TOKEN_BYTES)
+            .min(bound);
+        loop {
+            let read = self.read_from(backend, text, least)?;
             if read.complete || read.tokens.len() > budget {
                 return Ok(read);
             }
+            least = if least < bound {
+                bound
+            } else {
+                least.saturating_mul(2)
+            };
         }
-        self.read_from(backend, text, bound)
     }
 
     /// Tokenize a prefix of at least `least` bytes cut at a safe place (or the whole text).
     fn read_from(
         &self,
-        backend: &dyn Backend,
+        backend: &dyn Vocab,
         text: &str,
         least: usize,
     ) -> Result<Read, BackendError> {
-        let whole = |backend: &dyn Backend| -> Result<Read, BackendError> {
+        let whole = |backend: &dyn Vocab| -> Result<Read, BackendError> {
             Ok(Read {
-                tokens: backend.tokenize(text, false)?,
+                tokens: backend.tokenize_text(text)?,
                 complete: true,
                 cut: None,
             })
@@ -201,7 +225,7 @@ impl Cutter {
                     // follows a letter or digit; a CJK character is its own boundary.
                     if (prev_alnum || kind == CutKind::Cjk) && self.enabled.contains(&kind) {
                         return Ok(Read {
-                            tokens: backend.tokenize(&text[..at], false)?,
+                            tokens: backend.tokenize_text(&text[..at])?,
                             complete: false,
                             cut: Some(kind),
                         });
@@ -219,7 +243,7 @@ impl Cutter {
             return whole(backend);
         }
         cut = floor_char_boundary(text, cut);
-        let tokens = backend.tokenize(&text[..cut], false)?;
+        let tokens = backend.tokenize_text(&text[..cut])?;
         let keep_until = cut - RUN_MARGIN;
         let mut end = 0usize;
         let mut kept = 0;
@@ -252,7 +276,7 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 
 /// A text long enough to be cut with a budget of 24 tokens, whose only cuts are of `kind`.
 pub fn probe_text(kind: CutKind, max_token_bytes: usize) -> String {
-    let want = (25 * max_token_bytes + BOUNDARY_SEARCH + 2 * RUN_MARGIN).max(8192);
+    let want = (40 * max_token_bytes + BOUNDARY_SEARCH + 2 * RUN_MARGIN).max(16384);
     let unit: String = match kind {
         CutKind::Whitespace => {
             "The quick brown fox jumps over the lazy dog again and again\n".into()

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use crate::backend::{BackendError, Token};
+use crate::budget::{Cutter, Vocab};
 use crate::error::EngineError;
 use crate::package::ModelMeta;
 
@@ -29,10 +30,12 @@ pub struct EncoderInfo {
 }
 
 /// An encoder backend. Tokenization runs on request threads; `embed` on the worker thread.
-pub trait Encoder: Send + Sync + 'static {
+pub trait Encoder: Vocab + Send + Sync + 'static {
     fn info(&self) -> &EncoderInfo;
     /// Token ids of `text` with the model's special tokens, not padded or truncated.
     fn tokenize(&self, text: &str) -> Result<Vec<Token>, BackendError>;
+    /// The special tokens around an input's own (e.g. `[CLS]` and `[SEP]`).
+    fn special(&self) -> (Vec<Token>, Vec<Token>);
     /// The vector of each input (a batch of token sequences of any lengths).
     fn embed(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<f32>>, BackendError>;
 }
@@ -72,10 +75,13 @@ pub struct Encoded {
     pub timings: EncodeTimings,
 }
 
+/// A job's vectors with its queue and forward time, or why the forward failed.
+type JobReply = Result<(Vec<Vec<f32>>, Duration, Duration), String>;
+
 struct Job {
     inputs: Vec<Vec<Token>>,
     queued: Instant,
-    reply: oneshot::Sender<Result<(Vec<Vec<f32>>, Duration, Duration), String>>,
+    reply: oneshot::Sender<JobReply>,
 }
 
 /// A loaded encoder with its worker.
@@ -84,6 +90,8 @@ pub struct EncoderModel {
     pub config: EncoderConfig,
     backend: Arc<dyn Encoder>,
     queue: SyncSender<Job>,
+    /// Where long texts may be cut for this tokenizer (budgeted tokenization).
+    pub cutter: Cutter,
 }
 
 impl EncoderModel {
@@ -92,6 +100,7 @@ impl EncoderModel {
         backend: Arc<dyn Encoder>,
         config: EncoderConfig,
     ) -> Result<EncoderModel, EngineError> {
+        let cutter = Cutter::calibrate(&*backend)?;
         let (tx, rx) = mpsc::sync_channel::<Job>(config.max_queued_jobs.max(1));
         let worker_backend = backend.clone();
         let max_batch = config.max_batch.max(1);
@@ -104,6 +113,7 @@ impl EncoderModel {
             config,
             backend,
             queue: tx,
+            cutter,
         })
     }
 
@@ -111,28 +121,34 @@ impl EncoderModel {
         self.backend.info()
     }
 
-    /// Tokenize one text; with `truncate`, cut it to the model's length, else refuse a longer
-    /// one. Returns the tokens and whether they were cut.
+    /// Tokenize one text within the model's length, reading a long text only as far as the
+    /// length needs (budgeted tokenization). With `truncate`, keep its first tokens; else a
+    /// longer text is refused. Returns the tokens (special tokens included) and whether they
+    /// were cut.
     pub fn tokenize(&self, text: &str, truncate: bool) -> Result<(Vec<Token>, bool), EncodeError> {
-        let mut t = self
-            .backend
-            .tokenize(text)
+        let (head, tail) = self.backend.special();
+        let room = self
+            .info()
+            .max_tokens
+            .saturating_sub(head.len() + tail.len());
+        let read = self
+            .cutter
+            .read(&*self.backend, text, room)
             .map_err(|e| EncodeError::Invalid(e.to_string()))?;
-        let max = self.info().max_tokens;
-        if t.len() <= max {
-            return Ok((t, false));
-        }
-        if !truncate {
+        let over = !read.complete || read.tokens.len() > room;
+        if over && !truncate {
             return Err(EncodeError::TooLong {
-                tokens: t.len(),
-                limit: max,
+                tokens: read.tokens.len() + head.len() + tail.len(),
+                limit: self.info().max_tokens,
+                lower_bound: !read.complete,
             });
         }
-        // Keep the closing special token (e.g. [SEP]) at the end.
-        let last = t[t.len() - 1];
-        t.truncate(max - 1);
-        t.push(last);
-        Ok((t, true))
+        let own = &read.tokens[..read.tokens.len().min(room)];
+        let mut t = Vec::with_capacity(head.len() + own.len() + tail.len());
+        t.extend_from_slice(&head);
+        t.extend_from_slice(own);
+        t.extend_from_slice(&tail);
+        Ok((t, over))
     }
 
     /// Embed pre-tokenized inputs on the worker (batched with other requests).
@@ -197,8 +213,13 @@ impl EncoderModel {
 pub enum EncodeError {
     #[error("{0}")]
     Invalid(String),
-    #[error("the input has {tokens} tokens; the model reads at most {limit}")]
-    TooLong { tokens: usize, limit: usize },
+    #[error("the input has {}{tokens} tokens; the model reads at most {limit}", if *.lower_bound { "more than " } else { "" })]
+    TooLong {
+        tokens: usize,
+        limit: usize,
+        /// The text was read in part: it has more tokens than `tokens`.
+        lower_bound: bool,
+    },
     #[error("input {index}: {inner}")]
     Item {
         index: usize,

@@ -334,3 +334,86 @@ pub struct BundleResponseDoc {
     #[schema(value_type = Vec<Object>)]
     pub results: Vec<Value>,
 }
+
+/// An SIE error: `{"detail": {"code", "message"}}`.
+#[derive(Serialize, ToSchema)]
+pub struct SieErrorDoc {
+    pub detail: SieErrorDetailDoc,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SieErrorDetailDoc {
+    /// MODEL_NOT_FOUND, INVALID_INPUT, INPUT_TOO_LONG, MODEL_NOT_LOADED, MODEL_LOADING,
+    /// MODEL_LOAD_FAILED, QUEUE_FULL, RESOURCE_EXHAUSTED, INFERENCE_ERROR or INTERNAL_ERROR.
+    pub code: String,
+    pub message: String,
+}
+
+/// An SIE item: an optional id and its text.
+#[derive(Serialize, ToSchema)]
+pub struct SieItemDoc {
+    pub id: Option<String>,
+    pub text: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Value>,
+}
+
+/// `POST /v1/encode/{model}`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SieEncodeRequestDoc {
+    pub items: Vec<SieItemDoc>,
+    /// output_types (dense), instruction, output_dtype (float32, float16, int8, binary), options.
+    #[schema(value_type = Option<Object>)]
+    pub params: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SieEncodeResponseDoc {
+    pub model: String,
+    /// Per item: `{id?, dense: {dims, dtype, values}}`.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub timing: Option<Value>,
+}
+
+/// `POST /v1/score/{model}`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SieScoreRequestDoc {
+    pub query: SieItemDoc,
+    pub items: Vec<SieItemDoc>,
+    pub instruction: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    pub options: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SieScoreResponseDoc {
+    pub model: String,
+    pub query_id: Option<String>,
+    /// `{item_id, score, rank}`, best first.
+    #[schema(value_type = Vec<Object>)]
+    pub scores: Vec<Value>,
+    #[schema(value_type = Object)]
+    pub usage: Value,
+}
+
+/// `POST /v1/extract/{model}`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SieExtractRequestDoc {
+    pub items: Vec<SieItemDoc>,
+    /// labels (required), instruction, options (task: classify or entities).
+    #[schema(value_type = Object)]
+    pub params: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SieExtractResponseDoc {
+    pub model: String,
+    /// Per item: `{id, classifications: [{label, score}]}` or `{id, error: {code, message}}`.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<Value>,
+}

@@ -196,6 +196,7 @@ pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResul
                     Err(engine::EncodeError::TooLong {
                         tokens: t.len(),
                         limit: info.max_tokens,
+                        lower_bound: false,
                     })
                 } else {
                     Ok(t.clone())

@@ -276,7 +276,11 @@ impl ApiError {
                     }
                     _ => StatusCode::BAD_REQUEST,
                 },
-                "MODEL_LOAD_FAILED" => StatusCode::BAD_GATEWAY,
+                // Terminal: SIE clients must not retry it.
+                "MODEL_LOAD_FAILED" => {
+                    self.retry_after = None;
+                    StatusCode::BAD_GATEWAY
+                }
                 "MODEL_NOT_LOADED" | "MODEL_LOADING" | "QUEUE_FULL" | "RESOURCE_EXHAUSTED" => {
                     StatusCode::SERVICE_UNAVAILABLE
                 }
@@ -316,12 +320,16 @@ impl ApiError {
                 a.retry_after = Some(5);
                 a
             }
-            EngineError::LoadFailed(name, why) => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::NotReady,
-                format!("model {name:?} failed to load: {why}"),
-            )
-            .with_reason(protocol::reason::MODEL_LOAD_FAILED),
+            EngineError::LoadFailed(name, why) => {
+                let mut a = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::NotReady,
+                    format!("model {name:?} failed to load: {why}"),
+                )
+                .with_reason(protocol::reason::MODEL_LOAD_FAILED);
+                a.retry_after = Some(5);
+                a
+            }
             EngineError::UnsupportedSurface(name, kind) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 ErrorCode::UnsupportedSurface,

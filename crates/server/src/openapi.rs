@@ -24,6 +24,13 @@ use crate::handlers;
         crate::encoders::rerank,
         crate::encoders::classify,
         crate::encoders::bundle,
+        crate::sie::encode_route,
+        crate::sie::score_route,
+        crate::sie::extract_route,
+        crate::sie::model_route,
+        crate::sie::healthz,
+        crate::sie::readyz,
+        crate::sie::livez,
     )
 )]
 pub struct ApiDoc;
@@ -49,6 +56,14 @@ mod tests {
             "/health/live:",
             "/metrics:",
             "/openapi.yaml:",
+            "/v1/embeddings:",
+            "/v1/rerank:",
+            "/v1/classify:",
+            "/v1/bundle:",
+            "/v1/encode/{model}:",
+            "/v1/score/{model}:",
+            "/v1/extract/{model}:",
+            "/healthz:",
         ] {
             assert!(doc.contains(path), "{path} missing");
         }

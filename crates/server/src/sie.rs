@@ -413,6 +413,20 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> SieResult 
     ))
 }
 
+/// Embeddings of items (SIE).
+#[utoipa::path(post, path = "/v1/encode/{model}", tag = "sie",
+    params(("model" = String, Path, description = "A served model id or alias")),
+    request_body(content((protocol::schema::SieEncodeRequestDoc = "application/json"), (protocol::schema::SieEncodeRequestDoc = "application/msgpack"))),
+    responses(
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieEncodeResponseDoc = "application/msgpack"), (protocol::schema::SieEncodeResponseDoc = "application/json"))),
+        (status = 400, description = "INVALID_INPUT or INPUT_TOO_LONG", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 404, description = "MODEL_NOT_FOUND", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 413, description = "INVALID_INPUT: body over --max-request-bytes", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 415, description = "INVALID_INPUT: content coding not read", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 502, description = "MODEL_LOAD_FAILED", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 503, description = "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 500, description = "INFERENCE_ERROR, INTERNAL_ERROR", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+    ))]
 pub async fn encode_route(
     State(state): State<Arc<AppState>>,
     Path(model): Path<String>,
@@ -425,6 +439,20 @@ pub async fn encode_route(
     .await
 }
 
+/// Items ranked against a query (SIE).
+#[utoipa::path(post, path = "/v1/score/{model}", tag = "sie",
+    params(("model" = String, Path, description = "A served model id or alias")),
+    request_body(content((protocol::schema::SieScoreRequestDoc = "application/json"), (protocol::schema::SieScoreRequestDoc = "application/msgpack"))),
+    responses(
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieScoreResponseDoc = "application/msgpack"), (protocol::schema::SieScoreResponseDoc = "application/json"))),
+        (status = 400, description = "INVALID_INPUT or INPUT_TOO_LONG", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 404, description = "MODEL_NOT_FOUND", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 413, description = "INVALID_INPUT: body over --max-request-bytes", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 415, description = "INVALID_INPUT: content coding not read", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 502, description = "MODEL_LOAD_FAILED", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 503, description = "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 500, description = "INFERENCE_ERROR, INTERNAL_ERROR", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+    ))]
 pub async fn score_route(
     State(state): State<Arc<AppState>>,
     Path(model): Path<String>,
@@ -437,6 +465,20 @@ pub async fn score_route(
     .await
 }
 
+/// Classifications of items over labels (SIE); per-item errors in place.
+#[utoipa::path(post, path = "/v1/extract/{model}", tag = "sie",
+    params(("model" = String, Path, description = "A served model id or alias")),
+    request_body(content((protocol::schema::SieExtractRequestDoc = "application/json"), (protocol::schema::SieExtractRequestDoc = "application/msgpack"))),
+    responses(
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieExtractResponseDoc = "application/msgpack"), (protocol::schema::SieExtractResponseDoc = "application/json"))),
+        (status = 400, description = "INVALID_INPUT or INPUT_TOO_LONG", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 404, description = "MODEL_NOT_FOUND", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 413, description = "INVALID_INPUT: body over --max-request-bytes", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 415, description = "INVALID_INPUT: content coding not read", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 502, description = "MODEL_LOAD_FAILED", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 503, description = "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 500, description = "INFERENCE_ERROR, INTERNAL_ERROR", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+    ))]
 pub async fn extract_route(
     State(state): State<Arc<AppState>>,
     Path(model): Path<String>,
@@ -489,6 +531,18 @@ pub(crate) fn sie_fields(slot: &engine::Slot) -> Map<String, Value> {
 }
 
 /// `GET /v1/models/{model}`: one model's listing entry (System One and SIE fields).
+#[utoipa::path(get, path = "/v1/models/{model}", tag = "sie",
+    params(("model" = String, Path, description = "A served model id or alias")),
+    responses(
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::ModelEntryDoc = "application/msgpack"), (protocol::schema::ModelEntryDoc = "application/json"))),
+        (status = 400, description = "INVALID_INPUT or INPUT_TOO_LONG", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 404, description = "MODEL_NOT_FOUND", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 413, description = "INVALID_INPUT: body over --max-request-bytes", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 415, description = "INVALID_INPUT: content coding not read", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 502, description = "MODEL_LOAD_FAILED", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 503, description = "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        (status = 500, description = "INFERENCE_ERROR, INTERNAL_ERROR", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+    ))]
 pub async fn model_route(
     State(state): State<Arc<AppState>>,
     Path(model): Path<String>,
@@ -511,11 +565,13 @@ fn text(status: StatusCode, body: &'static str) -> Response {
 }
 
 /// `GET /healthz`: the process runs.
+#[utoipa::path(get, path = "/healthz", tag = "sie", responses((status = 200, description = "ok", body = String, content_type = "text/plain")))]
 pub async fn healthz() -> Response {
     text(StatusCode::OK, "ok")
 }
 
 /// `GET /readyz`: every model is ready.
+#[utoipa::path(get, path = "/readyz", tag = "sie", responses((status = 200, description = "ok", body = String, content_type = "text/plain"), (status = 503, description = "not ready", body = String, content_type = "text/plain")))]
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     let ready = state
         .registry
@@ -530,6 +586,7 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /livez`: no forward has outrun --forward-timeout-seconds.
+#[utoipa::path(get, path = "/livez", tag = "sie", responses((status = 200, description = "ok", body = String, content_type = "text/plain"), (status = 503, description = "stalled", body = String, content_type = "text/plain")))]
 pub async fn livez(State(state): State<Arc<AppState>>) -> Response {
     if crate::handlers::stalled(&state).is_some() {
         text(StatusCode::SERVICE_UNAVAILABLE, "stalled")

@@ -504,3 +504,98 @@ pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// Embeddings throughput: texts/s and tokens/s at batch 1, 8 and 32 of 64-token texts, over
+/// HTTP (`/v1/embeddings`) and straight through the backend, side by side in one process.
+pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), String> {
+    let o = crate::ServeOptions {
+        models: vec![model_spec.to_string()],
+        port: 0,
+        ..crate::ServeOptions::default()
+    };
+    let bound = crate::bind(o).await?;
+    let registry = bound.registry.clone();
+    let base = format!("http://{}", bound.addr);
+    tokio::spawn(bound.run());
+    let model = loop {
+        match registry.encoder(None) {
+            Ok(m) => break m,
+            Err(engine::EngineError::NotReady(_) | engine::EngineError::NotLoaded(_)) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let resolved = hub::resolve(model_spec, false).map_err(|e| e.to_string())?;
+    let dir = resolved.dir.ok_or("an encoder is a directory")?;
+    let direct = backend_candle::BertEncoder::load(&dir).map_err(|e| e.to_string())?;
+    // Texts of exactly 64 tokens (special tokens included), each distinct.
+    let words = [
+        "invoice", "refund", "parcel", "delivery", "account", "password", "order", "support",
+        "customer", "payment", "shipping", "address", "warranty", "return", "receipt", "billing",
+    ];
+    let text = |i: usize| -> Result<String, String> {
+        let mut t = format!("ticket {i}:");
+        let mut k = i;
+        loop {
+            let n = model
+                .tokenize(&t, false)
+                .map_err(|e| e.to_string())?
+                .0
+                .len();
+            if n >= 64 {
+                break;
+            }
+            t.push(' ');
+            t.push_str(words[k % words.len()]);
+            k = k.wrapping_mul(31).wrapping_add(7);
+        }
+        Ok(t)
+    };
+    let n = texts_per_level.max(32);
+    let texts: Vec<String> = (0..n).map(text).collect::<Result<_, _>>()?;
+    let tokens: Vec<usize> = texts
+        .iter()
+        .map(|t| model.tokenize(t, false).map(|(t, _)| t.len()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let total_tokens: usize = tokens.iter().sum();
+    println!(
+        "embeddings: model {}, {} texts per level, {:.1} tokens per text on average",
+        model.meta.name,
+        n,
+        total_tokens as f64 / n as f64
+    );
+    let client = reqwest::Client::new();
+    let url = format!("{base}/v1/embeddings");
+    for batch in [1usize, 8, 32] {
+        // Warm up once, then time every text in batches of `batch`, one request at a time.
+        let warm = json!({"model": model.meta.name, "input": &texts[..batch]});
+        time_request(&client, &url, &warm).await?;
+        let t = Instant::now();
+        for chunk in texts.chunks(batch) {
+            let body = json!({"model": model.meta.name, "input": chunk});
+            time_request(&client, &url, &body).await?;
+        }
+        let http = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        for chunk in texts.chunks(batch) {
+            let ids: Vec<Vec<u32>> = chunk
+                .iter()
+                .map(|s| engine::Encoder::tokenize(&direct, s))
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())?;
+            engine::Encoder::embed(&direct, &ids).map_err(|e| e.to_string())?;
+        }
+        let raw = t.elapsed().as_secs_f64();
+        println!(
+            "  batch {batch:>2}: HTTP {:8.1} texts/s {:9.0} tokens/s | backend alone {:8.1} texts/s {:9.0} tokens/s | HTTP/backend {:.2}",
+            n as f64 / http,
+            total_tokens as f64 / http,
+            n as f64 / raw,
+            total_tokens as f64 / raw,
+            raw / http
+        );
+    }
+    Ok(())
+}

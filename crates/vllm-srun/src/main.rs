@@ -41,6 +41,9 @@ enum Command {
         /// Long inputs: a decision on a 2 KB and a 10 MB text with a 512-token budget.
         #[arg(long)]
         long: bool,
+        /// Embeddings throughput of an encoder (--model minilm-l6) at batch 1, 8 and 32.
+        #[arg(long)]
+        embeddings: bool,
     },
 }
 
@@ -122,8 +125,11 @@ fn main() {
             suite,
             requests,
             long,
+            embeddings,
         } => {
-            if long {
+            if embeddings {
+                bench_embeddings(&model, runs.max(1))
+            } else if long {
                 bench_long(&model, runs.max(1))
             } else {
                 bench(&url, &model, runs.max(1), suite.then_some(requests.max(1)))
@@ -198,6 +204,19 @@ fn bench(url: &str, model: &str, runs: usize, suite: Option<usize>) -> i32 {
         None => rt.block_on(vllm_srun::bench::latency(url, model, runs)),
     };
     match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            1
+        }
+    }
+}
+
+fn bench_embeddings(model: &str, texts: usize) -> i32 {
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    match rt.block_on(vllm_srun::bench::embeddings(model, texts)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("bench failed: {e}");

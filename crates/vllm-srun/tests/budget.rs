@@ -4,8 +4,7 @@
 use std::path::PathBuf;
 
 use backend_llama::LlamaBackend;
-use engine::budget::{CutKind, Cutter};
-use engine::Backend;
+use engine::budget::{CutKind, Cutter, Vocab};
 
 /// Tokenizers to check: the test model's, and every other catalogue GGUF in the cache.
 fn tokenizers() -> Vec<(String, PathBuf)> {
@@ -69,7 +68,7 @@ fn kept_tokens_are_the_whole_texts_token_prefix() {
             "{id}: a BPE tokenizer cuts at whitespace"
         );
         for (name, text) in texts() {
-            let whole = tok.tokenize(&text, false).expect("tokenize");
+            let whole = tok.tokenize_text(&text).expect("tokenize");
             for budget in [16, 200, 512] {
                 let read = cutter.read(&tok, &text, budget).expect("read");
                 assert!(
@@ -99,6 +98,47 @@ fn kept_tokens_are_the_whole_texts_token_prefix() {
                     read.cut.map(CutKind::name)
                 );
             }
+        }
+    }
+}
+
+#[test]
+fn minilm_wordpiece_cuts_keep_the_token_prefix_and_reads_unsplit_runs_whole() {
+    let dir = hub::resolve("minilm-l6", false)
+        .expect("minilm-l6 is cached")
+        .dir
+        .unwrap();
+    let tok = backend_candle::BertEncoder::load(&dir).expect("encoder");
+    let cutter = Cutter::calibrate(&tok).expect("calibrate");
+    eprintln!(
+        "minilm-l6: max token bytes {}, cuts {:?}",
+        cutter.max_token_bytes,
+        cutter.enabled.iter().map(|k| k.name()).collect::<Vec<_>>()
+    );
+    assert!(cutter.enabled.contains(&CutKind::Whitespace));
+    // WordPiece reads a word of more than 100 characters as one unknown token: a cut inside
+    // such a run would change it, so the check turns the in-run cut off.
+    assert!(!cutter.enabled.contains(&CutKind::Run));
+    for (name, text) in texts() {
+        let whole = tok.tokenize_text(&text).expect("tokenize");
+        for budget in [16, 200, 510] {
+            let read = cutter.read(&tok, &text, budget).expect("read");
+            assert!(
+                whole.starts_with(&read.tokens),
+                "minilm {name} budget {budget}: cut {:?} kept tokens that differ",
+                read.cut
+            );
+            if read.complete {
+                assert_eq!(read.tokens.len(), whole.len());
+            } else {
+                assert!(read.tokens.len() > budget);
+            }
+            eprintln!(
+                "  {name:>16} budget {budget:>3}: {:>6} of {:>7} tokens, cut {:?}",
+                read.tokens.len(),
+                whole.len(),
+                read.cut.map(CutKind::name)
+            );
         }
     }
 }

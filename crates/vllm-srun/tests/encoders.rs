@@ -330,6 +330,11 @@ async fn sie_encode_score_extract_and_their_error_codes() {
         &v["items"][1]["dense"]["values"],
     );
     assert!((c - 0.755).abs() < 2e-3, "{c}");
+    // The SIE face truncates a long item to the model's length (read only as far as needed).
+    let long = "The parcel was late again. ".repeat(200_000);
+    let (status, _, v) = sie("/v1/encode/minilm-l6", json!({"items": [{"text": long}]})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["items"][0]["dense"]["dims"], 384);
     let (_, _, v) = sie(
         "/v1/encode/minilm-l6",
         json!({"items": [{"text": FOOD}], "params": {"output_dtype": "binary"}}),
