@@ -106,9 +106,16 @@ async fn a_disconnected_clients_queued_work_is_not_run() {
     let s = start(options());
     let worker = || s.registry.ready(None).expect("ready");
     let q = |i: &str| json!({"type": "noul", "instructions": i});
-    // Occupy the worker with a long request.
-    let long = json!({"state": TICKET.repeat(12), "questions": {
-        "a": q("Refund?"), "b": q("Angry?"), "c": q("Urgent?"), "d": q("Polite?"), "e": q("English?"), "f": q("Billing?")}});
+    // Occupy the worker with a long request: several forwards (more questions than free
+    // sequences), so it is still running when the queued request is abandoned.
+    let mut questions = serde_json::Map::new();
+    for i in 0..24 {
+        questions.insert(
+            format!("q{i}"),
+            q(&format!("Does the ticket mention item {i}?")),
+        );
+    }
+    let long = json!({"state": TICKET.repeat(30), "questions": questions});
     let url = s.url("/v1/decisions");
     let busy = {
         let url = url.clone();
