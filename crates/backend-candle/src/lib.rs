@@ -17,9 +17,17 @@ use engine::budget::Vocab;
 use engine::encoder::{Encoder, EncoderInfo};
 use tokenizers::Tokenizer;
 
-/// A loaded BERT encoder.
+/// A sequence-classification head on the encoder (`BertForSequenceClassification`): the
+/// pooler (dense + tanh on the first token) and the classifier.
+struct Head {
+    pooler: candle_nn::Linear,
+    classifier: candle_nn::Linear,
+}
+
+/// A loaded BERT encoder, or a BERT sequence classifier.
 pub struct BertEncoder {
     model: BertModel,
+    head: Option<Head>,
     tokenizer: Tokenizer,
     device: Device,
     info: EncoderInfo,
@@ -53,8 +61,23 @@ impl BertEncoder {
             std::fs::read_to_string(dir.join(name))
                 .map_err(|e| load_err(&dir.join(name).display().to_string(), e))
         };
+        let config_text = read("config.json")?;
         let config: Config =
-            serde_json::from_str(&read("config.json")?).map_err(|e| load_err("config.json", e))?;
+            serde_json::from_str(&config_text).map_err(|e| load_err("config.json", e))?;
+        let raw: serde_json::Value =
+            serde_json::from_str(&config_text).map_err(|e| load_err("config.json", e))?;
+        let is_head = raw["architectures"].as_array().is_some_and(|a| {
+            a.iter().any(|x| {
+                x.as_str()
+                    .is_some_and(|s| s.ends_with("ForSequenceClassification"))
+            })
+        });
+        let labels = if is_head {
+            Some(head_labels(&raw)?)
+        } else {
+            None
+        };
+        let multi_label = raw["problem_type"].as_str() == Some("multi_label_classification");
         let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
             .map_err(|e| load_err("tokenizer.json", e))?;
         tokenizer.with_padding(None);
@@ -90,18 +113,32 @@ impl BertEncoder {
             )
         }
         .map_err(|e| load_err("model.safetensors", e))?;
-        let model = BertModel::load(vb, &config).map_err(|e| load_err("model.safetensors", e))?;
+        let model =
+            BertModel::load(vb.clone(), &config).map_err(|e| load_err("model.safetensors", e))?;
+        let head = match &labels {
+            Some(labels) => {
+                let h = config.hidden_size;
+                let pooler = candle_nn::linear(h, h, vb.pp("bert.pooler.dense"))
+                    .map_err(|e| load_err("model.safetensors (bert.pooler.dense)", e))?;
+                let classifier = candle_nn::linear(h, labels.len(), vb.pp("classifier"))
+                    .map_err(|e| load_err("model.safetensors (classifier)", e))?;
+                Some(Head { pooler, classifier })
+            }
+            None => None,
+        };
         let pad_id = config.pad_token_id as u32;
         let info = EncoderInfo {
             engine: "candle".into(),
             device: "cpu".into(),
             dtype: "F32".into(),
-            dims: config.hidden_size,
+            dims: labels.as_ref().map_or(config.hidden_size, Vec::len),
             max_tokens: config.max_position_embeddings,
             pooling: pooling.into(),
             normalize,
             architecture: "bert".into(),
             vocab_size: config.vocab_size,
+            labels,
+            multi_label,
         };
         let empty = tokenizer
             .encode("", true)
@@ -113,6 +150,7 @@ impl BertEncoder {
         };
         Ok(BertEncoder {
             model,
+            head,
             tokenizer,
             device,
             info,
@@ -136,6 +174,18 @@ impl BertEncoder {
         let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
         let types = ids.zeros_like()?;
         let hidden = self.model.forward(&ids, &types, Some(&mask))?; // (n, len, dims)
+        if let Some(head) = &self.head {
+            use candle_core::Module;
+            let cls = hidden.narrow(1, 0, 1)?.squeeze(1)?;
+            let pooled = head.pooler.forward(&cls)?.tanh()?;
+            let logits = head.classifier.forward(&pooled)?;
+            let probs = if self.info.multi_label {
+                candle_nn::ops::sigmoid(&logits)?
+            } else {
+                candle_nn::ops::softmax_last_dim(&logits)?
+            };
+            return probs.to_vec2::<f32>();
+        }
         let maskf = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (n, len, 1)
         let pooled = match self.info.pooling.as_str() {
             "cls" => hidden.narrow(1, 0, 1)?.squeeze(1)?,
@@ -162,6 +212,30 @@ impl BertEncoder {
         };
         pooled.to_vec2::<f32>()
     }
+}
+
+/// The labels of a classification head, in output order (`id2label`).
+fn head_labels(raw: &serde_json::Value) -> Result<Vec<String>, BackendError> {
+    let map = raw["id2label"]
+        .as_object()
+        .ok_or_else(|| load_err("config.json", "a sequence classifier needs id2label"))?;
+    let mut pairs: Vec<(usize, String)> = map
+        .iter()
+        .map(|(k, v)| {
+            let i = k
+                .parse::<usize>()
+                .map_err(|e| load_err("config.json id2label", e))?;
+            let l = v
+                .as_str()
+                .ok_or_else(|| load_err("config.json id2label", "labels are strings"))?;
+            Ok((i, l.to_string()))
+        })
+        .collect::<Result<_, BackendError>>()?;
+    pairs.sort();
+    if pairs.iter().enumerate().any(|(i, (k, _))| i != *k) || pairs.is_empty() {
+        return Err(load_err("config.json id2label", "ids must be 0..n"));
+    }
+    Ok(pairs.into_iter().map(|(_, l)| l).collect())
 }
 
 impl Vocab for BertEncoder {

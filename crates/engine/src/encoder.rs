@@ -27,6 +27,12 @@ pub struct EncoderInfo {
     pub normalize: bool,
     pub architecture: String,
     pub vocab_size: usize,
+    /// A sequence-classification head: its labels, in output order. Its "vectors" are then
+    /// label probabilities, served by /v1/classify only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    /// A head whose labels are scored independently (sigmoid) rather than as one softmax.
+    pub multi_label: bool,
 }
 
 /// An encoder backend. Tokenization runs on request threads; `embed` on the worker thread.

@@ -66,6 +66,21 @@ fn engine_err(state: &AppState, e: engine::EngineError) -> ApiError {
     ApiError::from_engine(e, &state.registry.names())
 }
 
+/// A classification head is served by /v1/classify only.
+pub(crate) fn vectors_only(m: &EncoderModel) -> Result<(), ApiError> {
+    if m.info().labels.is_some() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::UnsupportedSurface,
+            format!(
+                "model {} is a sequence-classification head: it serves /v1/classify, not vectors",
+                m.meta.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn return_meta(obj: &Map<String, Value>) -> Result<bool, ApiError> {
     match obj.get("options") {
         None | Some(Value::Null) => Ok(false),
@@ -166,6 +181,7 @@ pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResul
         .registry
         .encoder(model_name(obj)?)
         .map_err(|e| engine_err(state, e))?;
+    vectors_only(&m)?;
     let info = m.info().clone();
     if let Some(d) = obj.get("dimensions").filter(|v| !v.is_null()) {
         if d.as_u64() != Some(info.dims as u64) {
@@ -415,6 +431,12 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
         .map(|c| c.name.clone())
         .collect();
     let name = model_name(obj)?;
+    let head = name
+        .and_then(|n| state.registry.encoder(Some(n)).ok())
+        .filter(|m| m.info().labels.is_some());
+    if let Some(m) = head {
+        return classify_head(&m, obj).await;
+    }
     let Some(c) = state
         .config
         .classifiers
@@ -632,6 +654,97 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             json!({"revision": m.meta.revision, "sha256": m.meta.sha256, "numerics": m.numerics});
     }
     Ok((resp, c.name.clone(), timings))
+}
+
+/// `/v1/classify` on a sequence-classification head: label probabilities (softmax) or
+/// independent label scores (sigmoid, `multi_label`) per input text, in one batch.
+async fn classify_head(m: &EncoderModel, obj: &Map<String, Value>) -> CoreResult {
+    let labels = m.info().labels.clone().unwrap_or_default();
+    let mut truncate = false;
+    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
+        let o = object(o, "options")?;
+        only(
+            o,
+            &["overflow", "window", "return_meta", "deadline_ms"],
+            "options",
+        )?;
+        truncate = match o.get("overflow").and_then(Value::as_str) {
+            None | Some("reject") => false,
+            Some("truncate") => true,
+            Some("window") => {
+                return Err(unsupported_param(format!(
+                    "options.overflow window: model {} reads one input of {} tokens; send truncate or reject",
+                    m.meta.name,
+                    m.info().max_tokens
+                )))
+            }
+            Some(_) => return Err(invalid("options.overflow must be reject, truncate or window")),
+        };
+    }
+    let texts: Vec<String> = match obj.get("input") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                x.as_str().map(String::from).ok_or_else(|| {
+                    invalid(format!(
+                        "input[{i}]: model {} is a single-text classification head; send strings",
+                        m.meta.name
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(invalid("input must be a string or a non-empty list")),
+    };
+    let t0 = Instant::now();
+    let mut data: Vec<Option<Value>> = vec![None; texts.len()];
+    let mut batch = Vec::new();
+    let mut at = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        match m.tokenize(t, truncate) {
+            Ok((ids, _)) => {
+                batch.push(ids);
+                at.push(i);
+            }
+            Err(e) => {
+                let a = ApiError::from(e);
+                data[i] = Some(json!({"index": i, "error": "max_length_exceeded",
+                    "reason": a.reason.unwrap_or(protocol::reason::INPUT_TOO_LONG), "message": a.message, "limit": a.limit}));
+            }
+        }
+    }
+    let tokenize = t0.elapsed();
+    let tokens: usize = batch.iter().map(Vec::len).sum();
+    let out = m.embed_tokens(batch).await.map_err(ApiError::from)?;
+    for (i, probs) in at.into_iter().zip(out.vectors) {
+        let mut scored: Vec<(&String, f32)> = labels.iter().zip(probs).collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let list: Vec<Value> = scored
+            .iter()
+            .map(|(l, p)| json!({"label": l, "score": p}))
+            .collect();
+        let mut e = json!({"index": i, "labels": list});
+        if m.info().multi_label {
+            e["selected"] = json!(scored
+                .iter()
+                .filter(|(_, p)| *p >= 0.5)
+                .map(|(l, _)| l)
+                .collect::<Vec<_>>());
+        } else {
+            e["label"] = json!(scored[0].0);
+        }
+        data[i] = Some(e);
+    }
+    let timings = Timings {
+        tokenize,
+        queue: out.timings.queue,
+        forward: out.timings.forward,
+        ..Timings::default()
+    };
+    let resp = json!({"model": m.meta.name, "backbone": m.meta.name, "data": data,
+        "usage": {"input_tokens": tokens, "output_tokens": 0}});
+    Ok((resp, m.meta.name.clone(), timings))
 }
 
 /// Read a JSON body within the limits and answer it with `core`, with Server-Timing, metrics

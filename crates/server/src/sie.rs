@@ -214,6 +214,7 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> SieResult {
         .registry
         .encoder(Some(model))
         .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
+    crate::encoders::vectors_only(&m)?;
     let mut texts = Vec::with_capacity(items.len());
     for (i, it) in items.iter().enumerate() {
         let t = item_text(it, &format!("items[{i}]"))?;
