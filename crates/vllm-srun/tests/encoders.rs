@@ -563,3 +563,57 @@ async fn sie_queue_full_and_load_failed() {
     let v = answer.expect("the load fails");
     assert_eq!(v["detail"]["code"], "MODEL_LOAD_FAILED");
 }
+
+#[tokio::test]
+async fn arbitrary_bodies_to_the_encoder_and_sie_endpoints_never_get_a_5xx() {
+    let s = server();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let valid = serde_json::to_vec(&json!({"model": "minilm-l6", "input": ["x", "y"], "query": "q", "documents": ["a"], "items": [{"text": "x"}]})).unwrap();
+    let odd = [
+        json!(null),
+        json!([1, 2]),
+        json!({"input": {"a": 1}}),
+        json!({"input": [[-1]]}),
+        json!({"input": [[]]}),
+        json!({"query": {"text": 1}, "items": [{}]}),
+        json!({"items": [{"text": null}], "params": {"output_types": "dense"}}),
+        json!({"tasks": [{"embeddings": null}]}),
+        json!({"tasks": [{"decisions": {}, "rerank": {}}]}),
+        json!({"model": "sentiment", "input": [{"context": 1}]}),
+        json!({"query": "q", "documents": [1], "top_n": 0}),
+    ];
+    let mut paths = vec!["/v1/embeddings", "/v1/rerank", "/v1/classify", "/v1/bundle"];
+    paths.extend([
+        "/v1/encode/minilm-l6",
+        "/v1/score/minilm-l6",
+        "/v1/extract/smollm2-135m",
+    ]);
+    for path in paths {
+        for _ in 0..20 {
+            let n = (next() % 64) as usize;
+            let bytes: Vec<u8> = (0..n).map(|_| next() as u8).collect();
+            let (status, _, _) = post_raw(&s.url(path), bytes.clone(), &[]).await;
+            assert!(status < 500, "{path}: random bytes got {status}");
+            let (status, _, _) = post_raw(
+                &s.url(path),
+                bytes,
+                &[("content-type", "application/msgpack")],
+            )
+            .await;
+            assert!(status < 500, "{path}: random msgpack got {status}");
+            let cut = (next() as usize) % valid.len();
+            let (status, _, _) = post_raw(&s.url(path), valid[..cut].to_vec(), &[]).await;
+            assert!(status < 500, "{path}: truncated JSON got {status}");
+        }
+        for v in &odd {
+            let (status, _, body) = post(&s.url(path), v).await;
+            assert!(status < 500, "{path}: {v} got {status}: {body}");
+        }
+    }
+}
