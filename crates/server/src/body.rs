@@ -140,6 +140,18 @@ pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes
         .map(Bytes::from)
 }
 
+/// Read a body within the limits and decode it with `decode` (JSON, msgpack, ...); the body's
+/// bytes are dropped once decoded.
+pub async fn value(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    decode: impl FnOnce(&[u8]) -> Result<serde_json::Value, ApiError>,
+) -> Result<serde_json::Value, ApiError> {
+    let bytes = read(headers, body, limit).await.map_err(ApiError::from)?;
+    decode(&bytes)
+}
+
 /// Split a `multipart/form-data` body: the first part, `request`, holds the JSON request;
 /// every other part is one asset's bytes, by part name. Any other body is the request itself.
 pub async fn split(headers: &HeaderMap, body: Bytes) -> Result<(Bytes, Parts), BodyError> {

@@ -763,11 +763,10 @@ where
     let started = Instant::now();
     let mut phases = Phases::default();
     let result = async {
-        let bytes = crate::body::read(&headers, body, state.config.max_request_bytes)
-            .await
-            .map_err(ApiError::from)?;
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))?;
-        drop(bytes);
+        let value = crate::body::value(&headers, body, state.config.max_request_bytes, |b| {
+            serde_json::from_slice(b).map_err(|e| ApiError::bad_json(&e))
+        })
+        .await?;
         phases.parse = started.elapsed();
         core(state.clone(), value).await
     }

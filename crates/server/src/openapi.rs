@@ -31,7 +31,8 @@ use crate::handlers;
         crate::sie::healthz,
         crate::sie::readyz,
         crate::sie::livez,
-    )
+    ),
+    components(schemas(protocol::schema::SieErrorDoc, protocol::schema::SieErrorDetailDoc))
 )]
 pub struct ApiDoc;
 

@@ -66,6 +66,43 @@ fn ms(d: std::time::Duration) -> String {
 
 type SieResult = Result<(Value, String, Timings), ApiError>;
 
+/// The error answers every SIE endpoint documents: `{"detail": {"code", "message"}}` in
+/// msgpack or JSON, by status.
+pub struct SieErrors;
+
+impl utoipa::IntoResponses for SieErrors {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let body = || {
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("SieErrorDoc")))
+                .build()
+        };
+        [
+            ("400", "INVALID_INPUT or INPUT_TOO_LONG"),
+            ("404", "MODEL_NOT_FOUND"),
+            ("413", "INVALID_INPUT: body over --max-request-bytes"),
+            ("415", "INVALID_INPUT: content coding not read"),
+            ("500", "INFERENCE_ERROR, INTERNAL_ERROR"),
+            ("502", "MODEL_LOAD_FAILED"),
+            ("503", "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL"),
+        ]
+        .into_iter()
+        .map(|(status, description)| {
+            let r = ResponseBuilder::new()
+                .description(description)
+                .content(MSGPACK, body())
+                .content("application/json", body())
+                .build();
+            (status.to_string(), r.into())
+        })
+        .collect()
+    }
+}
+
 /// Read, decode, answer with `core`, and render with SIE's negotiation, headers and errors.
 async fn serve<F, Fut>(
     state: Arc<AppState>,
@@ -80,11 +117,10 @@ where
 {
     let started = Instant::now();
     let result = async {
-        let bytes = crate::body::read(&headers, body, state.config.max_request_bytes)
-            .await
-            .map_err(ApiError::from)?;
-        let value = decode(&headers, &bytes)?;
-        drop(bytes);
+        let value = crate::body::value(&headers, body, state.config.max_request_bytes, |b| {
+            decode(&headers, b)
+        })
+        .await?;
         core(state.clone(), value).await
     }
     .await;
@@ -420,13 +456,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> SieResult 
     request_body(content((protocol::schema::SieEncodeRequestDoc = "application/json"), (protocol::schema::SieEncodeRequestDoc = "application/msgpack"))),
     responses(
         (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieEncodeResponseDoc = "application/msgpack"), (protocol::schema::SieEncodeResponseDoc = "application/json"))),
-        (status = 400, description = "INVALID_INPUT or INPUT_TOO_LONG", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 404, description = "MODEL_NOT_FOUND", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 413, description = "INVALID_INPUT: body over --max-request-bytes", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 415, description = "INVALID_INPUT: content coding not read", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 502, description = "MODEL_LOAD_FAILED", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 503, description = "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 500, description = "INFERENCE_ERROR, INTERNAL_ERROR", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        SieErrors,
     ))]
 pub async fn encode_route(
     State(state): State<Arc<AppState>>,
@@ -446,13 +476,7 @@ pub async fn encode_route(
     request_body(content((protocol::schema::SieScoreRequestDoc = "application/json"), (protocol::schema::SieScoreRequestDoc = "application/msgpack"))),
     responses(
         (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieScoreResponseDoc = "application/msgpack"), (protocol::schema::SieScoreResponseDoc = "application/json"))),
-        (status = 400, description = "INVALID_INPUT or INPUT_TOO_LONG", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 404, description = "MODEL_NOT_FOUND", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 413, description = "INVALID_INPUT: body over --max-request-bytes", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 415, description = "INVALID_INPUT: content coding not read", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 502, description = "MODEL_LOAD_FAILED", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 503, description = "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 500, description = "INFERENCE_ERROR, INTERNAL_ERROR", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        SieErrors,
     ))]
 pub async fn score_route(
     State(state): State<Arc<AppState>>,
@@ -472,13 +496,7 @@ pub async fn score_route(
     request_body(content((protocol::schema::SieExtractRequestDoc = "application/json"), (protocol::schema::SieExtractRequestDoc = "application/msgpack"))),
     responses(
         (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieExtractResponseDoc = "application/msgpack"), (protocol::schema::SieExtractResponseDoc = "application/json"))),
-        (status = 400, description = "INVALID_INPUT or INPUT_TOO_LONG", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 404, description = "MODEL_NOT_FOUND", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 413, description = "INVALID_INPUT: body over --max-request-bytes", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 415, description = "INVALID_INPUT: content coding not read", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 502, description = "MODEL_LOAD_FAILED", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 503, description = "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 500, description = "INFERENCE_ERROR, INTERNAL_ERROR", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        SieErrors,
     ))]
 pub async fn extract_route(
     State(state): State<Arc<AppState>>,
@@ -536,13 +554,7 @@ pub(crate) fn sie_fields(slot: &engine::Slot) -> Map<String, Value> {
     params(("model" = String, Path, description = "A served model id or alias")),
     responses(
         (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::ModelEntryDoc = "application/msgpack"), (protocol::schema::ModelEntryDoc = "application/json"))),
-        (status = 400, description = "INVALID_INPUT or INPUT_TOO_LONG", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 404, description = "MODEL_NOT_FOUND", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 413, description = "INVALID_INPUT: body over --max-request-bytes", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 415, description = "INVALID_INPUT: content coding not read", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 502, description = "MODEL_LOAD_FAILED", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 503, description = "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
-        (status = 500, description = "INFERENCE_ERROR, INTERNAL_ERROR", content((protocol::schema::SieErrorDoc = "application/msgpack"), (protocol::schema::SieErrorDoc = "application/json"))),
+        SieErrors,
     ))]
 pub async fn model_route(
     State(state): State<Arc<AppState>>,

@@ -187,19 +187,8 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
         o.scheduler.max_queued_jobs = jobs;
         o
     };
-    let bound = crate::bind(start_server(256)).await?;
-    let registry = bound.registry.clone();
-    let base = format!("http://{}", bound.addr);
-    tokio::spawn(bound.run());
-    let model = loop {
-        match registry.ready(None) {
-            Ok(m) => break m,
-            Err(engine::EngineError::NotReady(_)) => {
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    };
+    let (registry, base) = serve_in_process(start_server(256)).await?;
+    let model = wait(|| registry.ready(None)).await?;
     let name = model.meta.name.clone();
     let url = format!("{base}/v1/systemone");
     let client = reqwest::Client::builder()
@@ -354,6 +343,30 @@ fn raw_threads() -> usize {
         .unwrap_or(2)
 }
 
+/// Start a server in this process; return its registry and base URL.
+async fn serve_in_process(
+    o: crate::ServeOptions,
+) -> Result<(std::sync::Arc<engine::Registry>, String), String> {
+    let bound = crate::bind(o).await?;
+    let registry = bound.registry.clone();
+    let base = format!("http://{}", bound.addr);
+    tokio::spawn(bound.run());
+    Ok((registry, base))
+}
+
+/// Poll `get` until the model it looks up is loaded.
+async fn wait<T>(get: impl Fn() -> Result<T, engine::EngineError>) -> Result<T, String> {
+    loop {
+        match get() {
+            Ok(m) => return Ok(m),
+            Err(engine::EngineError::NotReady(_) | engine::EngineError::NotLoaded(_)) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 /// Resident memory of this process, in bytes.
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
@@ -399,19 +412,8 @@ pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
         max_request_bytes: 64 << 20,
         ..crate::ServeOptions::default()
     };
-    let bound = crate::bind(o).await?;
-    let registry = bound.registry.clone();
-    let base = format!("http://{}", bound.addr);
-    tokio::spawn(bound.run());
-    let model = loop {
-        match registry.ready(None) {
-            Ok(m) => break m,
-            Err(engine::EngineError::NotReady(_)) => {
-                tokio::time::sleep(Duration::from_millis(200)).await
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    };
+    let (registry, base) = serve_in_process(o).await?;
+    let model = wait(|| registry.ready(None)).await?;
     let url = format!("{base}/v1/decisions");
     let unit = "2026-11-29T10:00:00Z worker-7 INFO request 4471 served in 12 ms; cache hit for \
                 key user:9913, queue depth 3, retries 0, upstream ok.\n";
@@ -513,19 +515,8 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
         port: 0,
         ..crate::ServeOptions::default()
     };
-    let bound = crate::bind(o).await?;
-    let registry = bound.registry.clone();
-    let base = format!("http://{}", bound.addr);
-    tokio::spawn(bound.run());
-    let model = loop {
-        match registry.encoder(None) {
-            Ok(m) => break m,
-            Err(engine::EngineError::NotReady(_) | engine::EngineError::NotLoaded(_)) => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    };
+    let (registry, base) = serve_in_process(o).await?;
+    let model = wait(|| registry.encoder(None)).await?;
     let resolved = hub::resolve(model_spec, false).map_err(|e| e.to_string())?;
     let dir = resolved.dir.ok_or("an encoder is a directory")?;
     let direct = backend_candle::BertEncoder::load(&dir).map_err(|e| e.to_string())?;
