@@ -179,6 +179,34 @@ fn items(v: Option<&Value>) -> Result<&Vec<Value>, ApiError> {
     }
 }
 
+/// `params.options.overflow_policy`: `default` or `truncate_text` cut a long text to the
+/// model's length; `error` refuses it with INPUT_TOO_LONG. Returns whether to truncate.
+fn truncates(params: &Map<String, Value>) -> Result<bool, ApiError> {
+    match params
+        .get("options")
+        .and_then(|o| o.get("overflow_policy"))
+        .and_then(Value::as_str)
+    {
+        None | Some("default" | "truncate_text") => Ok(true),
+        Some("error") => Ok(false),
+        Some(other) => Err(invalid(format!(
+            "params.options.overflow_policy {other:?}: use default, truncate_text or error"
+        ))),
+    }
+}
+
+/// INPUT_TOO_LONG for an item over the model's length under `overflow_policy: error`.
+fn too_long(message: String, limit: Option<u64>) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::BAD_REQUEST,
+        protocol::ErrorCode::InvalidRequest,
+        message,
+    )
+    .with_reason(protocol::reason::INPUT_TOO_LONG);
+    e.limit = limit;
+    e
+}
+
 fn quantize(v: &[f32], dtype: &str) -> Result<Value, ApiError> {
     Ok(match dtype {
         "float32" => json!(v),
@@ -220,9 +248,10 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> SieResult {
     let obj = object(body, "the request body")?;
     only(obj, &["items", "params"], "request")?;
     let items = items(obj.get("items"))?;
-    let (mut dtype, mut instruction) = ("float32".to_string(), None);
+    let (mut dtype, mut instruction, mut truncate) = ("float32".to_string(), None, true);
     if let Some(p) = obj.get("params").filter(|v| !v.is_null()) {
         let p = object(p, "params")?;
+        truncate = truncates(p)?;
         only(
             p,
             &["output_types", "instruction", "output_dtype", "options"],
@@ -260,7 +289,7 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> SieResult {
         });
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let out = m.embed(&refs, true).await.map_err(ApiError::from)?;
+    let out = m.embed(&refs, truncate).await.map_err(ApiError::from)?;
     let dims = m.info().dims;
     let mut results = Vec::with_capacity(items.len());
     for (it, v) in items.iter().zip(&out.vectors) {
@@ -366,6 +395,11 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> SieResult 
         .and_then(|o| o.get("task"))
         .and_then(Value::as_str)
         .unwrap_or("classify");
+    let overflow = if truncates(&p)? {
+        json!("truncate")
+    } else {
+        json!("reject")
+    };
     let m = state
         .registry
         .ready(Some(model))
@@ -402,7 +436,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> SieResult 
         states.insert(
             i.to_string(),
             json!({"state": text, "questions": {"label": {"type": "choice", "instructions": instructions,
-                "criteria": criteria, "overflow": "truncate"}}}),
+                "criteria": criteria, "overflow": overflow}}}),
         );
     }
     let mut timings = Timings::default();
@@ -428,13 +462,18 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> SieResult 
                     cls.sort_by(|a, b| b.1.total_cmp(&a.1));
                     json!({"id": ids[i], "classifications": cls.iter().map(|(l, s)| json!({"label": l, "score": s})).collect::<Vec<_>>()})
                 }
+                Some(protocol::Answer::Failed { failure, .. })
+                    if failure.kind == protocol::QuestionErrorKind::MaxLengthExceeded =>
+                {
+                    // Under overflow_policy error, a text over the model's length fails the
+                    // request, as SIE answers it.
+                    return Err(too_long(
+                        format!("items[{i}]: {}", failure.message),
+                        failure.limit,
+                    ));
+                }
                 Some(protocol::Answer::Failed { failure, .. }) => {
-                    let code = if failure.kind == protocol::QuestionErrorKind::MaxLengthExceeded {
-                        "INPUT_TOO_LONG"
-                    } else {
-                        "INVALID_INPUT"
-                    };
-                    json!({"id": ids[i], "error": {"code": code, "message": failure.message}})
+                    json!({"id": ids[i], "error": {"code": "INVALID_INPUT", "message": failure.message}})
                 }
                 _ => {
                     json!({"id": ids[i], "error": {"code": "INFERENCE_ERROR", "message": "no answer was read"}})

@@ -369,6 +369,25 @@ async fn sie_encode_score_extract_and_their_error_codes() {
     let (_, _, v) = sie(&format!("/v1/extract/{}", test_model()), json!({"items": [{"text": "Tim Cook"}], "params": {"labels": ["person"], "options": {"task": "entities"}}})).await;
     assert_eq!(v["items"][0]["error"]["code"], "INVALID_INPUT", "{v}");
 
+    // overflow_policy error: a text over the model's length is INPUT_TOO_LONG (400).
+    let long = "The parcel was late again. ".repeat(2000);
+    let policy = json!({"options": {"overflow_policy": "error"}});
+    let mut p = policy.clone();
+    p["labels"] = json!(["late", "fine"]);
+    for (path, body) in [
+        (
+            "/v1/encode/minilm-l6".to_string(),
+            json!({"items": [{"text": long}], "params": policy}),
+        ),
+        (
+            format!("/v1/extract/{}", test_model()),
+            json!({"items": [{"text": FOOD}, {"text": long.repeat(20)}], "params": p}),
+        ),
+    ] {
+        let (status, _, v) = sie(&path, body).await;
+        assert_eq!(status, 400, "{path}: {v}");
+        assert_eq!(v["detail"]["code"], "INPUT_TOO_LONG", "{path}: {v}");
+    }
     // Every SIE error code this server can produce for these requests.
     for (path, body, status, code) in [
         (
