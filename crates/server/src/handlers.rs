@@ -545,6 +545,13 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
     )
 }
 
+/// The served models, as System One clients discover them (the same listing).
+#[utoipa::path(get, path = "/v1/systemone/models", tag = "models",
+    responses((status = 200, description = "Served models", body = ModelListDoc)))]
+pub async fn systemone_models(state: State<Arc<AppState>>) -> Response {
+    models(state).await
+}
+
 /// Readiness of the process and each model.
 #[utoipa::path(get, path = "/health", tag = "health",
     responses((status = 200, description = "Every model ready", body = HealthDoc),

@@ -106,7 +106,7 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
         .route("/v1/systemone", post(handlers::systemone))
         .route("/v1/systemone/batch", post(handlers::systemone_batch))
         .route("/v1/models", get(handlers::models))
-        .route("/v1/systemone/models", get(handlers::models))
+        .route("/v1/systemone/models", get(handlers::systemone_models))
         .route("/health", get(handlers::health))
         .route("/health/live", get(handlers::live))
         .route("/metrics", get(handlers::metrics_text))

@@ -16,6 +16,7 @@ use crate::handlers;
         handlers::systemone,
         handlers::systemone_batch,
         handlers::models,
+        handlers::systemone_models,
         handlers::health,
         handlers::live,
         handlers::metrics_text,
