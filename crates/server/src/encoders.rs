@@ -16,7 +16,7 @@ use protocol::request::{parse_decision_body, Schema};
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, Flavor};
-use crate::handlers::{error_response, json_response};
+use crate::handlers::respond;
 use crate::timing::Phases;
 use crate::AppState;
 
@@ -259,6 +259,24 @@ pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResul
     Ok((resp, m.meta.name.clone(), timings))
 }
 
+/// Ask a decision model a batch (`{"states": ...}` in the internal form) built by one of the
+/// endpoints that answer through decision questions (rerank, classify, SIE score/extract).
+pub(crate) async fn decide_batch(
+    state: &AppState,
+    m: &engine::DecisionModel,
+    request: &Value,
+) -> Result<(protocol::BatchResponse, Timings), ApiError> {
+    let body = parse_decision_body(request, Schema::Internal).map_err(ApiError::from)?;
+    let (decision, timings) = m
+        .decide(&body, Instant::now())
+        .await
+        .map_err(|e| engine_err(state, e))?;
+    match decision {
+        engine::Decision::Batch(b) => Ok((b, timings)),
+        engine::Decision::Single(_) => Err(invalid("a batch was not answered as a batch")),
+    }
+}
+
 /// Relevance of each document to a query, from an encoder (cosine of the vectors) or a
 /// decision model (the probability of a relevance noul per document, asked as one batch).
 /// Returns the scores, the tokens read, the model and the timings.
@@ -319,15 +337,7 @@ pub(crate) async fn relevance(
                 "overflow": "truncate"}}}),
         );
     }
-    let body = parse_decision_body(&json!({ "states": states }), Schema::Internal)
-        .map_err(ApiError::from)?;
-    let (decision, timings) = m
-        .decide(&body, Instant::now())
-        .await
-        .map_err(|e| engine_err(state, e))?;
-    let engine::Decision::Batch(b) = decision else {
-        return Err(invalid("the relevance batch was not answered as a batch"));
-    };
+    let (b, timings) = decide_batch(state, &m, &json!({ "states": states })).await?;
     let mut scores = Vec::with_capacity(documents.len());
     for (_, r) in b.states.iter() {
         match r.answers.get("relevant").map(|a| &a.answer) {
@@ -580,20 +590,11 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
     if let Some(d) = deadline {
         req["options"] = json!({"deadline_ms": d});
     }
-    let body = parse_decision_body(&req, Schema::Internal).map_err(ApiError::from)?;
     let m = state
         .registry
         .ready(Some(&c.backbone))
         .map_err(|e| engine_err(state, e))?;
-    let (decision, timings) = m
-        .decide(&body, Instant::now())
-        .await
-        .map_err(|e| engine_err(state, e))?;
-    let engine::Decision::Batch(b) = decision else {
-        return Err(invalid(
-            "the classification batch was not answered as a batch",
-        ));
-    };
+    let (b, timings) = decide_batch(state, &m, &req).await?;
     let mut data = Vec::with_capacity(items.len());
     for (i, (_, r)) in b.states.iter().enumerate() {
         let mut labels: Vec<(String, f64)> = if c.multi_label {
@@ -771,34 +772,11 @@ where
         core(state.clone(), value).await
     }
     .await;
-    let t_ser = Instant::now();
-    let (resp, model, status) = match result {
-        Ok((value, model, timings)) => {
-            phases.engine = timings;
-            let bytes = serde_json::to_vec(&value).unwrap_or_default();
-            phases.serialize = t_ser.elapsed();
-            phases.total = started.elapsed();
-            (
-                json_response(StatusCode::OK, bytes, Some(&phases)),
-                model,
-                StatusCode::OK,
-            )
-        }
-        Err(e) => {
-            phases.serialize = t_ser.elapsed();
-            phases.total = started.elapsed();
-            (
-                error_response(&e, Flavor::Internal, Some(&phases)),
-                String::new(),
-                e.status,
-            )
-        }
-    };
-    phases.record(path);
-    metrics::counter!("vllm_srun_requests_total", "endpoint" => path, "model" => model,
-        "status" => status.as_u16().to_string())
-    .increment(1);
-    resp
+    let result = result.map(|(value, model, timings)| {
+        phases.engine = timings;
+        (StatusCode::OK, value, model)
+    });
+    respond(result, Flavor::Internal, started, phases, path)
 }
 
 /// OpenAI-compatible embeddings.

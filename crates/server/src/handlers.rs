@@ -241,6 +241,18 @@ async fn handle(
         Ok((StatusCode::OK, v, m))
     }
     .await;
+    respond(result, flavor, started, phases, endpoint.path())
+}
+
+/// Serialize an answer or render an error in `flavor`, with Server-Timing; record the phase
+/// histograms and the request counter. The one tail of every JSON worker endpoint.
+pub(crate) fn respond(
+    result: Result<(StatusCode, Value, String), ApiError>,
+    flavor: Flavor,
+    started: Instant,
+    mut phases: Phases,
+    path: &'static str,
+) -> Response {
     let t_ser = Instant::now();
     let (resp, model, status) = match result {
         Ok((status, value, model)) => {
@@ -260,15 +272,20 @@ async fn handle(
             )
         }
     };
-    phases.record(endpoint.path());
+    phases.record(path);
+    count_request(path, model, status);
+    resp
+}
+
+/// `vllm_srun_requests_total` by endpoint, answering model and status.
+pub(crate) fn count_request(path: &'static str, model: String, status: StatusCode) {
     metrics::counter!(
         "vllm_srun_requests_total",
-        "endpoint" => endpoint.path(),
+        "endpoint" => path,
         "model" => model,
         "status" => status.as_u16().to_string()
     )
     .increment(1);
-    resp
 }
 
 /// `/v1/systemone/batch`: `{"model"?, "requests": {name: request}}`, each answered as it would

@@ -14,7 +14,6 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::{ModelKind, Timings};
-use protocol::request::{parse_decision_body, Schema};
 use serde_json::{json, Map, Value};
 
 use crate::encoders::{invalid, object, only, relevance};
@@ -64,8 +63,6 @@ fn ms(d: std::time::Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)
 }
 
-type SieResult = Result<(Value, String, Timings), ApiError>;
-
 /// The error answers every SIE endpoint documents: `{"detail": {"code", "message"}}` in
 /// msgpack or JSON, by status.
 pub struct SieErrors;
@@ -113,7 +110,7 @@ async fn serve<F, Fut>(
 ) -> Response
 where
     F: FnOnce(Arc<AppState>, Value) -> Fut,
-    Fut: std::future::Future<Output = SieResult>,
+    Fut: std::future::Future<Output = crate::encoders::CoreResult>,
 {
     let started = Instant::now();
     let result = async {
@@ -152,9 +149,7 @@ where
             h.insert("x-postprocessing-time", v);
         }
     }
-    metrics::counter!("vllm_srun_requests_total", "endpoint" => path, "model" => model,
-        "status" => resp.status().as_u16().to_string())
-    .increment(1);
+    crate::handlers::count_request(path, model, resp.status());
     resp
 }
 
@@ -244,7 +239,7 @@ fn half_round(x: f32) -> f32 {
     f32::from_bits(rounded)
 }
 
-async fn encode_core(state: &AppState, model: &str, body: &Value) -> SieResult {
+async fn encode_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
     let obj = object(body, "the request body")?;
     only(obj, &["items", "params"], "request")?;
     let items = items(obj.get("items"))?;
@@ -318,7 +313,7 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> SieResult {
     ))
 }
 
-async fn score_core(state: &AppState, model: &str, body: &Value) -> SieResult {
+async fn score_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
     let obj = object(body, "the request body")?;
     only(
         obj,
@@ -359,7 +354,7 @@ async fn score_core(state: &AppState, model: &str, body: &Value) -> SieResult {
 /// Extract: a decision model classifies each item over `params.labels` (`classifications`);
 /// entities need a span capability, which no served model has, so an entity request is
 /// answered per item with an error.
-async fn extract_core(state: &AppState, model: &str, body: &Value) -> SieResult {
+async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
     let obj = object(body, "the request body")?;
     only(obj, &["items", "params"], "request")?;
     let items = items(obj.get("items"))?;
@@ -441,16 +436,8 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> SieResult 
     }
     let mut timings = Timings::default();
     if !states.is_empty() {
-        let body = parse_decision_body(&json!({ "states": states }), Schema::Internal)
-            .map_err(ApiError::from)?;
-        let (decision, t) = m
-            .decide(&body, Instant::now())
-            .await
-            .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
+        let (b, t) = crate::encoders::decide_batch(state, &m, &json!({ "states": states })).await?;
         timings = t;
-        let engine::Decision::Batch(b) = decision else {
-            return Err(invalid("the extraction batch was not answered as a batch"));
-        };
         for (key, r) in b.states.iter() {
             let Ok(i) = key.parse::<usize>() else {
                 continue;
