@@ -707,33 +707,33 @@ impl DecisionModel {
                             Some(m) if m < p.room => (m, "options.max_tokens"),
                             _ => (cap, "the model"),
                         };
-                        let mut f = QuestionFailure::new(
+                        let f = QuestionFailure::new(
                             QuestionErrorKind::MaxLengthExceeded,
                             reason::QUESTION_TOKENS,
                             format!(
                                 "question {:?} reads more than {limit} tokens with its state, the most {why} allows; send overflow: truncate or window to read it in part or in windows",
                                 r.questions[i].id
                             ),
-                        );
-                        f.limit = Some(limit as u64);
+                        )
+                        .with_limit(limit as u64);
                         plans.push(failed(i, f));
                         continue;
                     }
                     Overflow::Truncate => {
+                        let first = budget.min(self.limits.truncate_tokens);
                         if p.q.require_full_input {
                             let f = QuestionFailure::new(
                                 QuestionErrorKind::MaxLengthExceeded,
                                 reason::INPUT_INCOMPLETE,
                                 format!(
-                                    "require_full_input: question {:?} would read only the first {} tokens of its state",
+                                    "require_full_input: question {:?} would read only the first {first} tokens of its state",
                                     r.questions[i].id,
-                                    budget.min(self.limits.truncate_tokens)
                                 ),
                             );
                             plans.push(failed(i, f));
                             continue;
                         }
-                        RootKey::Truncated(p.view, budget.min(self.limits.truncate_tokens))
+                        RootKey::Truncated(p.view, first)
                     }
                     Overflow::Window => {
                         let scan_budget = max_tokens.unwrap_or(self.limits.max_scan_tokens);
@@ -743,15 +743,15 @@ impl DecisionModel {
                             scans[p.view] = Some(whole.then_some(scan));
                         }
                         if !matches!(scans[p.view], Some(Some(_))) {
-                            let mut f = QuestionFailure::new(
+                            let f = QuestionFailure::new(
                                 QuestionErrorKind::ScanBudgetExceeded,
                                 reason::SCAN_BUDGET,
                                 format!(
                                     "question {:?}: its state has more than {scan_budget} tokens, the scan budget; none of it was read",
                                     r.questions[i].id
                                 ),
-                            );
-                            f.limit = Some(scan_budget as u64);
+                            )
+                            .with_limit(scan_budget as u64);
                             plans.push(failed(i, f));
                             continue;
                         }

@@ -76,8 +76,6 @@ pub struct Encoded {
     pub vectors: Vec<Vec<f32>>,
     /// Tokens of each input as read (after truncation).
     pub tokens: Vec<usize>,
-    /// Inputs that were cut to `max_tokens`.
-    pub truncated: Vec<bool>,
     pub timings: EncodeTimings,
 }
 
@@ -160,12 +158,10 @@ impl EncoderModel {
     /// Embed pre-tokenized inputs on the worker (batched with other requests).
     pub async fn embed_tokens(&self, inputs: Vec<Vec<Token>>) -> Result<Encoded, EncodeError> {
         let tokens = inputs.iter().map(Vec::len).collect();
-        let n = inputs.len();
-        if n == 0 {
+        if inputs.is_empty() {
             return Ok(Encoded {
                 vectors: Vec::new(),
                 tokens,
-                truncated: Vec::new(),
                 timings: EncodeTimings::default(),
             });
         }
@@ -187,7 +183,6 @@ impl EncoderModel {
         Ok(Encoded {
             vectors,
             tokens,
-            truncated: vec![false; n],
             timings: EncodeTimings {
                 tokenize: Duration::ZERO,
                 queue,
@@ -199,16 +194,17 @@ impl EncoderModel {
     /// Tokenize and embed texts.
     pub async fn embed(&self, texts: &[&str], truncate: bool) -> Result<Encoded, EncodeError> {
         let t0 = Instant::now();
-        let mut inputs = Vec::with_capacity(texts.len());
-        let mut truncated = Vec::with_capacity(texts.len());
-        for (i, text) in texts.iter().enumerate() {
-            let (t, cut) = self.tokenize(text, truncate).map_err(|e| e.at(i))?;
-            inputs.push(t);
-            truncated.push(cut);
-        }
+        let inputs = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                self.tokenize(text, truncate)
+                    .map(|(t, _)| t)
+                    .map_err(|e| e.at(i))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let tokenize = t0.elapsed();
         let mut out = self.embed_tokens(inputs).await?;
-        out.truncated = truncated;
         out.timings.tokenize = tokenize;
         Ok(out)
     }

@@ -177,6 +177,10 @@ impl QuestionFailure {
             limit: None,
         }
     }
+    pub fn with_limit(mut self, limit: u64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
     pub fn malformed(message: impl Into<String>) -> Self {
         Self::new(
             QuestionErrorKind::InvalidQuestion,

@@ -581,13 +581,7 @@ async fn gzip_and_zstd_bodies_are_read() {
 async fn arbitrary_bodies_never_get_a_5xx() {
     let s = shared();
     // A small deterministic generator: random bytes, truncated JSON and odd-but-valid JSON.
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     let valid = serde_json::to_vec(&json!({"state": "x", "questions": {"q": noul("?")}})).unwrap();
     let odd = [
         json!(null),

@@ -586,13 +586,7 @@ async fn sie_queue_full_and_load_failed() {
 #[tokio::test]
 async fn arbitrary_bodies_to_the_encoder_and_sie_endpoints_never_get_a_5xx() {
     let s = server();
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x2545_f491_4f6c_dd1d);
     let valid = serde_json::to_vec(&json!({"model": "minilm-l6", "input": ["x", "y"], "query": "q", "documents": ["a"], "items": [{"text": "x"}]})).unwrap();
     let odd = [
         json!(null),

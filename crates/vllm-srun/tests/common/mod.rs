@@ -175,3 +175,13 @@ pub fn sum(v: &Value) -> f64 {
         .map(|o| o.values().filter_map(Value::as_f64).sum())
         .unwrap_or(f64::NAN)
 }
+
+/// A small deterministic generator (xorshift64) for fuzzing bodies.
+pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
