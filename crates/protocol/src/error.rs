@@ -8,6 +8,7 @@ pub mod reason {
     pub const SPAN_UNSUPPORTED: &str = "span_unsupported";
     pub const BOX_UNSUPPORTED: &str = "box_unsupported";
     pub const TRACK_UNSUPPORTED: &str = "track_unsupported";
+    pub const SET_UNSUPPORTED: &str = "set_unsupported";
     pub const BOX_NEEDS_IMAGE: &str = "box_needs_image";
     pub const BOX_TARGET_AMBIGUOUS: &str = "box_target_ambiguous";
     pub const QUESTION_IMAGES_UNSUPPORTED: &str = "question_images_unsupported";

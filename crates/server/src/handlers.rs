@@ -495,13 +495,17 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
         card["engine"] = json!(info.engine);
         card["device"] = json!(info.device);
         card["dtype"] = json!(info.dtype);
-        card["engine_args"] = json!({
-            "context_tokens": info.context_tokens,
-            "threads": info.threads,
-            "max_sequences": info.max_sequences,
-            "scheduler": m.worker().config(),
-            "system_prompt_tokens": m.prefix_tokens(),
-        });
+        card["engine_args"] = match m.worker() {
+            Some(w) => json!({
+                "context_tokens": info.context_tokens,
+                "threads": info.threads,
+                "max_sequences": info.max_sequences,
+                "scheduler": w.config(),
+                "system_prompt_tokens": m.prefix_tokens(),
+            }),
+            // A direct model answers on the request's thread: no worker, no queue.
+            None => json!({"execution": "inline", "input_tokens": info.context_tokens}),
+        };
         let mut limits = serde_json::to_value(&m.limits).unwrap_or_else(|_| json!({}));
         limits["max_request_bytes"] = json!(state.config.max_request_bytes);
         card["limits"] = limits;
@@ -607,7 +611,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
 pub(crate) fn stalled(state: &AppState) -> Option<(String, std::time::Duration)> {
     let limit = state.config.forward_timeout;
     state.registry.slots().iter().find_map(|s| {
-        let running = s.model()?.worker().status().forward_running_for()?;
+        let running = s.model()?.worker()?.status().forward_running_for()?;
         (running > limit).then(|| (s.meta().name.clone(), running))
     })
 }
@@ -641,8 +645,8 @@ pub async fn live(State(state): State<Arc<AppState>>) -> Response {
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     for s in state.registry.slots() {
-        if let Some(m) = s.model() {
-            let st = m.worker().status();
+        if let Some(w) = s.model().and_then(|m| m.worker()) {
+            let st = w.status();
             let name = s.meta().name.clone();
             metrics::gauge!("vllm_srun_queue_jobs", "model" => name.clone())
                 .set(st.queued_jobs() as f64);

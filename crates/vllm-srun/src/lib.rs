@@ -167,6 +167,9 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
             EncoderModel::start(meta, Arc::new(backend), o.encoder).map_err(|e| e.to_string())?;
         return Ok(Loaded::Encoder(Arc::new(model)));
     }
+    if resolved.kind == hub::Kind::Sparrow {
+        return load_sparrow(&resolved, meta, slot, o);
+    }
     let mut config = DecisionConfig {
         max_scan_tokens: o.max_scan_tokens,
         ..DecisionConfig::default()
@@ -203,6 +206,32 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     .map_err(|e| e.to_string())?;
     slot.set_state(ModelState::Warming);
     DecisionModel::start(meta, config, Arc::new(backend), o.scheduler.clone())
+        .map(|m| Loaded::Decision(Arc::new(m)))
+        .map_err(|e| e.to_string())
+}
+
+/// Load a Sparrow static decision model: its own config sets the temperatures per question
+/// type; it answers choice, noul and score.
+fn load_sparrow(
+    resolved: &hub::Resolved,
+    mut meta: ModelMeta,
+    slot: &Slot,
+    o: &ServeOptions,
+) -> Result<Loaded, String> {
+    if meta.sha256.is_none() && resolved.weights.is_file() {
+        meta.sha256 = hub::sha256_file(&resolved.weights).ok();
+    }
+    let model =
+        backend_sparrow::SparrowModel::load(&resolved.weights).map_err(|e| e.to_string())?;
+    if meta.revision.is_empty() {
+        meta.revision = model.config.name.clone();
+    }
+    let config = DecisionConfig {
+        max_scan_tokens: o.max_scan_tokens,
+        ..model.decision_config()
+    };
+    slot.set_state(ModelState::Warming);
+    DecisionModel::start_direct(meta, config, Arc::new(model))
         .map(|m| Loaded::Decision(Arc::new(m)))
         .map_err(|e| e.to_string())
 }

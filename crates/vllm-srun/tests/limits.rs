@@ -121,10 +121,20 @@ async fn a_disconnected_clients_queued_work_is_not_run() {
         let url = url.clone();
         tokio::spawn(async move { post(&url, &long).await })
     };
-    while worker().worker().status().forward_running_for().is_none() {
+    while worker()
+        .worker()
+        .expect("a causal LM has a worker")
+        .status()
+        .forward_running_for()
+        .is_none()
+    {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let forwards_before = worker().worker().status().forwards();
+    let forwards_before = worker()
+        .worker()
+        .expect("a causal LM has a worker")
+        .status()
+        .forwards();
     // Queue a request behind it, then drop the connection while it waits.
     let queued = {
         let url = url.clone();
@@ -132,7 +142,13 @@ async fn a_disconnected_clients_queued_work_is_not_run() {
             async move { post(&url, &json!({"state": "x", "questions": {"q": q("?")}})).await },
         )
     };
-    while worker().worker().status().queued_jobs() == 0 {
+    while worker()
+        .worker()
+        .expect("a causal LM has a worker")
+        .status()
+        .queued_jobs()
+        == 0
+    {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     queued.abort();
@@ -141,13 +157,19 @@ async fn a_disconnected_clients_queued_work_is_not_run() {
     assert_eq!(status, 200);
     // The worker drops the abandoned job instead of running it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while worker().worker().status().queued_jobs() > 0 {
+    while worker()
+        .worker()
+        .expect("a causal LM has a worker")
+        .status()
+        .queued_jobs()
+        > 0
+    {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let model = worker();
-    let st = model.worker().status();
+    let st = model.worker().expect("a causal LM has a worker").status();
     assert_eq!(
         st.cancelled(),
         1,

@@ -1,0 +1,492 @@
+//! Decision models over a [`DirectBackend`]: each question is answered from its parts (the
+//! state's tokens, the instructions' tokens, each option's tokens) in one call, with no token
+//! tree, worker thread or queue. The state is read once per view (or per window) and every
+//! question about it shares that read; long states go through the same budgets and
+//! `overflow` as a causal LM's.
+//!
+//! The work is a few microseconds a question, so it runs on the request's own thread; a body
+//! large enough to hold that thread for long tells a multi-threaded runtime so first
+//! (`block_in_place`), and the other connections keep being served.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use protocol::confidence::softmax;
+use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
+use protocol::request::{DecisionBody, DecisionRequest, Question, QuestionKind};
+use protocol::{ProtocolError, Usage};
+
+use crate::backend::{DirectBackend, DirectKind, DirectQuestion, Token};
+use crate::budget::Cutter;
+use crate::decision::{
+    combine_windows, covers_state, entries, refusal, Decision, DecisionModel, Engine, Limits, Plan,
+    RootKey, Timings,
+};
+use crate::error::EngineError;
+use crate::package::{DecisionConfig, ModelMeta};
+
+/// Options a body may hold before its work moves off the async runtime's core.
+const INLINE_OPTIONS: usize = 512;
+/// State bytes a body may hold before its work moves off the async runtime's core.
+const INLINE_STATE_BYTES: usize = 256 * 1024;
+
+impl DecisionModel {
+    /// Load a direct model. One input holds the backend's `trained_context` tokens of state;
+    /// a request reads at most `context_tokens x max_sequences` (state reads, windows and
+    /// every question's tokens).
+    pub fn start_direct(
+        meta: ModelMeta,
+        config: DecisionConfig,
+        backend: Arc<dyn DirectBackend>,
+    ) -> Result<DecisionModel, EngineError> {
+        let info = backend.info().clone();
+        let limits = Limits::new(info.trained_context, &info, &config);
+        let cutter = Cutter::calibrate(&*backend)?;
+        let mut model = DecisionModel {
+            meta,
+            config,
+            limits,
+            numerics: "approximate",
+            cutter,
+            engine: Engine::Direct(backend.clone()),
+        };
+        model.numerics = measure_numerics(&*backend)?;
+        Ok(model)
+    }
+}
+
+/// Self-check at load: a question's logits alone and beside another question must be
+/// bit-identical for `exact` numerics.
+fn measure_numerics(backend: &dyn DirectBackend) -> Result<&'static str, EngineError> {
+    let tokens =
+        backend.tokenize_text("The parcel arrived two days late and the box was crushed.")?;
+    let ask = |kind, instructions: &str, options: &[&str]| -> Result<DirectQuestion, EngineError> {
+        Ok(DirectQuestion {
+            kind,
+            instructions: backend.tokenize_text(instructions)?,
+            options: options
+                .iter()
+                .map(|o| backend.tokenize_text(o))
+                .collect::<Result<_, _>>()?,
+        })
+    };
+    let probe = ask(
+        DirectKind::Noul,
+        "Is the customer unhappy?",
+        &["true", "false"],
+    )?;
+    let other = ask(
+        DirectKind::Choice,
+        "What happened?",
+        &["late delivery", "damage", "refund"],
+    )?;
+    let text = "";
+    let alone = backend.answer(text, &tokens, &[&probe])?;
+    let shared = backend.answer(text, &tokens, &[&other, &probe])?;
+    let bits = |v: Option<&Vec<f32>>| v.map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    Ok(
+        if bits(alone.first()).is_some() && bits(alone.first()) == bits(shared.get(1)) {
+            "exact"
+        } else {
+            "approximate"
+        },
+    )
+}
+
+/// Answer a decision body on this thread.
+pub(crate) fn decide(
+    model: &DecisionModel,
+    backend: &dyn DirectBackend,
+    body: &DecisionBody,
+    started: Instant,
+) -> Result<(Decision, Timings), EngineError> {
+    let requests = entries(body);
+    let options: usize = requests
+        .iter()
+        .flat_map(|(_, r)| &r.questions)
+        .filter_map(|slot| slot.question.as_ref().ok())
+        .map(|q| match &q.kind {
+            QuestionKind::Choice { options } => options.len(),
+            QuestionKind::Score { levels } => levels.len(),
+            _ => 2,
+        })
+        .sum();
+    let state_bytes: usize = requests
+        .iter()
+        .map(|(_, r)| r.state.as_str().map_or(0, str::len))
+        .sum();
+    let heavy = options > INLINE_OPTIONS || state_bytes > INLINE_STATE_BYTES;
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    let run = || answer_body(model, backend, body, &requests, started);
+    if heavy && multi_thread {
+        tokio::task::block_in_place(run)
+    } else {
+        run()
+    }
+}
+
+fn answer_body(
+    model: &DecisionModel,
+    backend: &dyn DirectBackend,
+    body: &DecisionBody,
+    requests: &[(&str, &DecisionRequest)],
+    started: Instant,
+) -> Result<(Decision, Timings), EngineError> {
+    let t0 = Instant::now();
+    let batch = matches!(body, DecisionBody::Batch { .. });
+    let prepared: Vec<Result<Prepared, ProtocolError>> = requests
+        .iter()
+        .map(|(_, r)| prepare(model, backend, r))
+        .collect();
+    refusal(batch, &prepared)?;
+    let mut timings = Timings {
+        tokenize: t0.elapsed(),
+        batch_jobs: 1,
+        ..Timings::default()
+    };
+    // Nothing waits in a queue, so a deadline can only have passed before the body was read.
+    let late = body
+        .options()
+        .deadline_ms
+        .is_some_and(|ms| started.elapsed() > Duration::from_millis(ms));
+    let deadline = QuestionFailure::new(
+        QuestionErrorKind::DeadlineExceeded,
+        reason::DEADLINE,
+        "options.deadline_ms passed before the model started this work",
+    );
+    let t_forward = Instant::now();
+    let mut evaluated = Vec::with_capacity(prepared.len());
+    for p in prepared {
+        evaluated.push(match p {
+            Ok(p) if late => Ok((p, None)),
+            Ok(p) => {
+                let groups = evaluate(backend, &p)?;
+                Ok((p, Some(groups)))
+            }
+            Err(e) => Err(e),
+        });
+    }
+    timings.forward = t_forward.elapsed();
+    let t_post = Instant::now();
+    let mut responses = Vec::with_capacity(evaluated.len());
+    for ((name, r), e) in requests.iter().zip(evaluated) {
+        let resp = match e {
+            Ok((p, groups)) => {
+                timings.batch_tokens += p.usage.input_tokens as usize;
+                let failure = groups.is_none().then_some(&deadline);
+                let mut groups = groups.unwrap_or_default().into_iter();
+                let read = p
+                    .plans
+                    .iter()
+                    .map(|(_, plan, _)| (plan, groups.next().flatten()))
+                    .collect();
+                model.response(read, failure, p.usage)
+            }
+            Err(e) => model.refused(r, &e),
+        };
+        responses.push((name.to_string(), resp));
+    }
+    timings.post = t_post.elapsed();
+    Ok((model.finish(batch, responses)?, timings))
+}
+
+/// One request, read and tokenized: its state views, the roots each question reads, and the
+/// question as the backend reads it.
+struct Prepared<'r> {
+    views: crate::decision::Views<'r>,
+    keys: Vec<RootKey>,
+    /// Each question's root key (an index into `keys`; none when it failed), its plan, and
+    /// what the backend reads.
+    plans: Vec<(Option<usize>, Plan, Option<DirectQuestion>)>,
+    usage: Usage,
+}
+
+/// A valid question: the view it reads, the question, its plan and what the backend reads.
+type Asked<'q> = (usize, &'q Question, Plan, DirectQuestion);
+
+fn prepare<'r>(
+    model: &DecisionModel,
+    backend: &dyn DirectBackend,
+    r: &'r DecisionRequest,
+) -> Result<Prepared<'r>, ProtocolError> {
+    model.text_only(r)?;
+    let n_decisions = r.questions.iter().filter(|s| s.question.is_ok()).count();
+    let cap = model.question_cap(r.options.long_context);
+    let max_tokens = r.options.max_tokens.map(|t| t as usize);
+
+    // 1. Each question as the backend reads it, and the view of the state it reads.
+    let mut views: Vec<Option<&[String]>> = Vec::new();
+    let mut asked: Vec<Result<Asked, QuestionFailure>> = Vec::with_capacity(r.questions.len());
+    for slot in &r.questions {
+        let q = match &slot.question {
+            Ok(q) => q,
+            Err(f) => {
+                asked.push(Err(f.clone()));
+                continue;
+            }
+        };
+        let question = model
+            .image_check(q, slot.images, r.images)
+            .and_then(|()| model.check_type(q))
+            .and_then(|()| direct_question(model, backend, &slot.id, q, n_decisions));
+        let (plan, question) = match question {
+            Ok(pq) => pq,
+            Err(f) => {
+                asked.push(Err(f));
+                continue;
+            }
+        };
+        let key = q
+            .over
+            .as_deref()
+            .filter(|keys| !covers_state(&r.state, keys));
+        let view = match views.iter().position(|v| *v == key) {
+            Some(v) => v,
+            None => {
+                views.push(key);
+                views.len() - 1
+            }
+        };
+        asked.push(Ok((view, q, plan, question)));
+    }
+
+    // 2. Read each view within its questions' budgets.
+    let texts: Vec<Cow<'r, str>> = views.iter().map(|v| view_text(backend, r, *v)).collect();
+    let needs: Vec<(usize, usize)> = asked
+        .iter()
+        .filter_map(|a| a.as_ref().ok())
+        .map(|(view, ..)| (*view, cap))
+        .collect();
+    let mut views = model.read_views(backend, texts, &needs, max_tokens)?;
+
+    // 3. Place each question on its roots.
+    let mut keys: Vec<RootKey> = Vec::new();
+    let mut plans = Vec::with_capacity(asked.len());
+    let mut usage = Usage::default();
+    let mut total = 0;
+    for (slot, a) in r.questions.iter().zip(asked) {
+        let failed = |failure| Plan::Failed {
+            id: slot.id.clone(),
+            type_word: slot.type_word.clone(),
+            failure,
+        };
+        let (view, q, plan, question) = match a {
+            Ok(a) => a,
+            Err(f) => {
+                plans.push((None, failed(f), None));
+                continue;
+            }
+        };
+        let key = match model.place(backend, &mut views, view, &slot.id, q, cap, cap, max_tokens)? {
+            Ok(key) => key,
+            Err(f) => {
+                plans.push((None, failed(f), None));
+                continue;
+            }
+        };
+        let k = match keys.iter().position(|k| *k == key) {
+            Some(k) => k,
+            None => {
+                keys.push(key);
+                total += views.roots(key).iter().map(|t| t.len()).sum::<usize>();
+                keys.len() - 1
+            }
+        };
+        let own =
+            question.instructions.len() + question.options.iter().map(Vec::len).sum::<usize>();
+        let reads = views.roots(key).len();
+        usage.input_tokens += (own * reads) as u64;
+        total += own * reads;
+        plans.push((Some(k), plan, Some(question)));
+    }
+    views.count(&mut usage, 0);
+    model.request_tokens(total)?;
+    Ok(Prepared {
+        views,
+        keys,
+        plans,
+        usage,
+    })
+}
+
+/// The state, or with `over` only the keys it names (in state order), as the model reads it.
+fn view_text<'r>(
+    backend: &dyn DirectBackend,
+    r: &'r DecisionRequest,
+    over: Option<&[String]>,
+) -> Cow<'r, str> {
+    match (over, &r.state) {
+        (Some(keys), serde_json::Value::Object(map)) => {
+            let subset = serde_json::Value::Object(
+                map.iter()
+                    .filter(|(k, _)| keys.contains(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            );
+            Cow::Owned(backend.render_state(&subset).into_owned())
+        }
+        _ => backend.render_state(&r.state),
+    }
+}
+
+/// A choice, noul or score question as the backend reads it, with its plan.
+fn direct_question(
+    model: &DecisionModel,
+    backend: &dyn DirectBackend,
+    id: &str,
+    q: &Question,
+    n_decisions: usize,
+) -> Result<(Plan, DirectQuestion), QuestionFailure> {
+    let tokenize = |text: &str| {
+        backend.tokenize_text(text.trim()).map_err(|e| {
+            QuestionFailure::new(
+                QuestionErrorKind::InvalidInput,
+                reason::INPUT_MALFORMED,
+                e.to_string(),
+            )
+        })
+    };
+    let option =
+        |name: &str, desc: Option<&str>| tokenize(&format!("{name} {}", desc.unwrap_or("")));
+    let id = id.to_string();
+    let complete = q.require_full_input;
+    let type_name = q.kind.type_name();
+    let temperature = model.temperature(type_name, n_decisions);
+    let (kind, plan, options) = match &q.kind {
+        QuestionKind::Choice { options } => (
+            DirectKind::Choice,
+            Plan::Choice {
+                id,
+                keys: options.iter().map(|(k, _)| k.clone()).collect(),
+                temperature,
+                complete,
+            },
+            options
+                .iter()
+                .map(|(k, d)| option(k, d.as_deref()))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        QuestionKind::Noul {
+            when_false,
+            when_true,
+        } => {
+            let (yes, no) = backend.noul_outcomes();
+            (
+                DirectKind::Noul,
+                Plan::Noul {
+                    id,
+                    temperature,
+                    complete,
+                },
+                vec![
+                    option("true", Some(when_true.as_deref().unwrap_or(yes)))?,
+                    option("false", Some(when_false.as_deref().unwrap_or(no)))?,
+                ],
+            )
+        }
+        QuestionKind::Score { levels } => (
+            DirectKind::Score,
+            Plan::Score {
+                id,
+                legend: levels.clone(),
+                temperature,
+                complete,
+            },
+            levels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| option(&i.to_string(), Some(l)))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        _ => {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                match &q.kind {
+                    QuestionKind::Span { .. } => reason::SPAN_UNSUPPORTED,
+                    QuestionKind::Box => reason::BOX_UNSUPPORTED,
+                    QuestionKind::Track => reason::TRACK_UNSUPPORTED,
+                    _ => reason::SET_UNSUPPORTED,
+                },
+                format!(
+                    "model {} does not answer {type_name} questions",
+                    model.meta.name
+                ),
+            ))
+        }
+    };
+    let instructions = tokenize(q.instructions.as_deref().unwrap_or(""))?;
+    Ok((
+        plan,
+        DirectQuestion {
+            kind,
+            instructions,
+            options,
+        },
+    ))
+}
+
+/// Each question's probability groups (`None` for a failed question): the backend asked once
+/// per root (every question on it together), the windows of a question combined.
+fn evaluate(
+    backend: &dyn DirectBackend,
+    p: &Prepared<'_>,
+) -> Result<Vec<Option<Vec<Vec<f64>>>>, EngineError> {
+    let mut per_question: Vec<Vec<Vec<Vec<f64>>>> = vec![Vec::new(); p.plans.len()];
+    for (k, key) in p.keys.iter().enumerate() {
+        let on: Vec<(usize, &DirectQuestion, f64)> = p
+            .plans
+            .iter()
+            .enumerate()
+            .filter(|(_, (at, ..))| *at == Some(k))
+            .filter_map(|(i, (_, plan, q))| Some((i, q.as_ref()?, temperature(plan))))
+            .collect();
+        let questions: Vec<&DirectQuestion> = on.iter().map(|(_, q, _)| *q).collect();
+        let view = match key {
+            RootKey::Whole(v) | RootKey::Truncated(v, _) | RootKey::Windows(v, _) => *v,
+        };
+        let text = &p.views.texts[view];
+        for tokens in p.views.roots(*key) {
+            let logits = read_root(backend, text, tokens, &questions)?;
+            for ((i, _, t), l) in on.iter().zip(logits) {
+                per_question[*i].push(vec![softmax(&l, *t)]);
+            }
+        }
+    }
+    Ok(p.plans
+        .iter()
+        .zip(per_question)
+        .map(|((at, plan, _), windows)| at.and_then(|_| combine_windows(plan, windows)))
+        .collect())
+}
+
+fn read_root(
+    backend: &dyn DirectBackend,
+    text: &str,
+    tokens: &[Token],
+    questions: &[&DirectQuestion],
+) -> Result<Vec<Vec<f32>>, EngineError> {
+    let logits = backend.answer(text, tokens, questions)?;
+    let shaped = logits.len() == questions.len()
+        && logits
+            .iter()
+            .zip(questions)
+            .all(|(l, q)| l.len() == q.options.len());
+    if !shaped {
+        return Err(EngineError::Forward(
+            "the backend answered a different number of questions or options".into(),
+        ));
+    }
+    Ok(logits)
+}
+
+fn temperature(plan: &Plan) -> f64 {
+    match plan {
+        Plan::Choice { temperature, .. }
+        | Plan::Noul { temperature, .. }
+        | Plan::Score { temperature, .. }
+        | Plan::Set { temperature, .. } => *temperature,
+        Plan::Failed { .. } => 1.0,
+    }
+}
