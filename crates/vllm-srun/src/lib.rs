@@ -223,7 +223,7 @@ fn load_sparrow(
     }
     let model =
         backend_sparrow::SparrowModel::load(&resolved.weights).map_err(|e| e.to_string())?;
-    if meta.revision.is_empty() {
+    if meta.revision.is_empty() || meta.revision == "local" {
         meta.revision = model.config.name.clone();
     }
     let config = DecisionConfig {
