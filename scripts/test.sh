@@ -13,6 +13,9 @@ cargo build --workspace --all-targets
 # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
 ./target/debug/vllm-srun models pull minilm-l6
 ./target/debug/vllm-srun models pull qwen2.5-0.5b
+# The Sparrow static decision models (one package carries both).
+./target/debug/vllm-srun models pull sparrow-nano
+./target/debug/vllm-srun models pull sparrow-nano-robot
 
 cargo test --workspace
 
@@ -22,7 +25,8 @@ if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator, openai,
         "schemathesis==4.32.5" "openapi-spec-validator==0.9.0" "openai==3.57.0" "msgpack==1.2.4"
 fi
 log="$(mktemp)"
-./target/debug/vllm-srun serve --model "$MODEL" --model minilm-l6 --port 0 --no-pull >"$log" 2>&1 &
+./target/debug/vllm-srun serve --model "$MODEL" --model minilm-l6 --model sparrow-nano --port 0 \
+    --no-pull >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
 url=""
@@ -35,18 +39,21 @@ for _ in $(seq 1 600); do
 done
 [ -n "$url" ] || { cat "$log"; echo "server did not start"; exit 1; }
 report="$(mktemp --suffix=.json)"
-python3 -m jevcompat.cli test "$url" --model "$MODEL" --json "$report" --timeout 300 || true
-python3 - "$report" <<'PY'
+# Every MUST against the causal LM and against the Sparrow model.
+for m in "$MODEL" sparrow-nano; do
+python3 -m jevcompat.cli test "$url" --model "$m" --json "$report" --timeout 300 || true
+python3 - "$report" "$m" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["summary"]
 must, should = s["MUST"], s["SHOULD"]
-print(f"jevcompat: MUST {must['passed']}/{must['tested']} (failed {must['failed']}, skipped {must['skipped']}), "
+print(f"jevcompat {sys.argv[2]}: MUST {must['passed']}/{must['tested']} (failed {must['failed']}, skipped {must['skipped']}), "
       f"SHOULD {should['passed']}/{should['tested']}")
 # 32 MUSTs are testable without an API key (auth.bearer needs --key and is skipped).
 ok = must["failed"] == 0 and must["passed"] == must["tested"] and must["passed"] >= 32
 print(f"conformance: {1 if ok else 0} passed, {0 if ok else 1} failed")
 sys.exit(0 if ok else 1)
 PY
+done
 
 # The OpenAPI document validates, and the server's answers conform to it (schemathesis:
 # generated and mutated bodies for every documented operation, for a bounded time).

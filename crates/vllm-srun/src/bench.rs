@@ -173,6 +173,9 @@ async fn closed_loop(url: &str, bodies: &[Value], c: usize) -> Result<(f64, Late
 /// The full side-by-side suite (issue 6): raw llama.cpp against the server, in one process.
 pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(), String> {
     let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
+    if resolved.kind == hub::Kind::Sparrow {
+        return suite_direct(model_spec, runs, requests).await;
+    }
     let raw =
         backend_llama::LlamaBackend::load(&resolved.weights, backend_llama::LlamaConfig::default())
             .map_err(|e| e.to_string())?;
@@ -334,6 +337,91 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
         100.0 * refused as f64 / total as f64,
         Latencies(refusal_times).ms(0.5)
     );
+    Ok(())
+}
+
+/// The suite for a direct (Sparrow) model: the engine alone vs over HTTP, one question's
+/// p50/p99, six questions vs one, and questions/s at concurrency 1, 4 and 16 (one-question
+/// requests, then six-question requests), client and server in this one process.
+async fn suite_direct(model_spec: &str, runs: usize, requests: usize) -> Result<(), String> {
+    let o = crate::ServeOptions {
+        models: vec![model_spec.to_string()],
+        port: 0,
+        ..crate::ServeOptions::default()
+    };
+    let (registry, base) = serve_in_process(o).await?;
+    let model = wait(|| registry.ready(None)).await?;
+    let name = model.meta.name.clone();
+    let url = format!("{base}/v1/systemone");
+    let client = reqwest::Client::new();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!("bench suite (direct model): {name}, runs {runs}, requests {requests}");
+
+    // (a) the engine alone (parse, tokenize, forward, readout) vs (b) the same over HTTP.
+    let body = one_question(&name, STATE);
+    let parsed = protocol::parse_decision_body(&body, protocol::Schema::V5)
+        .map_err(|e| e.message.clone())?;
+    for _ in 0..50 {
+        model
+            .decide(&parsed, Instant::now())
+            .await
+            .map_err(|e| e.to_string())?;
+        time_request(&client, &url, &body).await?;
+    }
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let t = Instant::now();
+        model
+            .decide(&parsed, Instant::now())
+            .await
+            .map_err(|e| e.to_string())?;
+        ta.push(t.elapsed());
+        tb.push(time_request(&client, &url, &body).await?);
+    }
+    let (a, b) = (Latencies(ta), Latencies(tb));
+    println!(
+        "(a) one question, the engine alone: p50 {:.1} us  p99 {:.1} us",
+        a.ms(0.5) * 1e3,
+        a.ms(0.99) * 1e3
+    );
+    println!(
+        "(b) one question over HTTP:          p50 {:.1} us  p99 {:.1} us  [target p50 <= 1000 us]",
+        b.ms(0.5) * 1e3,
+        b.ms(0.99) * 1e3
+    );
+
+    // (c) six questions vs (d) one, over HTTP.
+    let six = json!({"model": name, "state": STATE, "questions": questions(6)});
+    let (mut tc, mut td) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        tc.push(time_request(&client, &url, &six).await?);
+        td.push(time_request(&client, &url, &body).await?);
+    }
+    let (c, d) = (median(tc), median(td));
+    println!(
+        "(c) six questions: median {:.1} us; (d) one: median {:.1} us; (c)/(d) = {:.2}",
+        us(c),
+        us(d),
+        c.as_secs_f64() / d.as_secs_f64()
+    );
+
+    // (e) throughput over distinct states.
+    for (n_questions, label) in [(1usize, "one-question"), (6, "six-question")] {
+        let bodies: Vec<Value> = (0..requests)
+            .map(|i| json!({"model": name, "state": long_state(i), "questions": questions(n_questions)}))
+            .collect();
+        closed_loop(&url, &bodies[..bodies.len().min(200)], 4).await?;
+        for conc in [1usize, 4, 16] {
+            let (rps, lat) = closed_loop(&url, &bodies, conc).await?;
+            println!(
+                "(e) {label} requests, concurrency {conc:>2}: {:.0} questions/s  p50 {:.0} us  p99 {:.0} us{}",
+                rps * n_questions as f64,
+                lat.ms(0.5) * 1e3,
+                lat.ms(0.99) * 1e3,
+                if conc == 16 { "  [target >= 5000 questions/s]" } else { "" }
+            );
+        }
+    }
     Ok(())
 }
 
