@@ -22,6 +22,7 @@ use tokenizers::Tokenizer;
 
 mod math;
 mod pairs;
+mod wordpiece;
 
 use math::{gelu, normalize, Matrix};
 
@@ -93,7 +94,9 @@ type PairVectors = (Vec<f32>, Vec<f32>);
 /// A loaded Sparrow model.
 pub struct SparrowModel {
     pub config: Config,
+    /// The general WordPiece pipeline, and a faster path for ASCII text with equal pieces.
     tokenizer: Tokenizer,
+    ascii: wordpiece::AsciiWordPiece,
     weights: Weights,
     info: BackendInfo,
 }
@@ -227,7 +230,10 @@ fn matrix(
 }
 
 /// A BERT uncased WordPiece tokenizer over `vocab`, as the package's tokenizer reads text.
-fn wordpiece(path: &Path, vocab: &serde_json::Value) -> Result<Tokenizer, SparrowError> {
+pub(crate) fn wordpiece_pipeline(
+    path: &Path,
+    vocab: &serde_json::Value,
+) -> Result<Tokenizer, SparrowError> {
     let spec = serde_json::json!({
         "version": "1.0",
         "truncation": null,
@@ -279,7 +285,11 @@ impl SparrowModel {
         let vocab = tk
             .get("vocab")
             .ok_or_else(|| format_err(path, "tokenizer.json has no vocab"))?;
-        let tokenizer = wordpiece(path, vocab)?;
+        let tokenizer = wordpiece_pipeline(path, vocab)?;
+        let ids: HashMap<String, u32> = serde_json::from_value(vocab.clone())
+            .map_err(|e| format_err(path, format!("tokenizer.json vocab: {e}")))?;
+        let ascii = wordpiece::AsciiWordPiece::new(ids)
+            .ok_or_else(|| format_err(path, "tokenizer.json has no [UNK]"))?;
 
         let mut arrays = read_npz(path, &npz)?;
         let (emb_q, emb_shape) = match arrays.remove("emb.weight.q8") {
@@ -340,6 +350,7 @@ impl SparrowModel {
         Ok(SparrowModel {
             config,
             tokenizer,
+            ascii,
             weights: Weights {
                 emb,
                 kind,
@@ -526,6 +537,9 @@ fn attend(tau: f32, o: &[f32], pairs: &[PairVectors], d: usize) -> Vec<f32> {
 
 impl Vocab for SparrowModel {
     fn tokenize_text(&self, text: &str) -> Result<Vec<Token>, BackendError> {
+        if let Some(ids) = self.ascii.encode(text) {
+            return Ok(ids);
+        }
         let enc = self
             .tokenizer
             .encode(text, false)

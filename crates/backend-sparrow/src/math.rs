@@ -20,13 +20,13 @@ impl Matrix {
     }
 }
 
-/// A dot product summed in eight lanes, so the compiler can keep it in vector registers.
+/// A dot product summed in 32 lanes, so the compiler can keep it in vector registers.
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
+    let mut lanes = [0.0f32; 32];
+    let mut ca = a.chunks_exact(32);
+    let mut cb = b.chunks_exact(32);
     for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..8 {
+        for l in 0..32 {
             lanes[l] += x[l] * y[l];
         }
     }

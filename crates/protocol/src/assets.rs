@@ -56,6 +56,42 @@ pub struct Asset {
     pub kind: AssetKind,
 }
 
+/// A request's assets, with a matcher that finds all their references in a string in one
+/// pass (leftmost, the longest reference winning at each place), so counting uses costs the
+/// length of the text, not the text times the number of references.
+#[derive(Debug, Clone, Default)]
+pub struct Assets {
+    list: Vec<Asset>,
+    refs: Option<aho_corasick::AhoCorasick>,
+}
+
+impl Assets {
+    pub fn new(list: Vec<Asset>) -> Result<Assets, ProtocolError> {
+        let refs = if list.is_empty() {
+            None
+        } else {
+            let matcher = aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+                .build(list.iter().map(|a| a.reference.as_str()))
+                .map_err(|e| {
+                    refused(
+                        reason::ASSET_REFERENCE_INVALID,
+                        format!("the asset references cannot be matched: {e}"),
+                    )
+                })?;
+            Some(matcher)
+        };
+        Ok(Assets { list, refs })
+    }
+}
+
+impl std::ops::Deref for Assets {
+    type Target = [Asset];
+    fn deref(&self) -> &[Asset] {
+        &self.list
+    }
+}
+
 fn refused(reason: &'static str, message: String) -> ProtocolError {
     ProtocolError::invalid(message).with_reason(reason)
 }
@@ -201,7 +237,7 @@ pub fn inspect_data_url(v: &Value, what: &str) -> Result<ImageInfo, ProtocolErro
 
 /// Decode the top-level `assets` object, claiming multipart `parts` by name. Every part must be
 /// claimed by exactly one asset.
-pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Vec<Asset>, ProtocolError> {
+pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Assets, ProtocolError> {
     let empty = Map::new();
     let map = match value {
         None | Some(Value::Null) => &empty,
@@ -300,7 +336,7 @@ pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Vec<Asset>, 
             format!("part {name:?} is claimed by no asset: every part after request holds one asset's bytes"),
         ));
     }
-    Ok(assets)
+    Assets::new(assets)
 }
 
 /// Which image a box question locates in: the one its instructions reference, else the
@@ -323,7 +359,7 @@ pub fn box_target(question_images: usize, state_images: usize) -> Result<bool, Q
 }
 
 /// How often each asset is used in a value's strings (object keys are never read).
-pub fn count_uses(v: &Value, assets: &[Asset], uses: &mut [usize]) {
+pub fn count_uses(v: &Value, assets: &Assets, uses: &mut [usize]) {
     match v {
         Value::String(s) => count_in(s, assets, uses),
         Value::Array(a) => a.iter().for_each(|x| count_uses(x, assets, uses)),
@@ -333,24 +369,13 @@ pub fn count_uses(v: &Value, assets: &[Asset], uses: &mut [usize]) {
 }
 
 /// Occurrences in one string, left to right, the longest reference winning at each place.
-fn count_in(s: &str, assets: &[Asset], uses: &mut [usize]) {
-    if assets.is_empty() {
+fn count_in(s: &str, assets: &Assets, uses: &mut [usize]) {
+    let Some(refs) = &assets.refs else {
         return;
-    }
-    let mut at = 0;
-    while at < s.len() {
-        let rest = &s[at..];
-        let hit = assets
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| rest.starts_with(a.reference.as_str()))
-            .max_by_key(|(_, a)| a.reference.len());
-        match hit {
-            Some((i, a)) => {
-                uses[i] += 1;
-                at += a.reference.len();
-            }
-            None => at += rest.chars().next().map_or(1, char::len_utf8),
+    };
+    for m in refs.find_iter(s) {
+        if let Some(n) = uses.get_mut(m.pattern().as_usize()) {
+            *n += 1;
         }
     }
 }
@@ -425,7 +450,7 @@ mod tests {
             reference: r.into(),
             kind: AssetKind::Video,
         };
-        let assets = [a("<img>"), a("<img>2")];
+        let assets = Assets::new(vec![a("<img>"), a("<img>2")]).unwrap();
         let mut uses = [0, 0];
         let v = serde_json::json!({"<img>": "see <img>2 and <img> and <img>"});
         count_uses(&v, &assets, &mut uses);

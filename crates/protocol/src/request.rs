@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::assets::{self, Asset, AssetKind, Parts};
+use crate::assets::{self, Asset, AssetKind, Assets, Parts};
 use crate::error::{reason, ProtocolError, QuestionFailure};
 use crate::text::render;
 use crate::{MAX_LEVELS, MAX_OPTIONS};
@@ -254,7 +254,7 @@ fn parse_requests(
     schema: Schema,
     model: Option<String>,
     options: Options,
-    assets: &[Asset],
+    assets: &Assets,
     used: &mut [usize],
 ) -> Result<DecisionBody, ProtocolError> {
     if let Some(states) = obj.get("states") {
@@ -411,7 +411,7 @@ fn parse_single(
     obj: &Map<String, Value>,
     schema: Schema,
     at: &[&str],
-    assets: &[Asset],
+    assets: &Assets,
     used: &mut [usize],
 ) -> Result<DecisionRequest, ProtocolError> {
     fn join<'a>(at: &[&'a str], k: &'a str) -> Vec<&'a str> {
