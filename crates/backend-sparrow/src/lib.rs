@@ -550,12 +550,11 @@ impl Vocab for SparrowModel {
     /// A WordPiece token's text without its continuation mark (WordPiece folds case and drops
     /// whitespace, so the cut checks find which cuts hold).
     fn token_bytes(&self, token: Token) -> Vec<u8> {
-        let t = self.tokenizer.id_to_token(token).unwrap_or_default();
-        t.strip_prefix("##").unwrap_or(&t).as_bytes().to_vec()
+        self.ascii.piece(token).as_bytes().to_vec()
     }
 
     fn vocab_size(&self) -> usize {
-        self.tokenizer.get_vocab_size(true)
+        self.ascii.vocab_size()
     }
 }
 

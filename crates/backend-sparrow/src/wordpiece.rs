@@ -11,6 +11,8 @@ const MAX_WORD_CHARS: usize = 100;
 
 pub(crate) struct AsciiWordPiece {
     vocab: HashMap<String, u32>,
+    /// Each id's piece.
+    pieces: Vec<String>,
     unk: u32,
 }
 
@@ -21,7 +23,21 @@ fn is_punct(b: u8) -> bool {
 impl AsciiWordPiece {
     pub fn new(vocab: HashMap<String, u32>) -> Option<AsciiWordPiece> {
         let unk = *vocab.get("[UNK]")?;
-        Some(AsciiWordPiece { vocab, unk })
+        let mut pieces = vec![String::new(); vocab.values().max().map_or(0, |m| *m as usize + 1)];
+        for (p, &id) in &vocab {
+            pieces[id as usize] = p.clone();
+        }
+        Some(AsciiWordPiece { vocab, pieces, unk })
+    }
+
+    /// A token's text without its continuation mark.
+    pub fn piece(&self, id: u32) -> &str {
+        let p = self.pieces.get(id as usize).map_or("", String::as_str);
+        p.strip_prefix("##").unwrap_or(p)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.pieces.len()
     }
 
     /// The tokens of `text`, or `None` when it is not ASCII (the general pipeline reads it).

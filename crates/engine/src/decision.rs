@@ -238,6 +238,26 @@ pub(crate) struct Tree {
     sep: Vec<Token>,
 }
 
+/// The index of the view of the state question `q` reads (the whole state, or the keys its
+/// `over` names unless they cover the state), added to `views` when new.
+pub(crate) fn view_of<'a>(
+    views: &mut Vec<Option<&'a [String]>>,
+    r: &DecisionRequest,
+    q: &'a Question,
+) -> usize {
+    let key = q
+        .over
+        .as_deref()
+        .filter(|keys| !covers_state(&r.state, keys));
+    match views.iter().position(|v| *v == key) {
+        Some(v) => v,
+        None => {
+            views.push(key);
+            views.len() - 1
+        }
+    }
+}
+
 /// The requests of a body with their names (a single request's is empty).
 pub(crate) fn entries(body: &DecisionBody) -> Vec<(&str, &DecisionRequest)> {
     match body {
@@ -755,17 +775,7 @@ impl DecisionModel {
                 planned.push(Err((i, f)));
                 continue;
             }
-            let key = q
-                .over
-                .as_deref()
-                .filter(|keys| !covers_state(&r.state, keys));
-            let view = match views.iter().position(|v| *v == key) {
-                Some(v) => v,
-                None => {
-                    views.push(key);
-                    views.len() - 1
-                }
-            };
+            let view = view_of(&mut views, r, q);
             match self.plan(t, &slot.id, q, n_decisions) {
                 Ok((plan, nodes, trie)) => {
                     let longest = nodes.iter().map(|n| n.tokens.len()).max().unwrap_or(0);

@@ -20,7 +20,7 @@ use protocol::{ProtocolError, Usage};
 use crate::backend::{DirectBackend, DirectKind, DirectQuestion, Token};
 use crate::budget::Cutter;
 use crate::decision::{
-    combine_windows, covers_state, entries, refusal, Decision, DecisionModel, Engine, Limits, Plan,
+    combine_windows, entries, refusal, view_of, Decision, DecisionModel, Engine, Limits, Plan,
     RootKey, Timings,
 };
 use crate::error::EngineError;
@@ -238,17 +238,7 @@ fn prepare<'r>(
                 continue;
             }
         };
-        let key = q
-            .over
-            .as_deref()
-            .filter(|keys| !covers_state(&r.state, keys));
-        let view = match views.iter().position(|v| *v == key) {
-            Some(v) => v,
-            None => {
-                views.push(key);
-                views.len() - 1
-            }
-        };
+        let view = view_of(&mut views, r, q);
         asked.push(Ok((view, q, plan, question)));
     }
 
