@@ -193,6 +193,12 @@ impl engine::budget::Vocab for LlamaBackend {
         Backend::tokenize(self, text, false)
     }
 
+    /// GGUF vocabularies are byte-level BPE or SentencePiece with byte fallback: every byte of
+    /// the text lies in some token's piece.
+    fn covers_text(&self) -> bool {
+        true
+    }
+
     fn token_bytes(&self, token: Token) -> Vec<u8> {
         self.model
             .vocab()

@@ -22,6 +22,13 @@ pub trait Vocab {
     /// The bytes of the text a token covers.
     fn token_bytes(&self, token: Token) -> Vec<u8>;
     fn vocab_size(&self) -> usize;
+    /// Whether every byte of a text is covered by its tokens' bytes (byte-level BPE): then a
+    /// text of `n` bytes has at least `n / max_token_bytes` tokens, and a text can be known
+    /// to be over a budget from its length alone. WordPiece drops whitespace and maps unknown
+    /// words to one token, so it does not.
+    fn covers_text(&self) -> bool {
+        false
+    }
 }
 
 /// Bytes before a cut inside a run whose tokens are not kept.
@@ -119,6 +126,8 @@ pub struct Read {
 pub struct Cutter {
     pub max_token_bytes: usize,
     pub enabled: Vec<CutKind>,
+    /// The tokenizer covers every byte of a text (see [`Vocab::covers_text`]).
+    pub covers_text: bool,
 }
 
 impl Cutter {
@@ -132,12 +141,14 @@ impl Cutter {
         let mut cutter = Cutter {
             max_token_bytes,
             enabled: Vec::new(),
+            covers_text: backend.covers_text(),
         };
         for kind in CutKind::ALL {
             let probe = probe_text(kind, max_token_bytes);
             let trial = Cutter {
                 max_token_bytes,
                 enabled: vec![kind],
+                covers_text: false,
             };
             // Several budgets, so the cuts land at several places of the probe.
             let whole = backend.tokenize_text(&probe)?;
@@ -154,6 +165,15 @@ impl Cutter {
             }
         }
         Ok(cutter)
+    }
+
+    /// The fewest tokens a text of `bytes` bytes has, known without tokenizing it.
+    pub fn least_tokens(&self, bytes: usize) -> usize {
+        if self.covers_text {
+            bytes / self.max_token_bytes
+        } else {
+            0
+        }
     }
 
     /// The least number of bytes that surely holds more than `budget` tokens.

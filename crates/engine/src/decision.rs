@@ -763,6 +763,21 @@ impl DecisionModel {
         }
         let mut views: Vec<Option<&[String]>> = Vec::new();
         let mut planned: Vec<Result<Planned, (usize, QuestionFailure)>> = Vec::new();
+        // Every question is read at least once: when their texts alone surely pass the
+        // request's token limit, none of them is tokenized.
+        let least: usize = r
+            .questions
+            .iter()
+            .filter_map(|s| s.question.as_ref().ok())
+            .map(|q| {
+                let own = q.instructions.as_ref().map_or(0, String::len) + q.kind.text_bytes();
+                self.cutter.least_tokens(own)
+            })
+            .sum();
+        if least > self.limits.max_request_tokens {
+            return Err(self.over_request_tokens(self.limits.max_request_tokens));
+        }
+        let mut asked = 0usize;
         for (i, slot) in r.questions.iter().enumerate() {
             let q = match &slot.question {
                 Ok(q) => q,
@@ -776,9 +791,15 @@ impl DecisionModel {
                 continue;
             }
             let view = view_of(&mut views, r, q);
-            match self.plan(t, &slot.id, q, n_decisions) {
+            match self.plan(t, &slot.id, q, n_decisions, cap) {
                 Ok((plan, nodes, trie)) => {
                     let longest = nodes.iter().map(|n| n.tokens.len()).max().unwrap_or(0);
+                    // Every question is read at least once: once they alone pass the
+                    // request's limit, the rest need not be tokenized to refuse it.
+                    asked += nodes.iter().map(|n| n.tokens.len()).sum::<usize>();
+                    if asked > self.limits.max_request_tokens {
+                        return Err(self.over_request_tokens(self.limits.max_request_tokens));
+                    }
                     planned.push(Ok(Planned {
                         index: i,
                         view,
@@ -789,7 +810,16 @@ impl DecisionModel {
                         room: cap.saturating_sub(fixed + longest),
                     }));
                 }
-                Err(f) => planned.push(Err((i, f))),
+                Err(f) => {
+                    // A block found too long was tokenized up to the cap: that work counts.
+                    if f.reason == reason::QUESTION_TOKENS {
+                        asked += cap;
+                        if asked > self.limits.max_request_tokens {
+                            return Err(self.over_request_tokens(self.limits.max_request_tokens));
+                        }
+                    }
+                    planned.push(Err((i, f)));
+                }
             }
         }
 
@@ -963,10 +993,22 @@ impl DecisionModel {
             }
             Overflow::Window => {
                 let scan_budget = max_tokens.unwrap_or(self.limits.max_scan_tokens);
+                // Windows hold at least every token scanned, so a scan past the request's
+                // token limit could only be refused: read no further than that limit.
+                let reads = scan_budget.min(self.limits.max_request_tokens);
                 if views.scans[view].is_none() {
-                    let scan = self.read_text(vocab, &views.texts[view], scan_budget)?;
-                    let whole = scan.complete && scan.tokens.len() <= scan_budget;
-                    views.scans[view] = Some(whole.then_some(scan));
+                    let text = &views.texts[view];
+                    // A text surely over the budget by its length alone is not tokenized.
+                    let scan = if self.cutter.least_tokens(text.len()) > reads {
+                        None
+                    } else {
+                        Some(self.read_text(vocab, text, reads)?)
+                    };
+                    let whole = scan.filter(|s| s.complete && s.tokens.len() <= reads);
+                    if whole.is_none() && reads < scan_budget {
+                        return Err(self.over_request_tokens(reads));
+                    }
+                    views.scans[view] = Some(whole);
                 }
                 if matches!(views.scans[view], Some(Some(_))) {
                     Ok(RootKey::Windows(view, room.max(1)))
@@ -995,6 +1037,17 @@ impl DecisionModel {
             .with_limit(self.limits.max_request_tokens as u64));
         }
         Ok(())
+    }
+
+    /// The refusal of a request that reads more than `max_request_tokens`; `at_least` is how
+    /// many it was found to read before reading stopped.
+    pub(crate) fn over_request_tokens(&self, at_least: usize) -> ProtocolError {
+        ProtocolError::invalid(format!(
+            "the request reads more than {at_least} tokens (its state once and every question); model {} reads at most {} per request",
+            self.meta.name, self.limits.max_request_tokens
+        ))
+        .with_reason(reason::REQUEST_TOKENS)
+        .with_limit(self.limits.max_request_tokens as u64)
     }
 
     /// A model with no image or video modality refuses a request that sends either.
@@ -1039,14 +1092,35 @@ impl DecisionModel {
         Ok(())
     }
 
-    fn question_tokens(&self, t: &Tree, block: &str) -> Result<Vec<Token>, QuestionFailure> {
-        let mut tokens = t.backend.tokenize(block, false).map_err(|e| {
+    /// A question block's tokens, read no further than what `cap` (the most a question reads
+    /// with its state) leaves beside the frame: a longer block could never be evaluated, so
+    /// it fails as too long a question does, without being tokenized whole.
+    fn question_tokens(
+        &self,
+        t: &Tree,
+        block: &str,
+        limit: usize,
+    ) -> Result<Vec<Token>, QuestionFailure> {
+        let frame = t.prefix.len() + t.header.len() + t.sep.len() + t.turn_end.len();
+        let own = limit.saturating_sub(frame);
+        let read = self.read_text(&*t.backend, block, own).map_err(|e| {
             QuestionFailure::new(
                 QuestionErrorKind::InvalidInput,
                 reason::INPUT_MALFORMED,
-                e.to_string(),
+                e.message,
             )
         })?;
+        if !read.complete || read.tokens.len() > own {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::MaxLengthExceeded,
+                reason::QUESTION_TOKENS,
+                format!(
+                    "the question alone reads more than {limit} tokens, the most a question reads with its state"
+                ),
+            )
+            .with_limit(limit as u64));
+        }
+        let mut tokens = read.tokens;
         tokens.extend_from_slice(&t.turn_end);
         Ok(tokens)
     }
@@ -1089,6 +1163,7 @@ impl DecisionModel {
         id: &str,
         q: &Question,
         n_decisions: usize,
+        limit: usize,
     ) -> Result<(Plan, Vec<Node>, Option<Trie>), QuestionFailure> {
         self.check_type(q)?;
         let type_name = q.kind.type_name();
@@ -1122,7 +1197,7 @@ impl DecisionModel {
                 } else {
                     "Answer with the code of the best option."
                 });
-                let node = trie.node(self.question_tokens(t, &block)?);
+                let node = trie.node(self.question_tokens(t, &block, limit)?);
                 Ok((
                     Plan::Choice {
                         id,
@@ -1149,7 +1224,7 @@ impl DecisionModel {
                     block.push_str(&format!("No means: {f}\n"));
                 }
                 block.push_str("Answer Yes or No.");
-                let node = t.yes_no.node(self.question_tokens(t, &block)?);
+                let node = t.yes_no.node(self.question_tokens(t, &block, limit)?);
                 Ok((
                     Plan::Noul {
                         id,
@@ -1171,7 +1246,7 @@ impl DecisionModel {
                     block.push_str(&format!("{i}. {l}\n"));
                 }
                 block.push_str("Answer with the number of the level.");
-                let node = trie.node(self.question_tokens(t, &block)?);
+                let node = trie.node(self.question_tokens(t, &block, limit)?);
                 Ok((
                     Plan::Score {
                         id,
@@ -1194,7 +1269,7 @@ impl DecisionModel {
                         "Question: {}\nLabel: {label}\nDoes this label apply to the text? Answer Yes or No.",
                         instr.unwrap_or("Which labels apply to the text?")
                     );
-                    nodes.push(t.yes_no.node(self.question_tokens(t, &block)?));
+                    nodes.push(t.yes_no.node(self.question_tokens(t, &block, limit)?));
                 }
                 Ok((
                     Plan::Set {

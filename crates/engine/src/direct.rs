@@ -219,6 +219,7 @@ fn prepare<'r>(
     // 1. Each question as the backend reads it, and the view of the state it reads.
     let mut views: Vec<Option<&[String]>> = Vec::new();
     let mut asked: Vec<Result<Asked, QuestionFailure>> = Vec::with_capacity(r.questions.len());
+    let mut own_tokens = 0usize;
     for slot in &r.questions {
         let q = match &slot.question {
             Ok(q) => q,
@@ -238,6 +239,13 @@ fn prepare<'r>(
                 continue;
             }
         };
+        // Every question is read at least once: once they alone pass the request's limit,
+        // the rest need not be tokenized to refuse it.
+        own_tokens +=
+            question.instructions.len() + question.options.iter().map(Vec::len).sum::<usize>();
+        if own_tokens > model.limits.max_request_tokens {
+            return Err(model.over_request_tokens(model.limits.max_request_tokens));
+        }
         let view = view_of(&mut views, r, q);
         asked.push(Ok((view, q, plan, question)));
     }

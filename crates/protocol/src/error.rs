@@ -15,6 +15,7 @@ pub mod reason {
     pub const DECISION_ADAPTER_UNSUPPORTED: &str = "decision_adapter_unsupported";
     pub const QUESTION_TOKENS: &str = "question_tokens";
     pub const REQUEST_TOKENS: &str = "request_tokens";
+    pub const TOO_MANY_QUESTIONS: &str = "too_many_questions";
     pub const INPUT_MALFORMED: &str = "input_malformed";
     pub const INPUT_INCOMPLETE: &str = "input_incomplete";
     pub const SCAN_BUDGET: &str = "scan_budget";
@@ -32,6 +33,7 @@ pub mod reason {
     pub const ENCODING_MALFORMED: &str = "encoding_malformed";
     pub const ENCODING_UNSUPPORTED: &str = "encoding_unsupported";
     pub const BODY_TOO_LARGE: &str = "body_too_large";
+    pub const BODY_TIMEOUT: &str = "body_timeout";
     pub const MULTIPART_MALFORMED: &str = "multipart_malformed";
     pub const ASSET_REFERENCE_INVALID: &str = "asset_reference_invalid";
     pub const ASSET_PART_MISSING: &str = "asset_part_missing";

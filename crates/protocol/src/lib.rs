@@ -31,5 +31,8 @@ pub const API_VERSION: &str = "5.0.0";
 pub const EXTENSION_VERSION: &str = "5.0";
 /// Most options of a choice question, and most labels of a set or span question.
 pub const MAX_OPTIONS: usize = 255;
+/// Most questions one request (one state) asks: more could never fit a model's request token
+/// limit, and the count is checked before any question is read.
+pub const MAX_QUESTIONS: usize = 4096;
 /// Most levels of a score question.
 pub const MAX_LEVELS: usize = 10;

@@ -109,6 +109,29 @@ impl QuestionKind {
             QuestionKind::Track => "track",
         }
     }
+
+    /// Bytes of the text the question carries (option or label names and descriptions,
+    /// level descriptions): every prompt that asks it holds at least these.
+    pub fn text_bytes(&self) -> usize {
+        let pairs = |v: &[(String, Option<String>)]| -> usize {
+            v.iter()
+                .map(|(k, d)| k.len() + d.as_ref().map_or(0, String::len))
+                .sum()
+        };
+        match self {
+            QuestionKind::Choice { options } => pairs(options),
+            QuestionKind::Set { labels, .. } | QuestionKind::Span { labels, .. } => pairs(labels),
+            QuestionKind::Noul {
+                when_false,
+                when_true,
+            } => [when_false, when_true]
+                .iter()
+                .map(|d| d.as_ref().map_or(0, String::len))
+                .sum(),
+            QuestionKind::Score { levels } => levels.iter().map(String::len).sum(),
+            QuestionKind::Box | QuestionKind::Track => 0,
+        }
+    }
 }
 
 /// How a question reads a state longer than its budget.
@@ -448,6 +471,15 @@ fn parse_single(
             &loc("questions"),
             "questions must hold at least one question",
         ));
+    }
+    if questions.len() > crate::MAX_QUESTIONS {
+        return Err(ProtocolError::invalid(format!(
+            "questions holds {} questions; a request asks at most {}",
+            questions.len(),
+            crate::MAX_QUESTIONS
+        ))
+        .with_reason(reason::TOO_MANY_QUESTIONS)
+        .with_limit(crate::MAX_QUESTIONS as u64));
     }
     let roles = parse_roles(obj.get("roles"))?;
     let mut slots = Vec::with_capacity(questions.len());

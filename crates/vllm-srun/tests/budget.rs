@@ -142,3 +142,30 @@ fn minilm_wordpiece_cuts_keep_the_token_prefix_and_reads_unsplit_runs_whole() {
         }
     }
 }
+
+/// The length bound that refuses a text untokenized must never overstate its tokens: on every
+/// kind of text (and runs that merge into the longest tokens) the least count is at most the
+/// real count.
+#[test]
+fn the_least_token_count_from_length_never_overstates() {
+    let mut texts = texts();
+    texts.push(("spaces", " ".repeat(200_000)));
+    texts.push(("dashes", "-".repeat(200_000)));
+    texts.push(("emoji", "🙂👍🏽🇯🇵".repeat(20_000)));
+    for (id, path) in tokenizers() {
+        let tok = LlamaBackend::load_tokenizer(&path).expect("tokenizer");
+        assert!(tok.covers_text(), "{id}");
+        let cutter = Cutter::calibrate(&tok).expect("calibrate");
+        for (name, text) in &texts {
+            let end = (0..=text.len().min(300_000))
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            let text = &text[..end];
+            let real = tok.tokenize_text(text).expect("tokens").len();
+            let least = cutter.least_tokens(text.len());
+            assert!(least > 0, "{id} {name}: the bound says nothing");
+            assert!(least <= real, "{id} {name}: least {least} > real {real}");
+        }
+    }
+}
