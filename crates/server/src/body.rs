@@ -24,6 +24,8 @@ pub enum BodyError {
     Malformed(String),
     #[error("the multipart body does not read: {0}")]
     Multipart(String),
+    #[error("the body did not arrive within --body-timeout-ms ({0} ms)")]
+    TimedOut(u64),
 }
 
 impl From<BodyError> for ApiError {
@@ -53,6 +55,16 @@ impl From<BodyError> for ApiError {
             BodyError::Multipart(_) => {
                 ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
                     .with_reason(reason::MULTIPART_MALFORMED)
+            }
+            BodyError::TimedOut(ms) => {
+                let mut a = ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    ErrorCode::InvalidRequest,
+                    message,
+                )
+                .with_reason(reason::BODY_TIMEOUT);
+                a.limit = Some(ms);
+                a
             }
         }
     }
@@ -106,7 +118,9 @@ fn coding(headers: &HeaderMap) -> Result<Coding, BodyError> {
 
 /// Read at most `limit` bytes out of `reader`; more is `request_too_large`.
 fn inflate(mut reader: impl Read, limit: usize) -> Result<Vec<u8>, BodyError> {
-    let mut out = Vec::new();
+    // Room for the most that is read, reserved once: only the pages written become resident,
+    // and no doubling reallocation copies the inflated bytes.
+    let mut out = Vec::with_capacity(limit.saturating_add(1));
     let read = reader.by_ref().take(limit as u64 + 1).read_to_end(&mut out);
     match read {
         Ok(n) if n > limit => Err(too_large(limit, "once decoded")),
@@ -115,12 +129,32 @@ fn inflate(mut reader: impl Read, limit: usize) -> Result<Vec<u8>, BodyError> {
     }
 }
 
+/// The deadline of a body that did not arrive in time, somewhere in `e`'s chain.
+fn timed_out(e: &axum::Error) -> Option<u64> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(t) = err.downcast_ref::<crate::transport::BodyTimedOut>() {
+            return Some(t.0);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// The body's bytes as sent, within the byte limit and its deadline.
+pub(crate) async fn raw(body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|e| match timed_out(&e) {
+            Some(ms) => BodyError::TimedOut(ms),
+            None => too_large(limit, "as sent"),
+        })
+}
+
 /// Read the body within the byte limit, decoding one layer of gzip or zstd.
 pub async fn read(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, BodyError> {
     let coding = coding(headers)?;
-    let raw = axum::body::to_bytes(body, limit)
-        .await
-        .map_err(|_| too_large(limit, "as sent"))?;
+    let raw = raw(body, limit).await?;
     if coding == Coding::Identity {
         return Ok(raw);
     }

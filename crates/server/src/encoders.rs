@@ -786,6 +786,7 @@ where
         (status = 200, description = "One vector per input", body = protocol::schema::EmbeddingsResponseDoc),
         (status = 400, description = "invalid_request (input_too_long, parameter_unsupported, ...)", body = protocol::schema::ErrorDoc),
         (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
+        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
         (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
         (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
         (status = 422, description = "unsupported_surface: the model is no encoder", body = protocol::schema::ErrorDoc),
@@ -810,6 +811,7 @@ pub async fn embeddings(
         (status = 200, description = "Documents by relevance", body = protocol::schema::RerankResponseDoc),
         (status = 400, description = "invalid_request", body = protocol::schema::ErrorDoc),
         (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
+        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
         (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
         (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
         (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
@@ -833,6 +835,7 @@ pub async fn rerank(
         (status = 200, description = "Labels per input (failed inputs answered in place)", body = protocol::schema::ClassifyResponseDoc),
         (status = 400, description = "invalid_request", body = protocol::schema::ErrorDoc),
         (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
+        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
         (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
         (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
         (status = 422, description = "unsupported_surface", body = protocol::schema::ErrorDoc),
@@ -857,6 +860,7 @@ pub async fn classify(
     responses(
         (status = 200, description = "Each task's status and body, in task order", body = protocol::schema::BundleResponseDoc),
         (status = 400, description = "invalid_request (too many tasks: reason bundle_tasks)", body = protocol::schema::ErrorDoc),
+        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
         (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
         (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
     ))]

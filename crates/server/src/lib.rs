@@ -12,8 +12,8 @@ mod handlers;
 pub mod openapi;
 mod sie;
 mod timing;
+mod transport;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use protocol::Schema;
 
 pub use error::{ApiError, Flavor};
+pub use transport::{Transport, LARGE_BODY_BYTES};
 
 /// Settings of a serving process.
 #[derive(Debug, Clone)]
@@ -40,6 +41,8 @@ pub struct ServerConfig {
     pub classifiers: Vec<Classifier>,
     /// Most tasks one /v1/bundle may carry.
     pub max_bundle_tasks: usize,
+    /// Connections, header and body timeouts, large-body slots.
+    pub transport: Transport,
 }
 
 /// A classification entry: a decision backbone asked one question with a fixed label set.
@@ -68,6 +71,7 @@ impl Default for ServerConfig {
             forward_timeout: Duration::from_secs(60),
             classifiers: Vec::new(),
             max_bundle_tasks: 32,
+            transport: Transport::default(),
         }
     }
 }
@@ -78,6 +82,7 @@ pub struct AppState {
     pub config: ServerConfig,
     pub metrics: PrometheusHandle,
     pub started: Instant,
+    pub(crate) admission: transport::Admission,
 }
 
 fn prometheus() -> PrometheusHandle {
@@ -97,6 +102,7 @@ fn prometheus() -> PrometheusHandle {
 pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
     let state = Arc::new(AppState {
         registry,
+        admission: transport::Admission::new(&config.transport),
         config,
         metrics: prometheus(),
         started: Instant::now(),
@@ -124,6 +130,10 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
         .route("/livez", get(sie::livez))
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            transport::admit,
+        ))
         .layer(middleware::from_fn(request_id))
         .with_state(state)
 }
@@ -146,18 +156,15 @@ async fn request_id(req: Request<axum::body::Body>, next: Next) -> Response {
     resp
 }
 
-/// Serve on `addr` until the process is stopped. Returns the bound address through `bound`.
+/// Serve on `listener` until the process gets Ctrl-C, within the transport's limits.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
     config: ServerConfig,
 ) -> std::io::Result<()> {
+    let transport = config.transport.clone();
     let app = router(registry, config);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async {
+    transport::serve(listener, app, &transport, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await

@@ -45,6 +45,8 @@ pub struct ServeOptions {
     pub encoder: engine::encoder::EncoderConfig,
     /// Most tasks one /v1/bundle may carry.
     pub max_bundle_tasks: usize,
+    /// Connections, header and body timeouts, large-body slots.
+    pub transport: server::Transport,
 }
 
 impl Default for ServeOptions {
@@ -66,6 +68,7 @@ impl Default for ServeOptions {
             classifiers: Vec::new(),
             encoder: engine::encoder::EncoderConfig::default(),
             max_bundle_tasks: 32,
+            transport: server::Transport::default(),
         }
     }
 }
@@ -272,6 +275,7 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
         forward_timeout: o.forward_timeout,
         classifiers: o.classifiers.clone(),
         max_bundle_tasks: o.max_bundle_tasks,
+        transport: o.transport.clone(),
     };
     let addr = format!("{}:{}", o.host, o.port);
     let listener = tokio::net::TcpListener::bind(&addr)

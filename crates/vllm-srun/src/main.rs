@@ -104,6 +104,19 @@ struct ServeArgs {
     /// Do not fetch missing catalogue models.
     #[arg(long)]
     no_pull: bool,
+    /// Connections served at once; past it new ones wait to be accepted.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
+    /// Time for a request's head to arrive; also the most a kept-alive connection idles.
+    #[arg(long, default_value_t = 10_000)]
+    header_timeout_ms: u64,
+    /// Time for a request's whole body to arrive (408 body_timeout past it).
+    #[arg(long, default_value_t = 30_000)]
+    body_timeout_ms: u64,
+    /// Bodies over 64 KiB (or compressed, or of unknown length) answered at once, each on a
+    /// thread of its own; more are refused with 429/529 overloaded. Default: 2 x cores + 2.
+    #[arg(long)]
+    max_large_requests: Option<usize>,
 }
 
 fn main() {
@@ -275,6 +288,14 @@ fn serve(args: ServeArgs) -> i32 {
         },
         pull_missing: !args.no_pull,
         max_scan_tokens: args.max_scan_tokens,
+        transport: server::Transport {
+            max_connections: args.max_connections,
+            header_timeout: Duration::from_millis(args.header_timeout_ms),
+            body_timeout: Duration::from_millis(args.body_timeout_ms),
+            max_large_requests: args
+                .max_large_requests
+                .unwrap_or(server::Transport::default().max_large_requests),
+        },
         ..ServeOptions::default()
     };
     if let Some(path) = &args.models_file {
