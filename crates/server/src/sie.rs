@@ -59,6 +59,17 @@ fn encode(headers: &HeaderMap, status: StatusCode, v: &Value) -> Response {
     r
 }
 
+/// An error in the SIE family, in msgpack or JSON as the caller asked, with Retry-After.
+pub(crate) fn error_response(headers: &HeaderMap, e: ApiError) -> Response {
+    let e = e.for_flavor(Flavor::Sie);
+    let mut r = encode(headers, e.status, &e.body(Flavor::Sie));
+    if let Some(s) = e.retry_after {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    r
+}
+
 fn ms(d: std::time::Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)
 }
@@ -123,15 +134,11 @@ where
     .await;
     let (mut resp, model, timings) = match result {
         Ok((v, model, t)) => (encode(&headers, StatusCode::OK, &v), model, t),
-        Err(e) => {
-            let e = e.for_flavor(Flavor::Sie);
-            let mut r = encode(&headers, e.status, &e.body(Flavor::Sie));
-            if let Some(s) = e.retry_after {
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(s));
-            }
-            (r, String::new(), Timings::default())
-        }
+        Err(e) => (
+            error_response(&headers, e),
+            String::new(),
+            Timings::default(),
+        ),
     };
     let h = resp.headers_mut();
     for (name, d) in [
@@ -592,10 +599,7 @@ pub async fn model_route(
             let v = crate::handlers::listing_entry(&state, slot);
             encode(&headers, StatusCode::OK, &v)
         }
-        Err(e) => {
-            let e = ApiError::from_engine(e, &state.registry.names()).for_flavor(Flavor::Sie);
-            encode(&headers, e.status, &e.body(Flavor::Sie))
-        }
+        Err(e) => error_response(&headers, ApiError::from_engine(e, &state.registry.names())),
     }
 }
 

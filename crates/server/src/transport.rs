@@ -128,6 +128,9 @@ pub(crate) async fn admit(
     }
     let flavor = flavor_of(parts.uri.path(), &state);
     let refuse = |e: ApiError| {
+        if flavor == Flavor::Sie {
+            return crate::sie::error_response(&parts.headers, e);
+        }
         let e = e.for_flavor(flavor);
         crate::handlers::error_response(&e, flavor, None)
     };
