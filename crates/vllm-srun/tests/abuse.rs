@@ -451,12 +451,23 @@ fn slow_body(addr: String, length: usize) -> (String, Duration) {
     reader
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
+    // The answer's head and body may arrive in separate reads.
+    let mut got = Vec::new();
+    let mut elapsed = None;
     let mut buf = [0u8; 4096];
-    let n = reader.read(&mut buf).unwrap_or(0);
-    let elapsed = t.elapsed();
+    while let Ok(n @ 1..) = reader.read(&mut buf) {
+        elapsed.get_or_insert(t.elapsed());
+        got.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&got).contains("body_timeout") {
+            break;
+        }
+    }
     let _ = reader.shutdown(std::net::Shutdown::Both);
     let _ = writer.join();
-    (String::from_utf8_lossy(&buf[..n]).to_string(), elapsed)
+    (
+        String::from_utf8_lossy(&got).to_string(),
+        elapsed.unwrap_or(t.elapsed()),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
