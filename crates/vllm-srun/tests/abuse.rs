@@ -249,6 +249,13 @@ fn cases() -> Vec<Case> {
     );
     c.headers.push(("content-encoding", "gzip".into()));
     out.push(c);
+    let mut c = case(
+        "zstd body of 15 MB",
+        zstd::encode_all(&plain[..], 3).expect("zstd"),
+        vec![(400, "question_tokens")],
+    );
+    c.headers.push(("content-encoding", "zstd".into()));
+    out.push(c);
     let spaces = vec![b' '; 2 * BODY_LIMIT];
     let mut c = case(
         "zstd body of 32 MB of spaces",
