@@ -775,7 +775,7 @@ impl DecisionModel {
             })
             .sum();
         if least > self.limits.max_request_tokens {
-            return Err(self.over_request_tokens(self.limits.max_request_tokens));
+            return Err(self.over_request_tokens());
         }
         let mut asked = 0usize;
         for (i, slot) in r.questions.iter().enumerate() {
@@ -791,15 +791,21 @@ impl DecisionModel {
                 continue;
             }
             let view = view_of(&mut views, r, q);
-            match self.plan(t, &slot.id, q, n_decisions, cap) {
+            let plan = self.plan(t, &slot.id, q, n_decisions, cap);
+            // Every question is read at least once (and a block found too long was tokenized
+            // up to the cap): once that work passes the request's limit, the rest need not be
+            // tokenized to refuse it.
+            asked += match &plan {
+                Ok((_, nodes, _)) => nodes.iter().map(|n| n.tokens.len()).sum(),
+                Err(f) if f.reason == reason::QUESTION_TOKENS => cap,
+                Err(_) => 0,
+            };
+            if asked > self.limits.max_request_tokens {
+                return Err(self.over_request_tokens());
+            }
+            match plan {
                 Ok((plan, nodes, trie)) => {
                     let longest = nodes.iter().map(|n| n.tokens.len()).max().unwrap_or(0);
-                    // Every question is read at least once: once they alone pass the
-                    // request's limit, the rest need not be tokenized to refuse it.
-                    asked += nodes.iter().map(|n| n.tokens.len()).sum::<usize>();
-                    if asked > self.limits.max_request_tokens {
-                        return Err(self.over_request_tokens(self.limits.max_request_tokens));
-                    }
                     planned.push(Ok(Planned {
                         index: i,
                         view,
@@ -810,16 +816,7 @@ impl DecisionModel {
                         room: cap.saturating_sub(fixed + longest),
                     }));
                 }
-                Err(f) => {
-                    // A block found too long was tokenized up to the cap: that work counts.
-                    if f.reason == reason::QUESTION_TOKENS {
-                        asked += cap;
-                        if asked > self.limits.max_request_tokens {
-                            return Err(self.over_request_tokens(self.limits.max_request_tokens));
-                        }
-                    }
-                    planned.push(Err((i, f)));
-                }
+                Err(f) => planned.push(Err((i, f))),
             }
         }
 
@@ -1006,7 +1003,7 @@ impl DecisionModel {
                     };
                     let whole = scan.filter(|s| s.complete && s.tokens.len() <= reads);
                     if whole.is_none() && reads < scan_budget {
-                        return Err(self.over_request_tokens(reads));
+                        return Err(self.over_request_tokens());
                     }
                     views.scans[view] = Some(whole);
                 }
@@ -1039,12 +1036,13 @@ impl DecisionModel {
         Ok(())
     }
 
-    /// The refusal of a request that reads more than `max_request_tokens`; `at_least` is how
-    /// many it was found to read before reading stopped.
-    pub(crate) fn over_request_tokens(&self, at_least: usize) -> ProtocolError {
+    /// The refusal of a request found to read more than `max_request_tokens` before reading
+    /// all of it.
+    pub(crate) fn over_request_tokens(&self) -> ProtocolError {
+        let max = self.limits.max_request_tokens;
         ProtocolError::invalid(format!(
-            "the request reads more than {at_least} tokens (its state once and every question); model {} reads at most {} per request",
-            self.meta.name, self.limits.max_request_tokens
+            "the request reads more than {max} tokens (its state once and every question); model {} reads at most {max} per request",
+            self.meta.name
         ))
         .with_reason(reason::REQUEST_TOKENS)
         .with_limit(self.limits.max_request_tokens as u64)

@@ -244,7 +244,7 @@ fn prepare<'r>(
         own_tokens +=
             question.instructions.len() + question.options.iter().map(Vec::len).sum::<usize>();
         if own_tokens > model.limits.max_request_tokens {
-            return Err(model.over_request_tokens(model.limits.max_request_tokens));
+            return Err(model.over_request_tokens());
         }
         let view = view_of(&mut views, r, q);
         asked.push(Ok((view, q, plan, question)));
