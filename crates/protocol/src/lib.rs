@@ -10,6 +10,7 @@ pub mod assets;
 pub mod confidence;
 pub mod error;
 pub mod ordered;
+pub mod precount;
 pub mod request;
 pub mod schema;
 pub mod text;

@@ -473,13 +473,7 @@ fn parse_single(
         ));
     }
     if questions.len() > crate::MAX_QUESTIONS {
-        return Err(ProtocolError::invalid(format!(
-            "questions holds {} questions; a request asks at most {}",
-            questions.len(),
-            crate::MAX_QUESTIONS
-        ))
-        .with_reason(reason::TOO_MANY_QUESTIONS)
-        .with_limit(crate::MAX_QUESTIONS as u64));
+        return Err(crate::precount::too_many_questions(questions.len()));
     }
     let roles = parse_roles(obj.get("roles"))?;
     let mut slots = Vec::with_capacity(questions.len());
