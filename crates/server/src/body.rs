@@ -74,7 +74,7 @@ impl From<BodyError> for ApiError {
 const ZSTD_WINDOW_LOG_MAX: u32 = 23;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Coding {
+pub(crate) enum Coding {
     Identity,
     Gzip,
     Zstd,
@@ -88,7 +88,8 @@ fn unsupported(message: String) -> BodyError {
     BodyError::Unsupported(message)
 }
 
-fn coding(headers: &HeaderMap) -> Result<Coding, BodyError> {
+/// The body's content coding: none, or one layer of gzip or zstd.
+pub(crate) fn coding(headers: &HeaderMap) -> Result<Coding, BodyError> {
     let mut layers = Vec::new();
     for v in headers.get_all(header::CONTENT_ENCODING) {
         let v = v

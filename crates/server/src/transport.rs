@@ -30,6 +30,7 @@ use protocol::error::{reason, ErrorCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
+use crate::body::Coding;
 use crate::error::{ApiError, Flavor};
 use crate::AppState;
 
@@ -82,13 +83,8 @@ fn large(headers: &HeaderMap, method: &Method) -> bool {
     if method == Method::GET || method == Method::HEAD {
         return false;
     }
-    let compressed = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(',')
-                .any(|c| !c.trim().is_empty() && !c.trim().eq_ignore_ascii_case("identity"))
-        });
+    // A coding the handler refuses (415) counts as compressed: it is refused cheaply anyway.
+    let compressed = !matches!(crate::body::coding(headers), Ok(Coding::Identity));
     let length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

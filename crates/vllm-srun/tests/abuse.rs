@@ -104,26 +104,12 @@ fn start() -> Server {
     std::thread::spawn(move || lines.for_each(drop));
     let server = Server { child, addr };
     let deadline = Instant::now() + Duration::from_secs(600);
-    while raw_get(&server.addr, "/health").map_or(true, |code| code != 200) {
+    let get = common::blocking_get();
+    while get(&server.url("/health")).map_or(true, |code| code != 200) {
         assert!(Instant::now() < deadline, "the server did not become ready");
         std::thread::sleep(Duration::from_millis(100));
     }
     server
-}
-
-fn raw_get(addr: &str, path: &str) -> std::io::Result<u16> {
-    let mut s = TcpStream::connect(addr)?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf)?;
-    Ok(buf
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0))
 }
 
 fn words(n: usize) -> String {

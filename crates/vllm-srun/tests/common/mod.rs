@@ -86,6 +86,11 @@ pub fn shared() -> &'static TestServer {
     S.get_or_init(|| start(options()))
 }
 
+/// A blocking GET that returns the status, for tests outside a runtime.
+pub fn blocking_get() -> impl Fn(&str) -> std::io::Result<u16> {
+    reqwest::blocking_free_client()
+}
+
 /// Minimal blocking GET for readiness polling, without a second HTTP client.
 mod reqwest {
     use std::io::{Read, Write};
