@@ -17,13 +17,17 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use engine::backend::{Backend, BackendError, BackendInfo, Node, RootLogits, Session, Token};
+use engine::backend::{
+    Backend, BackendError, BackendInfo, Feed, Generator, Node, RootLogits, Sampled, Sampling,
+    Session, Token,
+};
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_backend::LlamaBackend as Runtime;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 
@@ -228,6 +232,67 @@ impl Backend for LlamaBackend {
 
     fn token_text(&self, token: Token) -> String {
         String::from_utf8_lossy(&engine::budget::Vocab::token_bytes(self, token)).into_owned()
+    }
+
+    fn generator(
+        &self,
+        slots: u32,
+        slot_tokens: u32,
+    ) -> Result<Box<dyn Generator + '_>, BackendError> {
+        let slots = slots.clamp(1, 256);
+        let slot_tokens = slot_tokens.max(256).div_ceil(256) * 256;
+        let n_ctx = slots * slot_tokens;
+        let rt = runtime()?;
+        let threads = i32::try_from(self.config.threads).unwrap_or(2);
+        let n_batch = n_ctx.min(GENERATION_BATCH);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(n_batch)
+            .with_n_ubatch(self.config.ubatch.min(n_batch))
+            .with_n_seq_max(slots)
+            .with_kv_unified(false)
+            // LLAMA_FLASH_ATTN_TYPE_DISABLED: with separate streams, auto (flash attention on
+            // CPU) turned greedy SmolLM2 output into broken words in this llama.cpp build.
+            .with_flash_attention_policy(0)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = self
+            .model
+            .new_context(rt, params)
+            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        Ok(Box::new(LlamaGenerator {
+            model: &self.model,
+            ctx,
+            batch: LlamaBatch::new(n_batch as usize, 1),
+            batch_capacity: n_batch as usize,
+            samplers: (0..slots).map(|_| None).collect(),
+            wants: vec![(false, 0); slots as usize],
+            slot_tokens: slot_tokens as usize,
+        }))
+    }
+
+    fn chat_template(&self) -> Option<String> {
+        self.model
+            .chat_template(None)
+            .ok()
+            .and_then(|t| t.to_string().ok())
+    }
+
+    fn bos_eos_text(&self) -> (String, String) {
+        let vocab = self.model.vocab();
+        let text = |t: LlamaToken| {
+            String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned()
+        };
+        (text(vocab.bos()), text(vocab.eos()))
+    }
+
+    fn ends_generation(&self, token: Token) -> bool {
+        self.model.vocab().is_eog(LlamaToken(token as i32))
+    }
+
+    fn schema_grammar(&self, schema: &str) -> Result<String, BackendError> {
+        llama_cpp_2::json_schema_to_grammar(schema)
+            .map_err(|e| BackendError::Tokenize(format!("the JSON schema cannot be used: {e}")))
     }
 
     fn session(&self) -> Result<Box<dyn Session + '_>, BackendError> {
@@ -466,6 +531,157 @@ impl Session for LlamaSession<'_> {
             self.reset_sequences();
         }
         result.map(|()| out)
+    }
+}
+
+/// Most tokens one generation step evaluates.
+const GENERATION_BATCH: u32 = 2048;
+
+/// A generation context: one KV stream per slot, a sampler chain per running slot.
+pub struct LlamaGenerator<'m> {
+    model: &'m LlamaModel,
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    batch_capacity: usize,
+    samplers: Vec<Option<LlamaSampler>>,
+    /// Per slot: whether to report the chosen token's logprob, and how many top tokens.
+    wants: Vec<(bool, usize)>,
+    slot_tokens: usize,
+}
+
+impl LlamaGenerator<'_> {
+    fn chain(&self, s: &Sampling) -> Result<LlamaSampler, BackendError> {
+        let mut parts = Vec::new();
+        if let Some(g) = &s.grammar {
+            parts.push(
+                LlamaSampler::grammar(self.model, g, "root")
+                    .map_err(|e| BackendError::Tokenize(format!("the grammar is invalid: {e}")))?,
+            );
+        }
+        if s.temperature <= 0.0 {
+            parts.push(LlamaSampler::greedy());
+        } else {
+            if s.top_p > 0.0 && s.top_p < 1.0 {
+                parts.push(LlamaSampler::top_p(s.top_p, 1));
+            }
+            parts.push(LlamaSampler::temp(s.temperature));
+            parts.push(LlamaSampler::dist(s.seed));
+        }
+        Ok(LlamaSampler::chain_simple(parts))
+    }
+}
+
+/// The log-softmax of `logits` at `chosen`, and the `top` most likely tokens with theirs.
+fn log_probs(logits: &[f32], chosen: usize, top: usize) -> (f32, Vec<(Token, f32)>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let log_z = max + sum.ln() as f32;
+    let lp = logits.get(chosen).map_or(f32::NEG_INFINITY, |l| l - log_z);
+    let mut best: Vec<(Token, f32)> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        for (i, &l) in logits.iter().enumerate() {
+            if best.len() < top || l > best[best.len() - 1].1 {
+                let at = best.partition_point(|b| b.1 >= l);
+                best.insert(at, (i as Token, l));
+                best.truncate(top);
+            }
+        }
+    }
+    for b in &mut best {
+        b.1 -= log_z;
+    }
+    (lp, best)
+}
+
+impl Generator for LlamaGenerator<'_> {
+    fn slots(&self) -> usize {
+        self.samplers.len()
+    }
+
+    fn slot_tokens(&self) -> usize {
+        self.slot_tokens
+    }
+
+    fn begin(&mut self, slot: usize, sampling: &Sampling) -> Result<(), BackendError> {
+        if slot >= self.samplers.len() {
+            return Err(BackendError::Forward(format!("no slot {slot}")));
+        }
+        let chain = self.chain(sampling)?;
+        let _ = self.ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
+        self.samplers[slot] = Some(chain);
+        self.wants[slot] = (sampling.logprobs, sampling.top_logprobs);
+        Ok(())
+    }
+
+    fn step(&mut self, feeds: &[Feed<'_>]) -> Result<Vec<Option<Sampled>>, BackendError> {
+        let total: usize = feeds.iter().map(|f| f.tokens.len()).sum();
+        if total == 0 || total > self.batch_capacity {
+            return Err(BackendError::Forward(format!(
+                "a generation step of {total} tokens (at most {})",
+                self.batch_capacity
+            )));
+        }
+        self.batch.clear();
+        let mut at = Vec::with_capacity(feeds.len());
+        for f in feeds {
+            if f.pos + f.tokens.len() > self.slot_tokens || f.slot >= self.samplers.len() {
+                return Err(BackendError::OutOfMemory(format!(
+                    "slot {} cannot hold {} tokens",
+                    f.slot,
+                    f.pos + f.tokens.len()
+                )));
+            }
+            for (k, t) in f.tokens.iter().enumerate() {
+                let last = k + 1 == f.tokens.len();
+                let pos = i32::try_from(f.pos + k)
+                    .map_err(|_| BackendError::Forward("position overflow".into()))?;
+                self.batch
+                    .add(LlamaToken(*t as i32), pos, &[f.slot as i32], f.sample && last)
+                    .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+            }
+            at.push(self.batch.n_tokens() - 1);
+        }
+        match self.ctx.decode(&mut self.batch) {
+            Ok(()) => {}
+            Err(DecodeError::NoKvCacheSlot) => {
+                return Err(BackendError::OutOfMemory(
+                    "no room in the KV cache for this step".into(),
+                ))
+            }
+            Err(e) => return Err(BackendError::Forward(e.to_string())),
+        }
+        let mut out = Vec::with_capacity(feeds.len());
+        for (f, idx) in feeds.iter().zip(at) {
+            if !f.sample {
+                out.push(None);
+                continue;
+            }
+            let sampler = self.samplers[f.slot]
+                .as_mut()
+                .ok_or_else(|| BackendError::Forward(format!("slot {} has no sampler", f.slot)))?;
+            let token = sampler.sample(&self.ctx, idx);
+            let (want_lp, top) = self.wants[f.slot];
+            let (logprob, top) = if want_lp || top > 0 {
+                let logits = self.ctx.get_logits_ith(idx);
+                let (lp, best) = log_probs(logits, token.0.max(0) as usize, top);
+                (Some(lp), best)
+            } else {
+                (None, Vec::new())
+            };
+            out.push(Some(Sampled {
+                token: token.0.max(0) as Token,
+                logprob,
+                top,
+            }));
+        }
+        Ok(out)
+    }
+
+    fn end(&mut self, slot: usize) {
+        if let Some(s) = self.samplers.get_mut(slot) {
+            *s = None;
+            let _ = self.ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
+        }
     }
 }
 

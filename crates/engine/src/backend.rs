@@ -83,6 +83,85 @@ pub trait Backend: crate::budget::Vocab + Send + Sync + 'static {
     fn token_text(&self, token: Token) -> String;
     /// Open an evaluation session. Called on the model's worker thread; the session lives there.
     fn session(&self) -> Result<Box<dyn Session + '_>, BackendError>;
+
+    /// Open a text-generation context of `slots` sequences of `slot_tokens` tokens each, on
+    /// the same weights. Called on the model's generation thread; it lives there.
+    fn generator(
+        &self,
+        _slots: u32,
+        _slot_tokens: u32,
+    ) -> Result<Box<dyn Generator + '_>, BackendError> {
+        Err(BackendError::Load("this backend does not generate text".into()))
+    }
+    /// The model's chat template (Jinja source), if its file carries one.
+    fn chat_template(&self) -> Option<String> {
+        None
+    }
+    /// The texts of the beginning- and end-of-sequence tokens, as chat templates name them.
+    fn bos_eos_text(&self) -> (String, String) {
+        (String::new(), String::new())
+    }
+    /// Whether `token` ends a generation (end of sequence or of turn).
+    fn ends_generation(&self, _token: Token) -> bool {
+        false
+    }
+    /// A grammar (the backend's own notation) for outputs that are JSON documents valid
+    /// under `schema`.
+    fn schema_grammar(&self, _schema: &str) -> Result<String, BackendError> {
+        Err(BackendError::Load(
+            "this backend has no constrained sampling".into(),
+        ))
+    }
+}
+
+/// How a generation picks each token.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Sampling {
+    /// 0 always picks the most likely token.
+    pub temperature: f32,
+    /// Nucleus cut-off in (0, 1].
+    pub top_p: f32,
+    pub seed: u32,
+    /// A grammar the output must follow (from [`Backend::schema_grammar`]), root rule `root`.
+    pub grammar: Option<String>,
+    /// Report the chosen token's log-probability.
+    pub logprobs: bool,
+    /// Report this many most likely tokens at each step.
+    pub top_logprobs: usize,
+}
+
+/// A token a generation step picked, with the model's log-probabilities (raw logits, before
+/// temperature or grammar) when asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    pub token: Token,
+    pub logprob: Option<f32>,
+    pub top: Vec<(Token, f32)>,
+}
+
+/// Tokens a generation step adds to one slot, from position `pos`.
+#[derive(Debug, Clone, Copy)]
+pub struct Feed<'a> {
+    pub slot: usize,
+    pub tokens: &'a [Token],
+    pub pos: usize,
+    /// Sample a token after the last one.
+    pub sample: bool,
+}
+
+/// A text-generation context, owned by one thread: slots of KV cache that steps fill.
+pub trait Generator {
+    /// Sequences held at once.
+    fn slots(&self) -> usize;
+    /// Tokens one slot holds (prompt and output).
+    fn slot_tokens(&self) -> usize;
+    /// Prepare `slot` for a new generation: empty its cache and set its sampler.
+    fn begin(&mut self, slot: usize, sampling: &Sampling) -> Result<(), BackendError>;
+    /// One evaluation over every feed (all slots share it); one token is sampled for each
+    /// feed that asks, in feed order (`None` for the others).
+    fn step(&mut self, feeds: &[Feed<'_>]) -> Result<Vec<Option<Sampled>>, BackendError>;
+    /// Free a slot.
+    fn end(&mut self, slot: usize);
 }
 
 /// An evaluation context, owned by one thread.

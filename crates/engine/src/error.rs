@@ -33,6 +33,9 @@ pub enum EngineError {
     Forward(String),
     #[error("the model's vocabulary cannot read option labels: {0}")]
     Labels(String),
+    /// The model's chat template cannot render the conversation.
+    #[error("the chat template cannot render these messages: {0}")]
+    Template(String),
     #[error(transparent)]
     Backend(#[from] BackendError),
 }

@@ -5,18 +5,21 @@
 
 pub mod backend;
 pub mod budget;
+pub mod chat;
 pub mod decision;
 pub mod direct;
 pub mod encoder;
 pub mod error;
+pub mod generate;
 pub mod labels;
 pub mod package;
 pub mod registry;
 pub mod scheduler;
+pub mod text;
 
 pub use backend::{
-    Backend, BackendError, BackendInfo, DirectBackend, DirectKind, DirectQuestion, Node, Read,
-    Session, Token,
+    Backend, BackendError, BackendInfo, DirectBackend, DirectKind, DirectQuestion, Feed,
+    Generator, Node, Read, Sampled, Sampling, Session, Token,
 };
 pub use decision::{Decision, DecisionModel, Limits, Timings};
 pub use encoder::{EncodeError, Encoder, EncoderInfo, EncoderModel};
@@ -24,3 +27,5 @@ pub use error::EngineError;
 pub use package::{DecisionConfig, ModelMeta};
 pub use registry::{Loaded, ModelKind, ModelState, Registry, Slot};
 pub use scheduler::SchedulerConfig;
+pub use text::TextModel;
+pub use generate::{GenEvent, GenerateConfig};

@@ -6,6 +6,7 @@ use crate::decision::DecisionModel;
 use crate::encoder::EncoderModel;
 use crate::error::EngineError;
 use crate::package::ModelMeta;
+use crate::text::TextModel;
 
 /// Load state of a served model, as `/health` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +61,8 @@ pub struct Slot {
     kind: ModelKind,
     state: Mutex<ModelState>,
     model: OnceLock<Loaded>,
+    /// The text-generation surface of a causal LM that serves it.
+    text: OnceLock<Arc<TextModel>>,
 }
 
 impl Slot {
@@ -69,6 +72,7 @@ impl Slot {
             kind,
             state: Mutex::new(ModelState::Starting),
             model: OnceLock::new(),
+            text: OnceLock::new(),
         })
     }
     pub fn kind(&self) -> ModelKind {
@@ -84,6 +88,14 @@ impl Slot {
         if let Ok(mut s) = self.state.lock() {
             *s = state;
         }
+    }
+    /// Install the text-generation surface (before [`Slot::ready`]).
+    pub fn set_text(&self, text: TextModel) {
+        let _ = self.text.set(Arc::new(text));
+    }
+    /// The text-generation surface, once ready.
+    pub fn text(&self) -> Option<&Arc<TextModel>> {
+        self.text.get()
     }
     /// Install the loaded model and mark it ready.
     pub fn ready(&self, model: Loaded) {
@@ -190,6 +202,31 @@ impl Registry {
     pub fn ready(&self, name: Option<&str>) -> Result<Arc<DecisionModel>, EngineError> {
         let slot = self.find_kind(name, ModelKind::Decision)?;
         slot.model().cloned().ok_or_else(|| slot.not_ready())
+    }
+    /// The ready text-generation surface a request names; with no name, the first model that
+    /// generates. A model that does not generate is `unsupported_surface`.
+    pub fn text(&self, name: Option<&str>) -> Result<Arc<TextModel>, EngineError> {
+        let slot = match name {
+            None | Some("") => self
+                .slots
+                .iter()
+                .find(|s| s.text().is_some())
+                .or_else(|| {
+                    self.slots
+                        .iter()
+                        .find(|s| s.kind == ModelKind::Decision && s.state() != ModelState::Ready)
+                })
+                .ok_or(EngineError::NoModelOfKind("text-generation"))?,
+            Some(n) => self.find(Some(n))?,
+        };
+        match (slot.text(), slot.state()) {
+            (Some(t), ModelState::Ready) => Ok(t.clone()),
+            (None, ModelState::Ready) => Err(EngineError::UnsupportedSurface(
+                slot.meta().name.clone(),
+                slot.kind.word(),
+            )),
+            _ => Err(slot.not_ready()),
+        }
     }
     /// The ready encoder a request names.
     pub fn encoder(&self, name: Option<&str>) -> Result<Arc<EncoderModel>, EngineError> {

@@ -51,6 +51,11 @@ pub mod reason {
     pub const PARAMETER_UNSUPPORTED: &str = "parameter_unsupported";
     pub const BUNDLE_TASKS: &str = "bundle_tasks";
     pub const FORWARD_OUT_OF_MEMORY: &str = "forward_out_of_memory";
+    pub const PARAMETER_INVALID: &str = "parameter_invalid";
+    pub const CHAT_TEMPLATE: &str = "chat_template";
+    pub const CONTEXT_LENGTH: &str = "context_length_exceeded";
+    pub const RESPONSE_FORMAT: &str = "response_format";
+    pub const MODEL_ID_SLASH: &str = "model_id_slash";
 }
 
 /// A request-level error code (`error.code`).

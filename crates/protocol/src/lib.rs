@@ -9,6 +9,7 @@ pub mod answer;
 pub mod assets;
 pub mod confidence;
 pub mod error;
+pub mod openai;
 pub mod ordered;
 pub mod precount;
 pub mod request;

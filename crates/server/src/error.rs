@@ -17,6 +17,8 @@ pub enum Flavor {
     V4,
     /// The SIE face: `{"detail": {"code": "MODEL_NOT_FOUND", "message": ...}}`.
     Sie,
+    /// OpenAI's: `{"error": {"message", "type", "param", "code"}}`.
+    OpenAi,
 }
 
 /// An error answer before it is rendered.
@@ -203,6 +205,19 @@ impl ApiError {
         error.insert("message".into(), json!(self.message));
         match flavor {
             Flavor::Sie => json!({"detail": {"code": self.sie_code(), "message": self.message}}),
+            Flavor::OpenAi => {
+                let kind = match self.status.as_u16() {
+                    429 => "rate_limit_error",
+                    s if s >= 500 => "server_error",
+                    _ => "invalid_request_error",
+                };
+                let param = (self.loc.len() > 1).then(|| self.loc[1..].join("."));
+                let code = match self.code {
+                    "model_not_found" => "model_not_found",
+                    _ => self.reason.unwrap_or(self.code),
+                };
+                json!({"error": {"message": self.message, "type": kind, "param": param, "code": code}})
+            }
             Flavor::Internal => json!({ "error": Value::Object(error) }),
             Flavor::V5 => {
                 let mut body = flat;
@@ -287,6 +302,10 @@ impl ApiError {
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
             return self;
+        }
+        if flavor == Flavor::OpenAi && self.status == StatusCode::UNPROCESSABLE_ENTITY {
+            // OpenAI answers every request it cannot serve as sent with 400.
+            self.status = StatusCode::BAD_REQUEST;
         }
         if flavor == Flavor::V5 {
             if self.validation && self.status == StatusCode::BAD_REQUEST {

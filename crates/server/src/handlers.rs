@@ -542,8 +542,22 @@ pub(crate) fn listing_entry(state: &AppState, s: &engine::Slot) -> Value {
     entry.insert("version".into(), json!(protocol::EXTENSION_VERSION));
     entry.insert("features".into(), features);
     entry.insert("card".into(), card(state, s));
+    entry.insert("surfaces".into(), json!(surfaces(s)));
     entry.extend(crate::sie::sie_fields(s));
     Value::Object(entry)
+}
+
+/// What a model serves: `decisions`, `generate` (chat and completions) or `embeddings`.
+fn surfaces(s: &engine::Slot) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    match s.kind() {
+        engine::ModelKind::Encoder => out.push("embeddings"),
+        engine::ModelKind::Decision => out.push("decisions"),
+    }
+    if s.text().is_some() {
+        out.push("generate");
+    }
+    out
 }
 
 /// The served models with their cards.
@@ -556,22 +570,34 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
         .iter()
         .map(|s| listing_entry(&state, s))
         .collect();
-    let mut body = json!({
+    let created = state
+        .started
+        .elapsed()
+        .as_secs()
+        .abs_diff(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        );
+    let data: Vec<Value> = state
+        .registry
+        .slots()
+        .iter()
+        .map(|s| {
+            json!({"id": s.meta().name, "object": "model", "created": created,
+                "owned_by": "vllm-srun", "surfaces": surfaces(s)})
+        })
+        .collect();
+    let body = json!({
         "object": "list",
         "api_version": protocol::API_VERSION,
         "models": models,
         "classifiers": state.config.classifiers,
         "limits": {"max_request_bytes": state.config.max_request_bytes,
             "max_bundle_tasks": state.config.max_bundle_tasks},
+        "data": data,
     });
-    if state.config.schema == Schema::V4 {
-        body["data"] = json!(state
-            .registry
-            .slots()
-            .iter()
-            .map(|s| json!({"id": s.meta().name, "object": "model", "owned_by": "vllm-srun"}))
-            .collect::<Vec<_>>());
-    }
     json_response(
         StatusCode::OK,
         serde_json::to_vec(&body).unwrap_or_default(),
@@ -668,6 +694,16 @@ pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
             metrics::gauge!("vllm_srun_forwards", "model" => name.clone())
                 .set(st.forwards() as f64);
             metrics::gauge!("vllm_srun_cancelled_jobs", "model" => name).set(st.cancelled() as f64);
+        }
+        if let Some(g) = s.text().and_then(|t| t.running()) {
+            let st = g.status();
+            let name = s.meta().name.clone();
+            metrics::gauge!("vllm_srun_generation_active_sequences", "model" => name.clone())
+                .set(st.active() as f64);
+            metrics::gauge!("vllm_srun_generation_waiting", "model" => name.clone())
+                .set(st.waiting() as f64);
+            metrics::gauge!("vllm_srun_generation_cancelled", "model" => name)
+                .set(st.cancelled() as f64);
         }
     }
     let mut resp = state.metrics.render().into_response();

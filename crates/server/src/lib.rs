@@ -9,6 +9,7 @@ mod body;
 mod encoders;
 pub mod error;
 mod handlers;
+mod openai;
 pub mod openapi;
 mod sie;
 mod timing;
@@ -111,6 +112,9 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
         .route("/v1/decisions", post(handlers::decisions))
         .route("/v1/systemone", post(handlers::systemone))
         .route("/v1/systemone/batch", post(handlers::systemone_batch))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/generate/{*model}", post(openai::generate_route))
         .route("/v1/models", get(handlers::models))
         .route("/v1/systemone/models", get(handlers::systemone_models))
         .route("/health", get(handlers::health))

@@ -25,6 +25,9 @@ use crate::handlers;
         crate::encoders::rerank,
         crate::encoders::classify,
         crate::encoders::bundle,
+        crate::openai::chat_completions,
+        crate::openai::completions,
+        crate::openai::generate_route,
         crate::sie::encode_route,
         crate::sie::score_route,
         crate::sie::extract_route,
@@ -66,6 +69,9 @@ mod tests {
             "/v1/score/{model}:",
             "/v1/extract/{model}:",
             "/healthz:",
+            "/v1/chat/completions:",
+            "/v1/completions:",
+            "/v1/generate/{model}:",
         ] {
             assert!(doc.contains(path), "{path} missing");
         }

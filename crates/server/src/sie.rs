@@ -35,7 +35,7 @@ fn wants_json(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("application/json") && !a.contains("msgpack"))
 }
 
-fn decode(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn decode(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
     if is_msgpack(headers.get(header::CONTENT_TYPE)) {
         rmp_serde::from_slice(bytes)
             .map_err(|e| invalid(format!("the msgpack body does not decode: {e}")))
@@ -44,7 +44,7 @@ fn decode(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
     }
 }
 
-fn encode(headers: &HeaderMap, status: StatusCode, v: &Value) -> Response {
+pub(crate) fn encode(headers: &HeaderMap, status: StatusCode, v: &Value) -> Response {
     let (ct, body) = if wants_json(headers) {
         (
             "application/json",
@@ -70,7 +70,7 @@ pub(crate) fn error_response(headers: &HeaderMap, e: ApiError) -> Response {
     r
 }
 
-fn ms(d: std::time::Duration) -> String {
+pub(crate) fn ms(d: std::time::Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1000.0)
 }
 

@@ -47,6 +47,10 @@ pub struct ServeOptions {
     pub max_bundle_tasks: usize,
     /// Connections, header and body timeouts, large-body slots.
     pub transport: server::Transport,
+    /// Text generation on GGUF models (chat, completions, SIE generate); `None`: off.
+    pub generate: Option<engine::GenerateConfig>,
+    /// Models (as given) that serve decisions only.
+    pub no_generate: Vec<String>,
 }
 
 impl Default for ServeOptions {
@@ -69,6 +73,8 @@ impl Default for ServeOptions {
             encoder: engine::encoder::EncoderConfig::default(),
             max_bundle_tasks: 32,
             transport: server::Transport::default(),
+            generate: Some(engine::GenerateConfig::default()),
+            no_generate: Vec::new(),
         }
     }
 }
@@ -207,8 +213,13 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         },
     )
     .map_err(|e| e.to_string())?;
+    let backend: Arc<dyn engine::Backend> = Arc::new(backend);
+    if let Some(g) = o.generate.filter(|_| !o.no_generate.iter().any(|m| m == spec)) {
+        // The same weights serve generation; its context opens on the first request.
+        slot.set_text(engine::TextModel::new(&meta.name, backend.clone(), g).map_err(|e| e.to_string())?);
+    }
     slot.set_state(ModelState::Warming);
-    DecisionModel::start(meta, config, Arc::new(backend), o.scheduler.clone())
+    DecisionModel::start(meta, config, backend, o.scheduler.clone())
         .map(|m| Loaded::Decision(Arc::new(m)))
         .map_err(|e| e.to_string())
 }

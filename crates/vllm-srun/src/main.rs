@@ -101,6 +101,18 @@ struct ServeArgs {
     /// Scan budget of windowed reads (overflow: window), in tokens; default: four inputs.
     #[arg(long)]
     max_scan_tokens: Option<usize>,
+    /// Generations running at once per GGUF model (continuous batching; one KV stream each).
+    #[arg(long, default_value_t = 4)]
+    generate_sequences: u32,
+    /// Tokens one generation holds, prompt and output together.
+    #[arg(long, default_value_t = 4096)]
+    generate_context_tokens: u32,
+    /// Most prompt tokens one decode step reads while other generations run.
+    #[arg(long, default_value_t = 256)]
+    prefill_chunk: usize,
+    /// Serve decisions only: no chat, completions or SIE generate.
+    #[arg(long)]
+    no_generate: bool,
     /// Do not fetch missing catalogue models.
     #[arg(long)]
     no_pull: bool,
@@ -296,6 +308,12 @@ fn serve(args: ServeArgs) -> i32 {
                 .max_large_requests
                 .unwrap_or(server::Transport::default().max_large_requests),
         },
+        generate: (!args.no_generate).then(|| engine::GenerateConfig {
+            sequences: args.generate_sequences,
+            context_tokens: args.generate_context_tokens,
+            prefill_chunk: args.prefill_chunk,
+            ..engine::GenerateConfig::default()
+        }),
         ..ServeOptions::default()
     };
     if let Some(path) = &args.models_file {

@@ -4,6 +4,7 @@
 //! [[models]]
 //! model = "qwen2.5-1.5b"          # catalogue id, GGUF file or package directory
 //! aliases = ["decider"]
+//! generate = false                # decisions only (default: GGUF models also generate)
 //!
 //! [[models]]
 //! model = "minilm-l6"             # an encoder
@@ -42,6 +43,13 @@ struct ModelEntry {
     model: String,
     #[serde(default)]
     aliases: Vec<String>,
+    /// Whether a GGUF model also serves chat, completions and SIE generate.
+    #[serde(default = "yes")]
+    generate: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Read a models file into `o`: its models replace `o.models`.
@@ -56,6 +64,12 @@ fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
         return Err("the models file lists no [[models]]".into());
     }
     o.models = f.models.iter().map(|m| m.model.clone()).collect();
+    o.no_generate = f
+        .models
+        .iter()
+        .filter(|m| !m.generate)
+        .map(|m| m.model.clone())
+        .collect();
     for m in &f.models {
         for a in &m.aliases {
             o.aliases.push((a.clone(), m.model.clone()));
@@ -99,6 +113,7 @@ model = "smollm2-135m"
 aliases = ["small"]
 [[models]]
 model = "minilm-l6"
+generate = false
 [[classifiers]]
 name = "mood"
 backbone = "small"
@@ -114,6 +129,7 @@ labels = ["happy", "sad"]
         );
         assert_eq!(o.classifiers[0].labels, ["happy", "sad"]);
         assert_eq!(o.max_scan_tokens, Some(1000));
+        assert_eq!(o.no_generate, ["minilm-l6"]);
         let e = apply_str("[[models]]\nmodel = \"x\"\ncolour = 1\n", &mut o).unwrap_err();
         assert!(e.contains("colour"), "{e}");
     }

@@ -1,0 +1,745 @@
+//! Text generation over HTTP: OpenAI's `/v1/chat/completions` and `/v1/completions` (JSON
+//! answers or `text/event-stream` chunks ending in `data: [DONE]`), and SIE's
+//! `/v1/generate/{model}` (msgpack or JSON; SSE `text_delta` events and a `done` event).
+//!
+//! A streamed answer starts only once the first token (or the refusal) is known, so a request
+//! the engine refuses gets a plain error status, never a stream that breaks off. Dropping the
+//! stream (the client went away) drops the receiver, which stops the generation.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use engine::generate::{collect, Finish, GenerateJob, TokenInfo};
+use engine::{EngineError, GenEvent, TextModel};
+use protocol::openai::{
+    AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
+    ChatDelta, ChatLogprobs, ChunkChoice, Completion, CompletionChoice, CompletionLogprobs,
+    CompletionRequest, FunctionCall, SieGenerateRequest, SieGenerateResponse, TokenLogprob,
+    ToolCallOut, ToolMode, TopLogprob, Usage,
+};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::error::{ApiError, Flavor};
+use crate::handlers::{count_request, error_response, json_response};
+use crate::AppState;
+
+type Events = UnboundedReceiver<GenEvent>;
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn fail(state: &AppState, e: EngineError) -> ApiError {
+    ApiError::from_engine(e, &state.registry.names())
+}
+
+/// Read a JSON body into a request type.
+async fn read_json<T: DeserializeOwned>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let bytes = crate::body::read(headers, body, state.config.max_request_bytes)
+        .await
+        .map_err(ApiError::from)?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))
+}
+
+/// The model's worker, started on first use off the async threads.
+async fn worker(tm: &Arc<TextModel>) -> Result<Arc<engine::generate::Generation>, EngineError> {
+    if let Some(w) = tm.running() {
+        return Ok(w);
+    }
+    let tm = tm.clone();
+    tokio::task::spawn_blocking(move || tm.worker())
+        .await
+        .map_err(|_| EngineError::Unavailable)?
+}
+
+async fn submit(tm: &Arc<TextModel>, job: GenerateJob) -> Result<Events, EngineError> {
+    let w = worker(tm).await?;
+    w.submit(job).map_err(EngineError::from)
+}
+
+/// Record a finished generation's timings.
+fn observe(model: &str, f: &Finish) {
+    let m = model.to_string();
+    metrics::histogram!("vllm_srun_time_to_first_token_seconds", "model" => m.clone())
+        .record(f.ttft.as_secs_f64());
+    if f.completion_tokens > 1 {
+        metrics::histogram!("vllm_srun_inter_token_latency_seconds", "model" => m.clone())
+            .record(f.tpot().as_secs_f64());
+    }
+    metrics::counter!("vllm_srun_generated_tokens_total", "model" => m)
+        .increment(f.completion_tokens as u64);
+}
+
+/// Wait for the first event: a refusal becomes an error answer; otherwise the events,
+/// with the first put back in front.
+async fn first(mut rx: Events) -> Result<(Option<GenEvent>, Events), EngineError> {
+    match rx.recv().await {
+        Some(GenEvent::Failed(e)) => Err(e.into()),
+        Some(ev) => Ok((Some(ev), rx)),
+        None => Err(EngineError::Unavailable),
+    }
+}
+
+fn sse_response(stream: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static) -> Response {
+    let mut r = Response::new(Body::from_stream(stream));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+fn data<T: serde::Serialize>(v: &T) -> Bytes {
+    let mut out = b"data: ".to_vec();
+    out.extend(serde_json::to_vec(v).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+fn chat_logprobs(tokens: &[TokenInfo]) -> Vec<TokenLogprob> {
+    tokens
+        .iter()
+        .map(|t| TokenLogprob {
+            token: t.text.clone(),
+            logprob: t.logprob,
+            bytes: t.bytes.clone(),
+            top_logprobs: t
+                .top
+                .iter()
+                .map(|(text, bytes, lp)| TopLogprob {
+                    token: text.clone(),
+                    logprob: *lp,
+                    bytes: bytes.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn tool_calls_of(text: &str, mode: &ToolMode) -> (Option<Vec<ToolCallOut>>, Option<String>) {
+    if *mode == ToolMode::None {
+        return (None, Some(text.to_string()));
+    }
+    let whole = matches!(mode, ToolMode::Required(_));
+    let (calls, rest) = engine::chat::read_tool_calls(text, whole);
+    if calls.is_empty() {
+        return (None, Some(text.to_string()));
+    }
+    let calls = calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| ToolCallOut {
+            index: None,
+            id: format!("call_{}_{i}", uuid::Uuid::new_v4().simple()),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: c.name,
+                arguments: c.arguments,
+            },
+        })
+        .collect();
+    (Some(calls), (!rest.is_empty()).then_some(rest))
+}
+
+/// `POST /v1/chat/completions`.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "generation",
+    request_body(content = ChatCompletionRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The answer, or with stream: true a text/event-stream of chat.completion.chunk objects ending in data: [DONE]",
+            content((ChatCompletion = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Malformed or out-of-range request", body = protocol::openai::OpenAiErrorDoc),
+        (status = 404, description = "Unknown model", body = protocol::openai::OpenAiErrorDoc),
+        (status = 408, description = "The body did not arrive in time", body = protocol::openai::OpenAiErrorDoc),
+        (status = 413, description = "Body too large", body = protocol::openai::OpenAiErrorDoc),
+        (status = 415, description = "Unsupported content encoding", body = protocol::openai::OpenAiErrorDoc),
+        (status = 429, description = "Queue full", body = protocol::openai::OpenAiErrorDoc),
+        (status = 503, description = "Model not ready", body = protocol::openai::OpenAiErrorDoc),
+    ))]
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let resp = match chat(&state, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e.for_flavor(Flavor::OpenAi), Flavor::OpenAi, None),
+    };
+    count_request("/v1/chat/completions", String::new(), resp.status());
+    resp
+}
+
+async fn chat(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let r: ChatCompletionRequest = read_json(state, headers, body).await?;
+    let params = r.check().map_err(ApiError::from)?;
+    let tm = state
+        .registry
+        .text(r.model.as_deref())
+        .map_err(|e| fail(state, e))?;
+    let plan = tm.chat_plan(&r, &params).map_err(|e| fail(state, e))?;
+    let rx = submit(&tm, plan.job).await.map_err(|e| fail(state, e))?;
+    let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
+    let created = now_secs();
+    let model = tm.name().to_string();
+    let want_logprobs = r.logprobs == Some(true);
+    if r.stream != Some(true) {
+        let (text, tokens, finish) = collect(rx).await.map_err(|e| fail(state, e.into()))?;
+        observe(&model, &finish);
+        let (tool_calls, content) = tool_calls_of(&text, &plan.tools);
+        let reason = if tool_calls.is_some() {
+            "tool_calls"
+        } else {
+            finish.reason.word()
+        };
+        let answer = ChatCompletion {
+            id,
+            object: "chat.completion".into(),
+            created,
+            model,
+            choices: vec![ChatChoice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant".into(),
+                    content,
+                    tool_calls,
+                },
+                logprobs: want_logprobs.then(|| ChatLogprobs {
+                    content: chat_logprobs(&tokens),
+                }),
+                finish_reason: reason.into(),
+            }],
+            usage: Usage::new(finish.prompt_tokens as u64, finish.completion_tokens as u64),
+        };
+        return Ok(json_response(
+            StatusCode::OK,
+            serde_json::to_vec(&answer).unwrap_or_default(),
+            None,
+        ));
+    }
+    let (head, rx) = first(rx).await.map_err(|e| fail(state, e))?;
+    let usage = r
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
+    let chunk = {
+        let (id, model) = (id.clone(), model.clone());
+        move |delta: ChatDelta, logprobs: Option<ChatLogprobs>, finish: Option<String>| {
+            data(&ChatCompletionChunk {
+                id: id.clone(),
+                object: "chat.completion.chunk".into(),
+                created,
+                model: model.clone(),
+                choices: vec![ChunkChoice {
+                    index: 0,
+                    delta,
+                    logprobs,
+                    finish_reason: finish,
+                }],
+                usage: None,
+            })
+        }
+    };
+    // With tools in play the output is read whole (a call is not streamed as text).
+    let buffered = plan.tools != ToolMode::None;
+    let tools = plan.tools.clone();
+    struct St {
+        rx: Events,
+        head: Option<GenEvent>,
+        started: bool,
+        ended: bool,
+        text: String,
+    }
+    let st = St {
+        rx,
+        head,
+        started: false,
+        ended: false,
+        text: String::new(),
+    };
+    let stream = futures_util::stream::unfold(st, move |mut st| {
+        let chunk = chunk.clone();
+        let tools = tools.clone();
+        let (id, model) = (id.clone(), model.clone());
+        async move {
+            if st.ended {
+                return None;
+            }
+            if !st.started {
+                st.started = true;
+                let role = ChatDelta {
+                    role: Some("assistant".into()),
+                    content: Some(String::new()),
+                    tool_calls: None,
+                };
+                return Some((Ok::<_, Infallible>(chunk(role, None, None)), st));
+            }
+            let mut out: Vec<u8> = Vec::new();
+            loop {
+                let ev = match st.head.take() {
+                    Some(ev) => Some(ev),
+                    None => st.rx.recv().await,
+                };
+                match ev {
+                    Some(GenEvent::Delta { text, tokens }) => {
+                        if buffered {
+                            st.text.push_str(&text);
+                            continue;
+                        }
+                        let lp = want_logprobs.then(|| ChatLogprobs {
+                            content: chat_logprobs(&tokens),
+                        });
+                        let delta = ChatDelta {
+                            content: Some(text),
+                            ..ChatDelta::default()
+                        };
+                        return Some((Ok(chunk(delta, lp, None)), st));
+                    }
+                    Some(GenEvent::Done(f)) => {
+                        observe(&model, &f);
+                        let mut reason = f.reason.word().to_string();
+                        if buffered {
+                            let (calls, content) = tool_calls_of(&st.text, &tools);
+                            if let Some(calls) = calls {
+                                reason = "tool_calls".into();
+                                let calls = calls
+                                    .into_iter()
+                                    .enumerate()
+                                    .map(|(i, mut c)| {
+                                        c.index = Some(i as u32);
+                                        c
+                                    })
+                                    .collect();
+                                out.extend(chunk(
+                                    ChatDelta {
+                                        content,
+                                        tool_calls: Some(calls),
+                                        ..ChatDelta::default()
+                                    },
+                                    None,
+                                    None,
+                                ));
+                            } else {
+                                out.extend(chunk(
+                                    ChatDelta {
+                                        content,
+                                        ..ChatDelta::default()
+                                    },
+                                    None,
+                                    None,
+                                ));
+                            }
+                        }
+                        out.extend(chunk(ChatDelta::default(), None, Some(reason)));
+                        if usage {
+                            out.extend(data(&ChatCompletionChunk {
+                                id: id.clone(),
+                                object: "chat.completion.chunk".into(),
+                                created,
+                                model: model.clone(),
+                                choices: Vec::new(),
+                                usage: Some(Usage::new(
+                                    f.prompt_tokens as u64,
+                                    f.completion_tokens as u64,
+                                )),
+                            }));
+                        }
+                        out.extend_from_slice(b"data: [DONE]\n\n");
+                        st.ended = true;
+                        return Some((Ok(Bytes::from(out)), st));
+                    }
+                    other => {
+                        // The generation failed mid-stream: say so in OpenAI's error shape.
+                        let e: EngineError = match other {
+                            Some(GenEvent::Failed(e)) => e.into(),
+                            _ => EngineError::Unavailable,
+                        };
+                        let api = ApiError::from_engine(e, &[]);
+                        out.extend(data(&api.body(Flavor::OpenAi)));
+                        out.extend_from_slice(b"data: [DONE]\n\n");
+                        st.ended = true;
+                        return Some((Ok(Bytes::from(out)), st));
+                    }
+                }
+            }
+        }
+    });
+    Ok(sse_response(stream))
+}
+
+/// Legacy `logprobs` of a completion: tokens, their log-probabilities, the top alternatives
+/// and each token's offset in the text.
+fn completion_logprobs(tokens: &[TokenInfo], base: usize) -> CompletionLogprobs {
+    let mut lp = CompletionLogprobs::default();
+    let mut offset = base as u64;
+    for t in tokens {
+        lp.tokens.push(t.text.clone());
+        lp.token_logprobs.push(t.logprob);
+        lp.top_logprobs
+            .push(t.top.iter().map(|(s, _, l)| (s.clone(), *l)).collect());
+        lp.text_offset.push(offset);
+        offset += t.text.len() as u64;
+    }
+    lp
+}
+
+/// Forward several generations' events into one receiver, tagged by index. A forwarder ends
+/// when its generation ends or the merged receiver is dropped (which drops its generation).
+fn merge(rxs: Vec<Events>) -> UnboundedReceiver<(usize, GenEvent)> {
+    let (tx, merged) = tokio::sync::mpsc::unbounded_channel();
+    for (i, mut rx) in rxs.into_iter().enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let end = !matches!(ev, GenEvent::Delta { .. });
+                if tx.send((i, ev)).is_err() || end {
+                    return;
+                }
+            }
+        });
+    }
+    merged
+}
+
+/// `POST /v1/completions`.
+#[utoipa::path(post, path = "/v1/completions", tag = "generation",
+    request_body(content = CompletionRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The answer, or with stream: true a text/event-stream of text_completion objects ending in data: [DONE]",
+            content((Completion = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Malformed or out-of-range request", body = protocol::openai::OpenAiErrorDoc),
+        (status = 404, description = "Unknown model", body = protocol::openai::OpenAiErrorDoc),
+        (status = 408, description = "The body did not arrive in time", body = protocol::openai::OpenAiErrorDoc),
+        (status = 413, description = "Body too large", body = protocol::openai::OpenAiErrorDoc),
+        (status = 415, description = "Unsupported content encoding", body = protocol::openai::OpenAiErrorDoc),
+        (status = 429, description = "Queue full", body = protocol::openai::OpenAiErrorDoc),
+        (status = 503, description = "Model not ready", body = protocol::openai::OpenAiErrorDoc),
+    ))]
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let resp = match complete(&state, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e.for_flavor(Flavor::OpenAi), Flavor::OpenAi, None),
+    };
+    count_request("/v1/completions", String::new(), resp.status());
+    resp
+}
+
+async fn complete(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let r: CompletionRequest = read_json(state, headers, body).await?;
+    let params = r.check().map_err(ApiError::from)?;
+    let tm = state
+        .registry
+        .text(r.model.as_deref())
+        .map_err(|e| fail(state, e))?;
+    let top = r.logprobs;
+    let mut jobs = Vec::new();
+    for p in r.prompts() {
+        let mut job = tm.text_job(&p, &params).map_err(|e| fail(state, e))?;
+        job.sampling.logprobs = top.is_some();
+        job.sampling.top_logprobs = top.unwrap_or(0) as usize;
+        jobs.push(job);
+    }
+    let mut rxs = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        rxs.push(submit(&tm, job).await.map_err(|e| fail(state, e))?);
+    }
+    let id = format!("cmpl-{}", uuid::Uuid::new_v4().simple());
+    let created = now_secs();
+    let model = tm.name().to_string();
+    if r.stream != Some(true) {
+        let mut choices = Vec::with_capacity(rxs.len());
+        let mut usage = Usage::default();
+        let mut pending = Vec::with_capacity(rxs.len());
+        for rx in rxs {
+            pending.push(tokio::spawn(collect(rx)));
+        }
+        for (i, task) in pending.into_iter().enumerate() {
+            let (text, tokens, finish) = task
+                .await
+                .map_err(|_| fail(state, EngineError::Unavailable))?
+                .map_err(|e| fail(state, e.into()))?;
+            observe(&model, &finish);
+            let u = Usage::new(finish.prompt_tokens as u64, finish.completion_tokens as u64);
+            usage = Usage::new(usage.prompt_tokens + u.prompt_tokens, usage.completion_tokens + u.completion_tokens);
+            choices.push(CompletionChoice {
+                index: i as u32,
+                text,
+                logprobs: top.map(|_| completion_logprobs(&tokens, 0)),
+                finish_reason: Some(finish.reason.word().into()),
+            });
+        }
+        let answer = Completion {
+            id,
+            object: "text_completion".into(),
+            created,
+            model,
+            choices,
+            usage: Some(usage),
+        };
+        return Ok(json_response(
+            StatusCode::OK,
+            serde_json::to_vec(&answer).unwrap_or_default(),
+            None,
+        ));
+    }
+    // Refusals before the stream starts.
+    let mut ready = Vec::with_capacity(rxs.len());
+    let mut heads = Vec::with_capacity(rxs.len());
+    for rx in rxs {
+        let (head, rx) = first(rx).await.map_err(|e| fail(state, e))?;
+        heads.push(head);
+        ready.push(rx);
+    }
+    let n = ready.len();
+    let include_usage = r
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
+    let queued: Vec<(usize, GenEvent)> = heads
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, h)| h.map(|h| (i, h)))
+        .collect();
+    struct St {
+        rx: UnboundedReceiver<(usize, GenEvent)>,
+        queued: std::collections::VecDeque<(usize, GenEvent)>,
+        offsets: Vec<usize>,
+        done: usize,
+        usage: Usage,
+        ended: bool,
+    }
+    let st = St {
+        rx: merge(ready),
+        queued: queued.into(),
+        offsets: vec![0; n],
+        done: 0,
+        usage: Usage::default(),
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(st, move |mut st| {
+        let (id, model) = (id.clone(), model.clone());
+        async move {
+            if st.ended {
+                return None;
+            }
+            let chunk = |choices: Vec<CompletionChoice>, usage: Option<Usage>| {
+                data(&Completion {
+                    id: id.clone(),
+                    object: "text_completion".into(),
+                    created,
+                    model: model.clone(),
+                    choices,
+                    usage,
+                })
+            };
+            let ev = match st.queued.pop_front() {
+                Some(ev) => Some(ev),
+                None => st.rx.recv().await,
+            };
+            let mut out = Vec::new();
+            match ev {
+                Some((i, GenEvent::Delta { text, tokens })) => {
+                    let logprobs = top.map(|_| completion_logprobs(&tokens, st.offsets[i]));
+                    st.offsets[i] += text.len();
+                    out.extend(chunk(
+                        vec![CompletionChoice {
+                            index: i as u32,
+                            text,
+                            logprobs,
+                            finish_reason: None,
+                        }],
+                        None,
+                    ));
+                }
+                Some((i, GenEvent::Done(f))) => {
+                    observe(&model, &f);
+                    st.usage = Usage::new(
+                        st.usage.prompt_tokens + f.prompt_tokens as u64,
+                        st.usage.completion_tokens + f.completion_tokens as u64,
+                    );
+                    out.extend(chunk(
+                        vec![CompletionChoice {
+                            index: i as u32,
+                            text: String::new(),
+                            logprobs: None,
+                            finish_reason: Some(f.reason.word().into()),
+                        }],
+                        None,
+                    ));
+                    st.done += 1;
+                }
+                Some((_, GenEvent::Failed(e))) => {
+                    let api = ApiError::from_engine(e.into(), &[]);
+                    out.extend(data(&api.body(Flavor::OpenAi)));
+                    st.done = n;
+                }
+                None => {
+                    let api = ApiError::from_engine(EngineError::Unavailable, &[]);
+                    out.extend(data(&api.body(Flavor::OpenAi)));
+                    st.done = n;
+                }
+            }
+            if st.done == n {
+                if include_usage {
+                    out.extend(chunk(Vec::new(), Some(st.usage)));
+                }
+                out.extend_from_slice(b"data: [DONE]\n\n");
+                st.ended = true;
+            }
+            Some((Ok::<_, Infallible>(Bytes::from(out)), st))
+        }
+    });
+    Ok(sse_response(stream))
+}
+
+/// Text from a prompt (SIE). The model id uses `__` for `/`; an id with `/` is refused.
+#[utoipa::path(post, path = "/v1/generate/{model}", tag = "sie",
+    params(("model" = String, Path, description = "A served model id, with __ in place of /")),
+    request_body(content((SieGenerateRequest = "application/json"), (SieGenerateRequest = "application/msgpack"))),
+    responses(
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json; with stream: true a text/event-stream of text_delta events and a done event",
+            content((SieGenerateResponse = "application/msgpack"), (SieGenerateResponse = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Invalid input", body = protocol::schema::SieErrorDoc),
+        (status = 404, description = "Model not found", body = protocol::schema::SieErrorDoc),
+        (status = 408, description = "The body did not arrive in time", body = protocol::schema::SieErrorDoc),
+        (status = 413, description = "Body too large", body = protocol::schema::SieErrorDoc),
+        (status = 415, description = "Unsupported media type", body = protocol::schema::SieErrorDoc),
+        (status = 500, description = "Inference error", body = protocol::schema::SieErrorDoc),
+        (status = 503, description = "Model not loaded or queue full", body = protocol::schema::SieErrorDoc),
+    ))]
+pub async fn generate_route(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let mut resp = match generate(&state, &model, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => crate::sie::error_response(&headers, e),
+    };
+    if let Ok(v) = HeaderValue::from_str(&crate::sie::ms(started.elapsed())) {
+        resp.headers_mut().insert("x-total-time", v);
+    }
+    count_request("/v1/generate", String::new(), resp.status());
+    resp
+}
+
+fn sie_answer(model: &str, text: String, f: &Finish) -> SieGenerateResponse {
+    SieGenerateResponse {
+        model: model.to_string(),
+        text,
+        finish_reason: f.reason.word().into(),
+        usage: Usage::new(f.prompt_tokens as u64, f.completion_tokens as u64),
+        ttft_ms: f.ttft.as_secs_f64() * 1000.0,
+        tpot_ms: f.tpot().as_secs_f64() * 1000.0,
+    }
+}
+
+fn event<T: serde::Serialize>(name: &str, v: &T) -> Vec<u8> {
+    let mut out = format!("event: {name}\ndata: ").into_bytes();
+    out.extend(serde_json::to_vec(v).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+async fn generate(
+    state: &AppState,
+    model: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if model.contains('/') {
+        return Err(crate::encoders::invalid(format!(
+            "model id {model:?} has '/': use '__' in its place ({:?})",
+            model.replace('/', "__")
+        ))
+        .with_reason(protocol::reason::MODEL_ID_SLASH));
+    }
+    let value = crate::body::value(headers, body, state.config.max_request_bytes, |b| {
+        crate::sie::decode(headers, b)
+    })
+    .await?;
+    let r: SieGenerateRequest = serde_json::from_value(value).map_err(|e| {
+        crate::encoders::invalid(format!("the request does not match the schema: {e}"))
+            .with_reason(protocol::reason::BODY_MALFORMED)
+    })?;
+    let params = r.check().map_err(ApiError::from)?;
+    let id = model.replace("__", "/");
+    let tm = state
+        .registry
+        .text(Some(&id))
+        .map_err(|e| fail(state, e))?;
+    let job = tm.text_job(&r.prompt, &params).map_err(|e| fail(state, e))?;
+    let rx = submit(&tm, job).await.map_err(|e| fail(state, e))?;
+    let name = tm.name().to_string();
+    if r.stream != Some(true) {
+        let (text, _, finish) = collect(rx).await.map_err(|e| fail(state, e.into()))?;
+        observe(&name, &finish);
+        let v = serde_json::to_value(sie_answer(&name, text, &finish)).unwrap_or_default();
+        return Ok(crate::sie::encode(headers, StatusCode::OK, &v));
+    }
+    let (head, rx) = first(rx).await.map_err(|e| fail(state, e))?;
+    struct St {
+        rx: Events,
+        head: Option<GenEvent>,
+        text: String,
+        ended: bool,
+    }
+    let st = St {
+        rx,
+        head,
+        text: String::new(),
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(st, move |mut st| {
+        let name = name.clone();
+        async move {
+            if st.ended {
+                return None;
+            }
+            let ev = match st.head.take() {
+                Some(ev) => Some(ev),
+                None => st.rx.recv().await,
+            };
+            let out = match ev {
+                Some(GenEvent::Delta { text, .. }) => {
+                    st.text.push_str(&text);
+                    event("text_delta", &serde_json::json!({"text_delta": text}))
+                }
+                Some(GenEvent::Done(f)) => {
+                    observe(&name, &f);
+                    st.ended = true;
+                    event("done", &sie_answer(&name, std::mem::take(&mut st.text), &f))
+                }
+                other => {
+                    st.ended = true;
+                    let e: EngineError = match other {
+                        Some(GenEvent::Failed(e)) => e.into(),
+                        _ => EngineError::Unavailable,
+                    };
+                    let api = ApiError::from_engine(e, &[]);
+                    event("error", &api.body(Flavor::Sie))
+                }
+            };
+            Some((Ok::<_, Infallible>(Bytes::from(out)), st))
+        }
+    });
+    Ok(sse_response(stream))
+}
