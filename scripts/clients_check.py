@@ -1,7 +1,8 @@
 """End-to-end checks with real client libraries against a running server.
 
-The official OpenAI Python SDK (embeddings, float and base64), and a plain msgpack client
-for the SIE endpoints (/v1/encode, /v1/score, errors). Usage: clients_check.py URL
+The official OpenAI Python SDK (models, embeddings float and base64, chat completions
+streamed and not, tools, JSON schema answers, completions, errors), and a plain msgpack
+client for the SIE endpoints (/v1/encode, /v1/score, /v1/generate, errors). Usage: clients_check.py URL
 Prints `clients: N passed, M failed` and exits non-zero on any failure.
 """
 import base64
@@ -70,6 +71,65 @@ try:
     check("openai sdk: unknown model 404", False)
 except openai.NotFoundError:
     check("openai sdk: unknown model 404", True)
+
+# Generation through the SDK, on the first model that serves it.
+models = client.models.list()
+gen = [m.id for m in models.data if "generate" in (getattr(m, "surfaces", None) or [])]
+check("openai sdk models.list: a generating model listed", len(gen) > 0, str([m.id for m in models.data]))
+if gen:
+    m = gen[0]
+    msgs = [{"role": "user", "content": "What is the capital of France?"}]
+    r = client.chat.completions.create(model=m, messages=msgs, max_tokens=12, temperature=0)
+    text = r.choices[0].message.content
+    check("openai sdk chat: an answer with usage", bool(text) and r.usage.completion_tokens > 0
+          and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, str(r))
+    chunks = list(client.chat.completions.create(model=m, messages=msgs, max_tokens=12, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    check("openai sdk chat stream: same text as the whole answer", streamed == text, f"{streamed!r} vs {text!r}")
+    check("openai sdk chat stream: usage chunk last", chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == r.usage.completion_tokens)
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                               "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                             "required": ["city", "unit"]}}}]
+    r = client.chat.completions.create(model=m, messages=[{"role": "user", "content": "What's the weather in Paris?"}],
+                                       tools=tools, tool_choice="required", temperature=0, max_tokens=80)
+    calls = r.choices[0].message.tool_calls or []
+    ok = False
+    if calls:
+        try:
+            args = json.loads(calls[0].function.arguments)
+            ok = calls[0].function.name == "get_weather" and isinstance(args.get("city"), str) and args.get("unit") in ("celsius", "fahrenheit")
+        except ValueError:
+            ok = False
+    check("openai sdk tools: get_weather called with valid JSON arguments", ok and r.choices[0].finish_reason == "tool_calls", str(r))
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30}, "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+              "required": ["name", "age"], "additionalProperties": False}
+    r = client.chat.completions.create(model=m, messages=[{"role": "user", "content": "Invent a person: name and age."}],
+                                       response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": True}},
+                                       temperature=0, max_tokens=80)
+    try:
+        doc = json.loads(r.choices[0].message.content)
+        ok = set(doc) == {"name", "age"} and isinstance(doc["name"], str) and isinstance(doc["age"], int) and 0 <= doc["age"] <= 150
+    except ValueError:
+        ok = False
+    check("openai sdk response_format json_schema: parses and validates", ok, r.choices[0].message.content)
+    r = client.completions.create(model=m, prompt="The capital of France is", max_tokens=4, temperature=0)
+    check("openai sdk completions: Paris", "Paris" in r.choices[0].text, r.choices[0].text)
+    try:
+        client.chat.completions.create(model="no-such-model", messages=msgs)
+        check("openai sdk chat: unknown model 404", False)
+    except openai.NotFoundError as e:
+        check("openai sdk chat: unknown model 404", e.code == "model_not_found")
+    try:
+        client.chat.completions.create(model=m, messages=msgs, temperature=9)
+        check("openai sdk chat: bad temperature 400", False)
+    except openai.BadRequestError as e:
+        check("openai sdk chat: bad temperature 400", e.param == "temperature")
+    status, headers, raw = post_msgpack(f"/v1/generate/{m}", {"prompt": "The capital of France is", "max_new_tokens": 4, "temperature": 0})
+    body = msgpack.unpackb(raw)
+    check("msgpack /v1/generate: text, finish_reason, usage, ttft_ms", status == 200 and "Paris" in body["text"]
+          and body["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 4 and body["ttft_ms"] > 0, str(body))
 
 # msgpack round trips on the SIE face.
 status, headers, raw = post_msgpack("/v1/encode/minilm-l6", {"items": [{"id": "a", "text": texts[0]}, {"id": "b", "text": texts[1]}]})
