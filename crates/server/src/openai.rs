@@ -615,13 +615,7 @@ async fn complete(state: &AppState, headers: &HeaderMap, body: Body) -> Result<R
     responses(
         (status = 200, description = "msgpack by default; JSON with Accept: application/json; with stream: true a text/event-stream of text_delta events and a done event",
             content((SieGenerateResponse = "application/msgpack"), (SieGenerateResponse = "application/json"), (String = "text/event-stream"))),
-        (status = 400, description = "Invalid input", body = protocol::schema::SieErrorDoc),
-        (status = 404, description = "Model not found", body = protocol::schema::SieErrorDoc),
-        (status = 408, description = "The body did not arrive in time", body = protocol::schema::SieErrorDoc),
-        (status = 413, description = "Body too large", body = protocol::schema::SieErrorDoc),
-        (status = 415, description = "Unsupported media type", body = protocol::schema::SieErrorDoc),
-        (status = 500, description = "Inference error", body = protocol::schema::SieErrorDoc),
-        (status = 503, description = "Model not loaded or queue full", body = protocol::schema::SieErrorDoc),
+        crate::sie::SieErrors,
     ))]
 pub async fn generate_route(
     State(state): State<Arc<AppState>>,

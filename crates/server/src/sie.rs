@@ -76,7 +76,7 @@ pub(crate) fn ms(d: std::time::Duration) -> String {
 
 /// The error answers every SIE endpoint documents: `{"detail": {"code", "message"}}` in
 /// msgpack or JSON, by status.
-pub struct SieErrors;
+pub(crate) struct SieErrors;
 
 impl utoipa::IntoResponses for SieErrors {
     fn responses() -> std::collections::BTreeMap<
