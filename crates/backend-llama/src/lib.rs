@@ -707,6 +707,51 @@ impl LlamaBackend {
 }
 
 impl PlainEvaluator<'_> {
+    /// Greedy generation as llama.cpp's simple example does it: the prompt in one decode, then
+    /// one decode per token, the argmax of the logits each time. Returns the tokens and the
+    /// time spent after the prompt.
+    pub fn greedy(
+        &mut self,
+        prompt: &[Token],
+        n: usize,
+    ) -> Result<(Vec<Token>, std::time::Duration), BackendError> {
+        if prompt.is_empty() || prompt.len() + n > self.capacity {
+            return Err(BackendError::OutOfMemory("the generation does not fit".into()));
+        }
+        self.ctx.clear_kv_cache();
+        self.batch.clear();
+        for (i, t) in prompt.iter().enumerate() {
+            self.batch
+                .add(LlamaToken(*t as i32), i as i32, &[0], i + 1 == prompt.len())
+                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+        }
+        self.ctx
+            .decode(&mut self.batch)
+            .map_err(|e| BackendError::Forward(e.to_string()))?;
+        let start = std::time::Instant::now();
+        let mut out = Vec::with_capacity(n);
+        let mut last = self.batch.n_tokens() - 1;
+        for k in 0..n {
+            let logits = self.ctx.get_logits_ith(last);
+            let best = (0..logits.len())
+                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                .unwrap_or(0);
+            out.push(best as Token);
+            if k + 1 == n {
+                break;
+            }
+            self.batch.clear();
+            self.batch
+                .add(LlamaToken(best as i32), (prompt.len() + k) as i32, &[0], true)
+                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+            self.ctx
+                .decode(&mut self.batch)
+                .map_err(|e| BackendError::Forward(e.to_string()))?;
+            last = 0;
+        }
+        Ok((out, start.elapsed()))
+    }
+
     /// Evaluate `tokens` from an empty cache in one decode; return the last position's logits
     /// for `candidates`.
     pub fn evaluate(

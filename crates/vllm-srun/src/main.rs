@@ -44,6 +44,13 @@ enum Command {
         /// Embeddings throughput of an encoder (--model minilm-l6) at batch 1, 8 and 32.
         #[arg(long)]
         embeddings: bool,
+        /// Generation: one stream against raw llama.cpp, four concurrent streams against
+        /// llama-cpp-python's server, time to first token, a long prompt joining streams.
+        #[arg(long)]
+        generate: bool,
+        /// Tokens per stream of --generate.
+        #[arg(long, default_value_t = 128)]
+        max_tokens: usize,
     },
 }
 
@@ -151,8 +158,12 @@ fn main() {
             requests,
             long,
             embeddings,
+            generate,
+            max_tokens,
         } => {
-            if embeddings {
+            if generate {
+                bench_generate(&model, runs.max(1), max_tokens.max(2))
+            } else if embeddings {
                 bench_embeddings(&model, runs.max(1))
             } else if long {
                 bench_long(&model, runs.max(1))
@@ -242,6 +253,19 @@ fn bench_embeddings(model: &str, texts: usize) -> i32 {
         return 1;
     };
     match rt.block_on(vllm_srun::bench::embeddings(model, texts)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            1
+        }
+    }
+}
+
+fn bench_generate(model: &str, runs: usize, max_tokens: usize) -> i32 {
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    match rt.block_on(vllm_srun::bench::generation(model, runs, max_tokens)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("bench failed: {e}");
