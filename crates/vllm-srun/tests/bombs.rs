@@ -60,8 +60,11 @@ async fn compressed_bombs_are_413_without_holding_the_inflated_bytes() {
         let grew = peak
             .load(std::sync::atomic::Ordering::Relaxed)
             .saturating_sub(idle);
+        // The output held is at most the limit; a zstd decoder also holds its window (up to
+        // 8 MiB, the server's window cap), which the first zstd body allocates.
+        let window = if enc == "zstd" { 8 << 20 } else { 0 };
         assert!(
-            grew < 2 * limit as u64,
+            grew < 2 * limit as u64 + window,
             "{enc}: resident memory grew by {grew} bytes"
         );
     }
