@@ -250,7 +250,10 @@ impl Backend for LlamaBackend {
             .with_n_batch(n_batch)
             .with_n_ubatch(self.config.ubatch.min(n_batch))
             .with_n_seq_max(slots)
-            .with_kv_unified(false)
+            // One cache for every slot: llama.cpp then evaluates the slots' tokens of a step in
+            // one micro-batch (separate streams split a step into one micro-batch per slot).
+            // Generation does not promise bit-equal logits across batch compositions.
+            .with_kv_unified(true)
             // LLAMA_FLASH_ATTN_TYPE_DISABLED: with separate streams, auto (flash attention on
             // CPU) turned greedy SmolLM2 output into broken words in this llama.cpp build.
             .with_flash_attention_policy(0)
@@ -600,6 +603,10 @@ impl Generator for LlamaGenerator<'_> {
 
     fn slot_tokens(&self) -> usize {
         self.slot_tokens
+    }
+
+    fn step_tokens(&self) -> usize {
+        self.batch_capacity
     }
 
     fn begin(&mut self, slot: usize, sampling: &Sampling) -> Result<(), BackendError> {

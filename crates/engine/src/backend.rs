@@ -155,6 +155,8 @@ pub trait Generator {
     fn slots(&self) -> usize;
     /// Tokens one slot holds (prompt and output).
     fn slot_tokens(&self) -> usize;
+    /// Most tokens one step evaluates, all feeds together.
+    fn step_tokens(&self) -> usize;
     /// Prepare `slot` for a new generation: empty its cache and set its sampler.
     fn begin(&mut self, slot: usize, sampling: &Sampling) -> Result<(), BackendError>;
     /// One evaluation over every feed (all slots share it); one token is sampled for each

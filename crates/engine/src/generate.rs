@@ -220,14 +220,15 @@ impl Generation {
             enqueued: Instant::now(),
             tx,
         };
-        match self.tx.try_send(queued) {
-            Ok(()) => {
-                self.status.waiting.fetch_add(1, Ordering::AcqRel);
-                Ok(rx)
-            }
-            Err(TrySendError::Full(_)) => Err(JobError::Overloaded),
-            Err(TrySendError::Disconnected(_)) => Err(JobError::Unavailable),
-        }
+        // Counted before it is sent: the worker uncounts it when it takes it.
+        self.status.waiting.fetch_add(1, Ordering::AcqRel);
+        let refused = match self.tx.try_send(queued) {
+            Ok(()) => return Ok(rx),
+            Err(TrySendError::Full(_)) => JobError::Overloaded,
+            Err(TrySendError::Disconnected(_)) => JobError::Unavailable,
+        };
+        self.status.waiting.fetch_sub(1, Ordering::AcqRel);
+        Err(refused)
     }
 }
 
@@ -394,7 +395,8 @@ impl<'a> Loop<'a> {
             self.config.prefill_chunk.max(1)
         } else {
             self.config.prefill_chunk.max(1) * 8
-        };
+        }
+        .min(self.gen.step_tokens().saturating_sub(decoding).max(1));
         // (index into active, tokens range start, end, sample)
         let mut plan: Vec<(usize, usize, usize, bool)> = Vec::new();
         for (i, a) in self.active.iter().enumerate() {

@@ -730,7 +730,7 @@ async fn stream_completion(
     let mut pending = String::new();
     while let Some(bytes) = resp.chunk().await.map_err(|e| e.to_string())? {
         let at = Instant::now();
-        pending.push_str(&String::from_utf8_lossy(&bytes));
+        pending.push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n"));
         while let Some(end) = pending.find("\n\n") {
             let event: String = pending.drain(..end + 2).collect();
             let Some(data) = event.trim().strip_prefix("data: ") else {
@@ -747,6 +747,10 @@ async fn stream_completion(
                 chunks.push(at);
             }
         }
+    }
+    if completion_tokens == 0 {
+        // A server that does not report usage in streams: one token per text chunk.
+        completion_tokens = chunks.len() as u64;
     }
     Ok(Streamed {
         sent,
@@ -801,6 +805,8 @@ async fn start_llama_cpp_python(
     let child = tokio::process::Command::new(python)
         .args(["-m", "llama_cpp.server", "--model"])
         .arg(gguf)
+        // Queue concurrent requests instead of cutting the running one off (its default).
+        .args(["--interrupt_requests", "False"])
         .args(["--port", &port.to_string(), "--n_ctx", "4096", "--n_threads"])
         .arg(threads.to_string())
         .stdout(std::process::Stdio::null())
@@ -896,12 +902,13 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
         }
         p
     };
+    // The running streams are long enough to outlast the joining prompt's prefill.
     let running: Vec<_> = (0..4)
         .map(|i| {
             let (client, base, name) = (client.clone(), base.clone(), name.clone());
             let prompt = format!("{STORY} Story number {}.", i + 1);
             tokio::spawn(async move {
-                stream_completion(&client, &base, &name, &prompt, max_tokens).await
+                stream_completion(&client, &base, &name, &prompt, max_tokens * 4).await
             })
         })
         .collect();
