@@ -14,7 +14,9 @@ fn main() {
     let mut out = String::new();
     for _ in 0..n {
         let logits = plain.evaluate(&toks, &vocab).unwrap();
-        let best = (0..logits.len()).max_by(|&a, &c| logits[a].total_cmp(&logits[c])).unwrap() as u32;
+        let best = (0..logits.len())
+            .max_by(|&a, &c| logits[a].total_cmp(&logits[c]))
+            .unwrap() as u32;
         if b.ends_generation(best) {
             break;
         }

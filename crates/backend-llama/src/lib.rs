@@ -643,7 +643,12 @@ impl Generator for LlamaGenerator<'_> {
                 let pos = i32::try_from(f.pos + k)
                     .map_err(|_| BackendError::Forward("position overflow".into()))?;
                 self.batch
-                    .add(LlamaToken(*t as i32), pos, &[f.slot as i32], f.sample && last)
+                    .add(
+                        LlamaToken(*t as i32),
+                        pos,
+                        &[f.slot as i32],
+                        f.sample && last,
+                    )
                     .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
             }
             at.push(self.batch.n_tokens() - 1);
@@ -723,7 +728,9 @@ impl PlainEvaluator<'_> {
         n: usize,
     ) -> Result<(Vec<Token>, std::time::Duration), BackendError> {
         if prompt.is_empty() || prompt.len() + n > self.capacity {
-            return Err(BackendError::OutOfMemory("the generation does not fit".into()));
+            return Err(BackendError::OutOfMemory(
+                "the generation does not fit".into(),
+            ));
         }
         self.ctx.clear_kv_cache();
         self.batch.clear();
@@ -749,7 +756,12 @@ impl PlainEvaluator<'_> {
             }
             self.batch.clear();
             self.batch
-                .add(LlamaToken(best as i32), (prompt.len() + k) as i32, &[0], true)
+                .add(
+                    LlamaToken(best as i32),
+                    (prompt.len() + k) as i32,
+                    &[0],
+                    true,
+                )
                 .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
             self.ctx
                 .decode(&mut self.batch)

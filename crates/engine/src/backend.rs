@@ -91,7 +91,9 @@ pub trait Backend: crate::budget::Vocab + Send + Sync + 'static {
         _slots: u32,
         _slot_tokens: u32,
     ) -> Result<Box<dyn Generator + '_>, BackendError> {
-        Err(BackendError::Load("this backend does not generate text".into()))
+        Err(BackendError::Load(
+            "this backend does not generate text".into(),
+        ))
     }
     /// The model's chat template (Jinja source), if its file carries one.
     fn chat_template(&self) -> Option<String> {

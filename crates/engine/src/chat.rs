@@ -41,8 +41,18 @@ fn strftime_now(format: String) -> String {
         .unwrap_or(0);
     let (y, m, d) = civil_date((secs / 86_400) as i64);
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September",
-        "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     let month = MONTHS[(m - 1) as usize];
     format
@@ -69,7 +79,11 @@ fn civil_date(days: i64) -> (i64, u32, u32) {
 
 impl ChatTemplate {
     /// Compile `source` (or ChatML when the model has none).
-    pub fn new(source: Option<String>, bos: String, eos: String) -> Result<ChatTemplate, EngineError> {
+    pub fn new(
+        source: Option<String>,
+        bos: String,
+        eos: String,
+    ) -> Result<ChatTemplate, EngineError> {
         let source = source.unwrap_or_else(|| CHATML.to_string());
         let tools = source.contains("tools");
         let mut env = Environment::new();
@@ -218,7 +232,10 @@ mod tests {
                 &Map::new(),
             )
             .unwrap();
-        assert_eq!(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(
+            out,
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        );
     }
 
     #[test]
@@ -243,11 +260,19 @@ mod tests {
             .to_string();
         let t = ChatTemplate::new(Some(src), String::new(), String::new()).unwrap();
         let err = t
-            .render(&[json!({"role": "system", "content": "x"})], None, &Map::new())
+            .render(
+                &[json!({"role": "system", "content": "x"})],
+                None,
+                &Map::new(),
+            )
             .unwrap_err();
         assert!(err.to_string().contains("first must be user"));
         let ok = t
-            .render(&[json!({"role": "user", "content": " hi "})], None, &Map::new())
+            .render(
+                &[json!({"role": "user", "content": " hi "})],
+                None,
+                &Map::new(),
+            )
             .unwrap();
         assert_eq!(ok, "HI");
     }
@@ -269,8 +294,7 @@ mod tests {
         assert_eq!(calls[0].name, "get_weather");
         assert_eq!(calls[0].arguments, "{\"city\":\"Oslo\"}");
         assert_eq!(rest, "Sure.");
-        let (calls, rest) =
-            read_tool_calls("{\"name\": \"f\", \"arguments\": {\"x\": 1}}", true);
+        let (calls, rest) = read_tool_calls("{\"name\": \"f\", \"arguments\": {\"x\": 1}}", true);
         assert_eq!((calls.len(), rest.as_str()), (1, ""));
         let (calls, rest) = read_tool_calls("no call here", true);
         assert!(calls.is_empty());

@@ -113,7 +113,10 @@ impl Finish {
 #[derive(Debug, Clone, PartialEq)]
 pub enum GenEvent {
     /// New output text (possibly empty when only log-probabilities are new).
-    Delta { text: String, tokens: Vec<TokenInfo> },
+    Delta {
+        text: String,
+        tokens: Vec<TokenInfo>,
+    },
     Done(Finish),
     Failed(JobError),
 }
@@ -322,7 +325,9 @@ impl<'a> Loop<'a> {
                 continue;
             }
             self.step();
-            self.status.active.store(self.active.len(), Ordering::Relaxed);
+            self.status
+                .active
+                .store(self.active.len(), Ordering::Relaxed);
         }
     }
 
@@ -342,7 +347,8 @@ impl<'a> Loop<'a> {
                 continue;
             }
             if q.job.prompt.is_empty() || q.job.prompt.len() >= self.gen.slot_tokens() {
-                let _ = q.tx.send(GenEvent::Failed(JobError::OutOfMemory { shared: false }));
+                let _ =
+                    q.tx.send(GenEvent::Failed(JobError::OutOfMemory { shared: false }));
                 continue;
             }
             let Some(slot) = self.free.pop() else {
@@ -351,7 +357,8 @@ impl<'a> Loop<'a> {
             };
             if let Err(e) = self.gen.begin(slot, &q.job.sampling) {
                 self.free.push(slot);
-                let _ = q.tx.send(GenEvent::Failed(JobError::Forward(e.to_string())));
+                let _ =
+                    q.tx.send(GenEvent::Failed(JobError::Forward(e.to_string())));
                 continue;
             }
             self.active.push(Active {
@@ -366,7 +373,9 @@ impl<'a> Loop<'a> {
                 first_token: None,
             });
         }
-        self.status.active.store(self.active.len(), Ordering::Relaxed);
+        self.status
+            .active
+            .store(self.active.len(), Ordering::Relaxed);
     }
 
     fn release(&mut self, i: usize) -> Active {
@@ -479,10 +488,7 @@ fn on_token(backend: &dyn Backend, a: &mut Active, s: Sampled, slot_tokens: usiz
             reason,
             prompt_tokens: a.q.job.prompt.len(),
             completion_tokens: a.generated,
-            ttft: a
-                .first_token
-                .unwrap_or(now)
-                .duration_since(a.q.enqueued),
+            ttft: a.first_token.unwrap_or(now).duration_since(a.q.enqueued),
             total: now.duration_since(a.q.enqueued),
         })
     };
@@ -516,7 +522,9 @@ fn on_token(backend: &dyn Backend, a: &mut Active, s: Sampled, slot_tokens: usiz
     let stops = &a.q.job.stop;
     if !stops.is_empty() {
         // A stop sequence may start in text already sent only if it was held back.
-        let mut from = a.sent.saturating_sub(stops.iter().map(String::len).max().unwrap_or(0));
+        let mut from = a
+            .sent
+            .saturating_sub(stops.iter().map(String::len).max().unwrap_or(0));
         while !text.is_char_boundary(from) {
             from -= 1;
         }

@@ -18,14 +18,14 @@ pub mod scheduler;
 pub mod text;
 
 pub use backend::{
-    Backend, BackendError, BackendInfo, DirectBackend, DirectKind, DirectQuestion, Feed,
-    Generator, Node, Read, Sampled, Sampling, Session, Token,
+    Backend, BackendError, BackendInfo, DirectBackend, DirectKind, DirectQuestion, Feed, Generator,
+    Node, Read, Sampled, Sampling, Session, Token,
 };
 pub use decision::{Decision, DecisionModel, Limits, Timings};
 pub use encoder::{EncodeError, Encoder, EncoderInfo, EncoderModel};
 pub use error::EngineError;
+pub use generate::{GenEvent, GenerateConfig};
 pub use package::{DecisionConfig, ModelMeta};
 pub use registry::{Loaded, ModelKind, ModelState, Registry, Slot};
 pub use scheduler::SchedulerConfig;
 pub use text::TextModel;
-pub use generate::{GenEvent, GenerateConfig};

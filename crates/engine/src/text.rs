@@ -33,7 +33,9 @@ pub struct TextModel {
 
 impl std::fmt::Debug for TextModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TextModel").field("name", &self.name).finish()
+        f.debug_struct("TextModel")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -44,7 +46,11 @@ fn request_error(reason: &'static str, param: &str, message: impl Into<String>) 
 /// A message as chat templates read it: text content, tool calls with their arguments as
 /// objects, `developer` read as `system`.
 fn template_message(m: &protocol::openai::ChatMessage) -> Result<Value, ProtocolError> {
-    let role = if m.role == "developer" { "system" } else { m.role.as_str() };
+    let role = if m.role == "developer" {
+        "system"
+    } else {
+        m.role.as_str()
+    };
     let mut out = Map::new();
     out.insert("role".into(), json!(role));
     out.insert("content".into(), json!(content_text(&m.content)?));
@@ -253,10 +259,17 @@ impl TextModel {
                 };
                 Some(self.grammar(&schema)?)
             }
-            (_, Some(ResponseFormat::JsonObject)) => Some(self.grammar(&json!({"type": "object"}))?),
-            (_, Some(ResponseFormat::JsonSchema { json_schema })) => Some(self.grammar(
-                json_schema.schema.as_ref().unwrap_or(&json!({"type": "object"})),
-            )?),
+            (_, Some(ResponseFormat::JsonObject)) => {
+                Some(self.grammar(&json!({"type": "object"}))?)
+            }
+            (_, Some(ResponseFormat::JsonSchema { json_schema })) => Some(
+                self.grammar(
+                    json_schema
+                        .schema
+                        .as_ref()
+                        .unwrap_or(&json!({"type": "object"})),
+                )?,
+            ),
             _ => None,
         };
         let mut sampling = self.sampling(p, grammar);

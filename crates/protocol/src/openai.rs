@@ -302,7 +302,10 @@ impl ChatCompletionRequest {
             ) {
                 return Err(bad(
                     "messages",
-                    format!("unknown role {:?}: use system, developer, user, assistant or tool", m.role),
+                    format!(
+                        "unknown role {:?}: use system, developer, user, assistant or tool",
+                        m.role
+                    ),
                 ));
             }
             content_text(&m.content)?;
@@ -319,7 +322,10 @@ impl ChatCompletionRequest {
         if let Some(tools) = &self.tools {
             for t in tools {
                 if t.kind != "function" {
-                    return Err(bad("tools", format!("tool type {:?} is not served", t.kind)));
+                    return Err(bad(
+                        "tools",
+                        format!("tool type {:?} is not served", t.kind),
+                    ));
                 }
                 if t.function.name.is_empty() {
                     return Err(bad("tools", "a function has no name"));
@@ -329,7 +335,10 @@ impl ChatCompletionRequest {
         self.tool_mode()?;
         if let Some(ResponseFormat::JsonSchema { json_schema }) = &self.response_format {
             if !json_schema.schema.as_ref().is_none_or(Value::is_object) {
-                return Err(bad("response_format", "json_schema.schema must be an object"));
+                return Err(bad(
+                    "response_format",
+                    "json_schema.schema must be an object",
+                ));
             }
         }
         sampling(
@@ -348,11 +357,17 @@ impl ChatCompletionRequest {
             None => "auto",
             Some(ToolChoice::Mode(m)) => m.as_str(),
             Some(ToolChoice::Named(n)) => {
-                return match tools.iter().position(|t| t.function.name == n.function.name) {
+                return match tools
+                    .iter()
+                    .position(|t| t.function.name == n.function.name)
+                {
                     Some(i) => Ok(ToolMode::Required(vec![i])),
                     None => Err(bad(
                         "tool_choice",
-                        format!("tool_choice names {:?}, which tools do not list", n.function.name),
+                        format!(
+                            "tool_choice names {:?}, which tools do not list",
+                            n.function.name
+                        ),
                     )),
                 };
             }
@@ -362,7 +377,10 @@ impl ChatCompletionRequest {
             "none" => Ok(ToolMode::None),
             "auto" => Ok(ToolMode::Auto),
             "required" if !tools.is_empty() => Ok(ToolMode::Required((0..tools.len()).collect())),
-            "required" => Err(bad("tool_choice", "tool_choice is required but no tools are given")),
+            "required" => Err(bad(
+                "tool_choice",
+                "tool_choice is required but no tools are given",
+            )),
             other => Err(bad(
                 "tool_choice",
                 format!("tool_choice {other:?}: use none, auto, required or a named function"),
@@ -709,9 +727,18 @@ mod tests {
             (serde_json::json!({"n": 2}), "n"),
             (serde_json::json!({"top_logprobs": 21}), "top_logprobs"),
             (serde_json::json!({"messages": []}), "messages"),
-            (serde_json::json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
-            (serde_json::json!({"tool_choice": "required"}), "tool_choice"),
-            (serde_json::json!({"messages": [{"role": "robot", "content": "x"}]}), "messages"),
+            (
+                serde_json::json!({"stop": ["a", "b", "c", "d", "e"]}),
+                "stop",
+            ),
+            (
+                serde_json::json!({"tool_choice": "required"}),
+                "tool_choice",
+            ),
+            (
+                serde_json::json!({"messages": [{"role": "robot", "content": "x"}]}),
+                "messages",
+            ),
         ] {
             let mut v = serde_json::json!({"messages": [{"role": "user", "content": "hi"}]});
             for (k, x) in patch.as_object().unwrap() {
@@ -726,6 +753,9 @@ mod tests {
     fn images_are_refused_by_modality() {
         let r = chat(serde_json::json!({"messages": [{"role": "user",
             "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}));
-        assert_eq!(r.check().unwrap_err().reason, Some(reason::MODALITY_UNSUPPORTED));
+        assert_eq!(
+            r.check().unwrap_err().reason,
+            Some(reason::MODALITY_UNSUPPORTED)
+        );
     }
 }

@@ -570,16 +570,12 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Response {
         .iter()
         .map(|s| listing_entry(&state, s))
         .collect();
-    let created = state
-        .started
-        .elapsed()
-        .as_secs()
-        .abs_diff(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-        );
+    let created = state.started.elapsed().as_secs().abs_diff(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    );
     let data: Vec<Value> = state
         .registry
         .slots()

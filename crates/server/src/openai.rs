@@ -93,10 +93,15 @@ async fn first(mut rx: Events) -> Result<(Option<GenEvent>, Events), EngineError
     }
 }
 
-fn sse_response(stream: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static) -> Response {
+fn sse_response(
+    stream: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+) -> Response {
     let mut r = Response::new(Body::from_stream(stream));
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
 }
@@ -475,7 +480,10 @@ async fn complete(state: &AppState, headers: &HeaderMap, body: Body) -> Result<R
                 .map_err(|e| fail(state, e.into()))?;
             observe(&model, &finish);
             let u = Usage::new(finish.prompt_tokens as u64, finish.completion_tokens as u64);
-            usage = Usage::new(usage.prompt_tokens + u.prompt_tokens, usage.completion_tokens + u.completion_tokens);
+            usage = Usage::new(
+                usage.prompt_tokens + u.prompt_tokens,
+                usage.completion_tokens + u.completion_tokens,
+            );
             choices.push(CompletionChoice {
                 index: i as u32,
                 text,
@@ -676,11 +684,10 @@ async fn generate(
     })?;
     let params = r.check().map_err(ApiError::from)?;
     let id = model.replace("__", "/");
-    let tm = state
-        .registry
-        .text(Some(&id))
+    let tm = state.registry.text(Some(&id)).map_err(|e| fail(state, e))?;
+    let job = tm
+        .text_job(&r.prompt, &params)
         .map_err(|e| fail(state, e))?;
-    let job = tm.text_job(&r.prompt, &params).map_err(|e| fail(state, e))?;
     let rx = submit(&tm, job).await.map_err(|e| fail(state, e))?;
     let name = tm.name().to_string();
     if r.stream != Some(true) {

@@ -692,7 +692,9 @@ struct Streamed {
 
 impl Streamed {
     fn ttft(&self) -> Duration {
-        self.chunks.first().map_or(Duration::ZERO, |t| *t - self.sent)
+        self.chunks
+            .first()
+            .map_or(Duration::ZERO, |t| *t - self.sent)
     }
     /// Decode tokens per second after the first token.
     fn decode_rate(&self) -> f64 {
@@ -723,7 +725,11 @@ async fn stream_completion(
         .await
         .map_err(|e| e.to_string())?;
     if !resp.status().is_success() {
-        return Err(format!("{}: {}", resp.status(), resp.text().await.unwrap_or_default()));
+        return Err(format!(
+            "{}: {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        ));
     }
     let mut chunks = Vec::new();
     let mut completion_tokens = 0;
@@ -743,7 +749,10 @@ async fn stream_completion(
             if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
                 completion_tokens = n;
             }
-            if v["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty()) {
+            if v["choices"][0]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+            {
                 chunks.push(at);
             }
         }
@@ -783,7 +792,10 @@ async fn concurrent(
     }
     let first = all.iter().filter_map(|s| s.chunks.first()).min().copied();
     let last = all.iter().filter_map(|s| s.chunks.last()).max().copied();
-    let tokens: u64 = all.iter().map(|s| s.completion_tokens.saturating_sub(1)).sum();
+    let tokens: u64 = all
+        .iter()
+        .map(|s| s.completion_tokens.saturating_sub(1))
+        .sum();
     let rate = match (first, last) {
         (Some(a), Some(b)) if b > a => tokens as f64 / (b - a).as_secs_f64(),
         _ => 0.0,
@@ -807,7 +819,13 @@ async fn start_llama_cpp_python(
         .arg(gguf)
         // Queue concurrent requests instead of cutting the running one off (its default).
         .args(["--interrupt_requests", "False"])
-        .args(["--port", &port.to_string(), "--n_ctx", "4096", "--n_threads"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+        ])
         .arg(threads.to_string())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -865,8 +883,8 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
         let n = (s.completion_tokens as usize).max(2);
         ours.push(s.decode_rate());
         ttfts.push(s.ttft());
-        let (_, t) = tokio::task::block_in_place(|| plain.greedy(&prompt, n))
-            .map_err(|e| e.to_string())?;
+        let (_, t) =
+            tokio::task::block_in_place(|| plain.greedy(&prompt, n)).map_err(|e| e.to_string())?;
         raw_rates.push((n - 1) as f64 / t.as_secs_f64());
     }
     let med = |mut v: Vec<f64>| {
@@ -933,10 +951,16 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
         .text(None)
         .map(|t| t.config().prefill_chunk)
         .unwrap_or(256);
-    let chunk_tokens = prompt.iter().cycle().take(chunk).copied().collect::<Vec<_>>();
+    let chunk_tokens = prompt
+        .iter()
+        .cycle()
+        .take(chunk)
+        .copied()
+        .collect::<Vec<_>>();
     let cand = [chunk_tokens[0]];
     let t = Instant::now();
-    tokio::task::block_in_place(|| plain.evaluate(&chunk_tokens, &cand)).map_err(|e| e.to_string())?;
+    tokio::task::block_in_place(|| plain.evaluate(&chunk_tokens, &cand))
+        .map_err(|e| e.to_string())?;
     let chunk_time = t.elapsed();
     println!(
         "(d) a {}-token prompt joins 4 streams: its first token after {:.0} ms; the running streams' \

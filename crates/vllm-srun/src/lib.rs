@@ -214,9 +214,14 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     )
     .map_err(|e| e.to_string())?;
     let backend: Arc<dyn engine::Backend> = Arc::new(backend);
-    if let Some(g) = o.generate.filter(|_| !o.no_generate.iter().any(|m| m == spec)) {
+    if let Some(g) = o
+        .generate
+        .filter(|_| !o.no_generate.iter().any(|m| m == spec))
+    {
         // The same weights serve generation; its context opens on the first request.
-        slot.set_text(engine::TextModel::new(&meta.name, backend.clone(), g).map_err(|e| e.to_string())?);
+        slot.set_text(
+            engine::TextModel::new(&meta.name, backend.clone(), g).map_err(|e| e.to_string())?,
+        );
     }
     slot.set_state(ModelState::Warming);
     DecisionModel::start(meta, config, backend, o.scheduler.clone())

@@ -78,7 +78,9 @@ async fn post_text(path: &str, body: &Value) -> (u16, String, String) {
 #[tokio::test]
 async fn greedy_completions_are_right_and_stop_where_told() {
     let _serial = SERIAL.lock().await;
-    let v = complete(json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0})).await;
+    let v =
+        complete(json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}))
+            .await;
     let text = v["choices"][0]["text"].as_str().unwrap();
     assert!(text.contains("Paris"), "{v}");
     assert_eq!(v["object"], "text_completion");
@@ -90,14 +92,18 @@ async fn greedy_completions_are_right_and_stop_where_told() {
         u["prompt_tokens"].as_u64().unwrap() + 6
     );
     // A stop sequence ends the text before it.
-    let v = complete(json!({"prompt": "The capital of France is", "max_tokens": 12,
-        "temperature": 0, "stop": ["."]}))
+    let v = complete(
+        json!({"prompt": "The capital of France is", "max_tokens": 12,
+        "temperature": 0, "stop": ["."]}),
+    )
     .await;
     assert_eq!(v["choices"][0]["text"], " Paris", "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     // Logprobs: the chosen token is the most likely one under greedy decoding.
-    let v = complete(json!({"prompt": "The capital of France is", "max_tokens": 3,
-        "temperature": 0, "logprobs": 2}))
+    let v = complete(
+        json!({"prompt": "The capital of France is", "max_tokens": 3,
+        "temperature": 0, "logprobs": 2}),
+    )
     .await;
     let lp = &v["choices"][0]["logprobs"];
     assert_eq!(lp["tokens"].as_array().unwrap().len(), 3, "{v}");
@@ -159,7 +165,9 @@ async fn chat_streams_the_same_text_it_answers_whole() {
         .filter(|f| !f.is_null())
         .collect();
     assert_eq!(finish, vec![&whole["choices"][0]["finish_reason"]]);
-    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]));
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]));
 }
 
 #[tokio::test]
@@ -179,7 +187,8 @@ async fn a_required_tool_is_called_with_arguments_that_fit_its_schema() {
     assert_eq!(call["type"], "function");
     assert_eq!(call["function"]["name"], "get_weather");
     assert!(call["id"].as_str().unwrap().starts_with("call_"));
-    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert!(args["city"].is_string(), "{args}");
     // Streamed, the call arrives as a tool_calls delta with its index.
     let mut s = body;
@@ -207,8 +216,16 @@ async fn a_json_schema_answer_parses_and_validates() {
     assert_eq!(st, 200, "{v}");
     let content = v["choices"][0]["message"]["content"].as_str().unwrap();
     let doc: Value = serde_json::from_str(content).unwrap_or_else(|e| panic!("{e}: {content}"));
-    assert!(doc["city"].as_str().is_some_and(|c| c.chars().count() <= 24), "{doc}");
-    assert!(doc["population"].is_i64() || doc["population"].is_u64(), "{doc}");
+    assert!(
+        doc["city"]
+            .as_str()
+            .is_some_and(|c| c.chars().count() <= 24),
+        "{doc}"
+    );
+    assert!(
+        doc["population"].is_i64() || doc["population"].is_u64(),
+        "{doc}"
+    );
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
 
@@ -218,31 +235,84 @@ async fn bad_bodies_get_openai_shaped_errors() {
     let url = server().url("/v1/chat/completions");
     let user = json!([{"role": "user", "content": "hi"}]);
     for (body, status, param, code) in [
-        (json!({"model": "nope", "messages": user}), 404, Value::Null, "model_not_found"),
-        (json!({"messages": []}), 400, json!("messages"), "parameter_invalid"),
-        (json!({"messages": user, "n": 2}), 400, json!("n"), "parameter_invalid"),
-        (json!({"messages": user, "temperature": 5}), 400, json!("temperature"), "parameter_invalid"),
-        (json!({"messages": user, "top_logprobs": 50}), 400, json!("top_logprobs"), "parameter_invalid"),
-        (json!({"messages": user, "tool_choice": {"type": "function", "function": {"name": "f"}}}),
-            400, json!("tool_choice"), "parameter_invalid"),
-        (json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
-            400, json!("messages"), "modality_unsupported"),
-        (json!({"messages": "hi"}), 400, Value::Null, "body_malformed"),
-        (json!({"messages": [{"role": "user", "content": "x".repeat(30_000)}]}), 400,
-            json!("messages"), "context_length_exceeded"),
+        (
+            json!({"model": "nope", "messages": user}),
+            404,
+            Value::Null,
+            "model_not_found",
+        ),
+        (
+            json!({"messages": []}),
+            400,
+            json!("messages"),
+            "parameter_invalid",
+        ),
+        (
+            json!({"messages": user, "n": 2}),
+            400,
+            json!("n"),
+            "parameter_invalid",
+        ),
+        (
+            json!({"messages": user, "temperature": 5}),
+            400,
+            json!("temperature"),
+            "parameter_invalid",
+        ),
+        (
+            json!({"messages": user, "top_logprobs": 50}),
+            400,
+            json!("top_logprobs"),
+            "parameter_invalid",
+        ),
+        (
+            json!({"messages": user, "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+            400,
+            json!("tool_choice"),
+            "parameter_invalid",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            400,
+            json!("messages"),
+            "modality_unsupported",
+        ),
+        (
+            json!({"messages": "hi"}),
+            400,
+            Value::Null,
+            "body_malformed",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x".repeat(30_000)}]}),
+            400,
+            json!("messages"),
+            "context_length_exceeded",
+        ),
     ] {
         let (st, _, v) = post(&url, &body).await;
         assert_eq!(st, status, "{body}: {v}");
         let e = &v["error"];
         assert!(e["message"].is_string(), "{v}");
-        assert_eq!(e["type"], if status == 404 { "invalid_request_error" } else { "invalid_request_error" });
+        assert_eq!(
+            e["type"],
+            if status == 404 {
+                "invalid_request_error"
+            } else {
+                "invalid_request_error"
+            }
+        );
         assert_eq!(e["param"], param, "{v}");
         assert_eq!(e["code"], code, "{v}");
     }
     let (st, _, v) = post_raw(&url, b"{\"messages\":".to_vec(), &[]).await;
     assert_eq!(st, 400);
     assert_eq!(v["error"]["code"], "body_malformed");
-    let (st, _, v) = post(&server().url("/v1/completions"), &json!({"prompt": "x", "echo": true})).await;
+    let (st, _, v) = post(
+        &server().url("/v1/completions"),
+        &json!({"prompt": "x", "echo": true}),
+    )
+    .await;
     assert_eq!((st, v["error"]["param"].clone()), (400, json!("echo")));
 }
 
@@ -292,15 +362,45 @@ async fn sie_generate_round_trips_msgpack_and_streams_text_deltas() {
     assert_eq!(done["usage"]["completion_tokens"], 5);
     // Slashes are refused; `__` stands for them. Errors are msgpack too unless JSON is asked.
     let sie_json = |path: String, body: Value| async move {
-        post_raw(&path, body.to_string().into_bytes(), &[("accept", "application/json")]).await
+        post_raw(
+            &path,
+            body.to_string().into_bytes(),
+            &[("accept", "application/json")],
+        )
+        .await
     };
-    let (st, _, v) = sie_json(server().url("/v1/generate/org/model"), json!({"prompt": "x", "max_new_tokens": 1})).await;
-    assert_eq!((st, v["detail"]["code"].as_str()), (400, Some("INVALID_INPUT")), "{v}");
-    let (st, _, v) = sie_json(server().url("/v1/generate/org__model"), json!({"prompt": "x", "max_new_tokens": 1})).await;
-    assert_eq!((st, v["detail"]["code"].as_str()), (404, Some("MODEL_NOT_FOUND")), "{v}");
+    let (st, _, v) = sie_json(
+        server().url("/v1/generate/org/model"),
+        json!({"prompt": "x", "max_new_tokens": 1}),
+    )
+    .await;
+    assert_eq!(
+        (st, v["detail"]["code"].as_str()),
+        (400, Some("INVALID_INPUT")),
+        "{v}"
+    );
+    let (st, _, v) = sie_json(
+        server().url("/v1/generate/org__model"),
+        json!({"prompt": "x", "max_new_tokens": 1}),
+    )
+    .await;
+    assert_eq!(
+        (st, v["detail"]["code"].as_str()),
+        (404, Some("MODEL_NOT_FOUND")),
+        "{v}"
+    );
     let (st, _, v) = sie_json(url.clone(), json!({"prompt": "x"})).await;
-    assert_eq!((st, v["detail"]["code"].as_str()), (400, Some("INVALID_INPUT")), "{v}");
-    let r = client().post(&url).json(&json!({"prompt": "x"})).send().await.unwrap();
+    assert_eq!(
+        (st, v["detail"]["code"].as_str()),
+        (400, Some("INVALID_INPUT")),
+        "{v}"
+    );
+    let r = client()
+        .post(&url)
+        .json(&json!({"prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.headers()["content-type"], "application/msgpack");
     let v: Value = rmp_serde::from_slice(&r.bytes().await.unwrap()).unwrap();
     assert_eq!(v["detail"]["code"], "INVALID_INPUT");
@@ -381,7 +481,10 @@ async fn models_list_generation_and_metrics_show_it() {
     let entry = &v["data"][0];
     assert_eq!(entry["object"], "model");
     assert_eq!(entry["id"], test_model());
-    assert!(entry["surfaces"].as_array().unwrap().contains(&json!("generate")));
+    assert!(entry["surfaces"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("generate")));
     let text = client()
         .get(server().url("/metrics"))
         .send()
@@ -405,15 +508,46 @@ async fn fuzzed_generation_bodies_never_get_a_server_error() {
     let _serial = SERIAL.lock().await;
     let mut next = xorshift(0x5eed_1234);
     let values = [
-        json!(null), json!(-1), json!(0), json!(1), json!(2.5), json!(1e300), json!("x"),
-        json!([]), json!({}), json!([1, 2]), json!(["a"]), json!(true), json!("\u{0}"),
+        json!(null),
+        json!(-1),
+        json!(0),
+        json!(1),
+        json!(2.5),
+        json!(1e300),
+        json!("x"),
+        json!([]),
+        json!({}),
+        json!([1, 2]),
+        json!(["a"]),
+        json!(true),
+        json!("\u{0}"),
     ];
     let fields = [
-        "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature",
-        "top_p", "seed", "stop", "n", "stream", "logprobs", "top_logprobs", "response_format",
-        "tools", "tool_choice", "stream_options", "max_new_tokens", "chat_template_kwargs",
+        "model",
+        "messages",
+        "prompt",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "stop",
+        "n",
+        "stream",
+        "logprobs",
+        "top_logprobs",
+        "response_format",
+        "tools",
+        "tool_choice",
+        "stream_options",
+        "max_new_tokens",
+        "chat_template_kwargs",
     ];
-    for path in ["/v1/chat/completions", "/v1/completions", &format!("/v1/generate/{}", test_model())] {
+    for path in [
+        "/v1/chat/completions",
+        "/v1/completions",
+        &format!("/v1/generate/{}", test_model()),
+    ] {
         for _ in 0..25 {
             let mut body = json!({"messages": [{"role": "user", "content": "hi"}],
                 "prompt": "hi", "max_tokens": 2, "max_completion_tokens": 2, "max_new_tokens": 2});
@@ -423,7 +557,9 @@ async fn fuzzed_generation_bodies_never_get_a_server_error() {
             }
             // Keep every run short.
             for k in ["max_tokens", "max_new_tokens", "max_completion_tokens"] {
-                if body[k].as_u64().is_some_and(|n| n > 4) || body[k].as_f64().is_some_and(|n| n > 4.0) {
+                if body[k].as_u64().is_some_and(|n| n > 4)
+                    || body[k].as_f64().is_some_and(|n| n > 4.0)
+                {
                     body[k] = json!(2);
                 }
             }
