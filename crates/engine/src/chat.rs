@@ -140,7 +140,7 @@ impl ChatTemplate {
             .get_template("chat")
             .map_err(|e| EngineError::Template(e.to_string()))?;
         template
-            .render(Jinja::from_serialize(&Value::Object(ctx)))
+            .render(Jinja::from_serialize(Value::Object(ctx)))
             .map_err(|e| EngineError::Template(e.to_string()))
     }
 }

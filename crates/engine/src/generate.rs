@@ -590,20 +590,6 @@ pub async fn collect(
     Err(JobError::Unavailable)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::held_back;
-
-    #[test]
-    fn held_back_keeps_a_possible_stop_start() {
-        let stops = vec!["</end>".to_string(), "STOP".to_string()];
-        assert_eq!(held_back("hello </e", &stops), 3);
-        assert_eq!(held_back("hello ST", &stops), 2);
-        assert_eq!(held_back("hello", &stops), 0);
-        assert_eq!(held_back("x<", &stops), 1);
-    }
-}
-
 impl From<JobError> for crate::error::EngineError {
     fn from(e: JobError) -> Self {
         use crate::error::EngineError as E;
@@ -620,5 +606,19 @@ impl From<JobError> for crate::error::EngineError {
                 .with_reason(protocol::error::reason::DEADLINE),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_back;
+
+    #[test]
+    fn held_back_keeps_a_possible_stop_start() {
+        let stops = vec!["</end>".to_string(), "STOP".to_string()];
+        assert_eq!(held_back("hello </e", &stops), 3);
+        assert_eq!(held_back("hello ST", &stops), 2);
+        assert_eq!(held_back("hello", &stops), 0);
+        assert_eq!(held_back("x<", &stops), 1);
     }
 }

@@ -158,19 +158,50 @@ fn tool_calls_of(text: &str, mode: &ToolMode) -> (Option<Vec<ToolCallOut>>, Opti
     (Some(calls), (!rest.is_empty()).then_some(rest))
 }
 
+/// The error answers the OpenAI-compatible endpoints document, in OpenAI's body shape.
+pub(crate) struct OpenAiErrors;
+
+impl utoipa::IntoResponses for OpenAiErrors {
+    fn responses() -> std::collections::BTreeMap<
+        String,
+        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+    > {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        [
+            (
+                "400",
+                "Malformed or out-of-range request (param names the member)",
+            ),
+            ("404", "Unknown model (code model_not_found)"),
+            ("408", "The body did not arrive in time"),
+            ("413", "Body too large"),
+            ("415", "Unsupported content encoding"),
+            ("429", "Queue full; retry after Retry-After"),
+            ("500", "The generation failed"),
+            ("503", "Model not ready"),
+        ]
+        .into_iter()
+        .map(|(status, description)| {
+            let body = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("OpenAiErrorDoc")))
+                .build();
+            let r = ResponseBuilder::new()
+                .description(description)
+                .content("application/json", body)
+                .build();
+            (status.to_string(), r.into())
+        })
+        .collect()
+    }
+}
+
 /// `POST /v1/chat/completions`.
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "generation",
     request_body(content = ChatCompletionRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The answer, or with stream: true a text/event-stream of chat.completion.chunk objects ending in data: [DONE]",
             content((ChatCompletion = "application/json"), (String = "text/event-stream"))),
-        (status = 400, description = "Malformed or out-of-range request", body = protocol::openai::OpenAiErrorDoc),
-        (status = 404, description = "Unknown model", body = protocol::openai::OpenAiErrorDoc),
-        (status = 408, description = "The body did not arrive in time", body = protocol::openai::OpenAiErrorDoc),
-        (status = 413, description = "Body too large", body = protocol::openai::OpenAiErrorDoc),
-        (status = 415, description = "Unsupported content encoding", body = protocol::openai::OpenAiErrorDoc),
-        (status = 429, description = "Queue full", body = protocol::openai::OpenAiErrorDoc),
-        (status = 503, description = "Model not ready", body = protocol::openai::OpenAiErrorDoc),
+        OpenAiErrors,
     ))]
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
@@ -423,13 +454,7 @@ fn merge(rxs: Vec<Events>) -> UnboundedReceiver<(usize, GenEvent)> {
     responses(
         (status = 200, description = "The answer, or with stream: true a text/event-stream of text_completion objects ending in data: [DONE]",
             content((Completion = "application/json"), (String = "text/event-stream"))),
-        (status = 400, description = "Malformed or out-of-range request", body = protocol::openai::OpenAiErrorDoc),
-        (status = 404, description = "Unknown model", body = protocol::openai::OpenAiErrorDoc),
-        (status = 408, description = "The body did not arrive in time", body = protocol::openai::OpenAiErrorDoc),
-        (status = 413, description = "Body too large", body = protocol::openai::OpenAiErrorDoc),
-        (status = 415, description = "Unsupported content encoding", body = protocol::openai::OpenAiErrorDoc),
-        (status = 429, description = "Queue full", body = protocol::openai::OpenAiErrorDoc),
-        (status = 503, description = "Model not ready", body = protocol::openai::OpenAiErrorDoc),
+        OpenAiErrors,
     ))]
 pub async fn completions(
     State(state): State<Arc<AppState>>,

@@ -36,7 +36,12 @@ use crate::handlers;
         crate::sie::readyz,
         crate::sie::livez,
     ),
-    components(schemas(protocol::schema::SieErrorDoc, protocol::schema::SieErrorDetailDoc))
+    components(schemas(
+        protocol::schema::SieErrorDoc,
+        protocol::schema::SieErrorDetailDoc,
+        protocol::openai::OpenAiErrorDoc,
+        protocol::openai::OpenAiErrorDetailDoc
+    ))
 )]
 pub struct ApiDoc;
 

@@ -857,9 +857,14 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
         backend_llama::LlamaBackend::load(&resolved.weights, backend_llama::LlamaConfig::default())
             .map_err(|e| e.to_string())?;
     let mut plain = raw.plain(4096).map_err(|e| e.to_string())?;
+    // Room for four running streams and a fifth that joins them.
     let o = crate::ServeOptions {
         models: vec![model_spec.to_string()],
         port: 0,
+        generate: Some(engine::GenerateConfig {
+            sequences: 5,
+            ..engine::GenerateConfig::default()
+        }),
         ..crate::ServeOptions::default()
     };
     let (registry, base) = serve_in_process(o).await?;
