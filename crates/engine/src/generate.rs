@@ -514,30 +514,30 @@ fn on_token(backend: &dyn Backend, a: &mut Active, s: Sampled, slot_tokens: usiz
         });
     }
     a.bytes.extend_from_slice(&piece);
-    let valid = match std::str::from_utf8(&a.bytes) {
-        Ok(t) => t.len(),
-        Err(e) => e.valid_up_to(),
-    };
-    let text = String::from_utf8_lossy(&a.bytes[..valid]).into_owned();
+    // Only the unsent tail is read, with as many sent bytes before it as a stop sequence may
+    // reach back over (they were held back); what was sent is whole characters.
     let stops = &a.q.job.stop;
-    if !stops.is_empty() {
-        // A stop sequence may start in text already sent only if it was held back.
-        let mut from = a
-            .sent
-            .saturating_sub(stops.iter().map(String::len).max().unwrap_or(0));
-        while !text.is_char_boundary(from) {
-            from -= 1;
-        }
-        let hit = stops
-            .iter()
-            .filter_map(|st| text[from..].find(st.as_str()).map(|p| from + p))
-            .min();
-        if let Some(at) = hit {
-            a.pending.clear();
-            flush(a, at, false);
-            let _ = a.q.tx.send(finish(a, FinishReason::Stop));
-            return true;
-        }
+    let reach = stops.iter().map(String::len).max().unwrap_or(0);
+    let mut from = a.sent.saturating_sub(reach);
+    while from > 0 && a.bytes.get(from).is_some_and(|b| b & 0xC0 == 0x80) {
+        from -= 1;
+    }
+    let window = &a.bytes[from..];
+    let text = match std::str::from_utf8(window) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&window[..e.valid_up_to()]).unwrap_or_default(),
+    };
+    let valid = from + text.len();
+    let hit = stops
+        .iter()
+        .filter_map(|st| text.find(st.as_str()).map(|p| from + p))
+        .min();
+    let held = held_back(text, stops);
+    if let Some(at) = hit {
+        a.pending.clear();
+        flush(a, at, false);
+        let _ = a.q.tx.send(finish(a, FinishReason::Stop));
+        return true;
     }
     let length = a.generated >= a.q.job.max_tokens || a.pos() >= slot_tokens;
     if length {
@@ -545,7 +545,7 @@ fn on_token(backend: &dyn Backend, a: &mut Active, s: Sampled, slot_tokens: usiz
         let _ = a.q.tx.send(finish(a, FinishReason::Length));
         return true;
     }
-    let safe = valid - held_back(&text, stops);
+    let safe = valid - held;
     if safe > a.sent || !a.pending.is_empty() && safe >= a.sent {
         flush(a, safe.max(a.sent), false);
     }
