@@ -86,7 +86,9 @@ pub struct AppState {
     pub(crate) admission: transport::Admission,
 }
 
-fn prometheus() -> PrometheusHandle {
+/// The process's Prometheus handle (installed on first use); other HTTP faces of the same
+/// process render their `/metrics` with it.
+pub fn prometheus() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
@@ -158,6 +160,19 @@ async fn request_id(req: Request<axum::body::Body>, next: Next) -> Response {
     let mut resp = next.run(req).await;
     resp.headers_mut().insert(REQUEST_ID.clone(), id);
     resp
+}
+
+/// Serve any app (the worker's routes with others in front) on `listener` until Ctrl-C,
+/// within the transport's limits.
+pub async fn serve_app(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    transport: &Transport,
+) -> std::io::Result<()> {
+    transport::serve(listener, app, transport, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
 }
 
 /// Serve on `listener` until the process gets Ctrl-C, within the transport's limits.

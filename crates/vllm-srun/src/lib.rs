@@ -51,6 +51,9 @@ pub struct ServeOptions {
     pub generate: Option<engine::GenerateConfig>,
     /// Models (as given) that serve decisions only.
     pub no_generate: Vec<String>,
+    /// The router in front of the worker on the same port (System Two, System One
+    /// published); `None`: the worker alone.
+    pub router: Option<router::RouterConfig>,
 }
 
 impl Default for ServeOptions {
@@ -75,8 +78,24 @@ impl Default for ServeOptions {
             transport: server::Transport::default(),
             generate: Some(engine::GenerateConfig::default()),
             no_generate: Vec::new(),
+            router: None,
         }
     }
+}
+
+/// The models `serve` runs with no arguments: the whole service (worker and router on the
+/// built-in config) needs the large and small chat models and the Sparrow signal model.
+pub fn default_service_models() -> Vec<String> {
+    ["qwen2.5-1.5b", "qwen2.5-0.5b", "minilm-l6", "sparrow-nano"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// The built-in router configuration.
+pub fn default_router() -> Result<router::RouterConfig, String> {
+    router::RouterConfig::from_yaml(router::DEFAULT_CONFIG, "built-in router config")
+        .map_err(|e| e.to_string())
 }
 
 /// What a package directory may say about itself (`card.json`). A card is descriptive and
@@ -260,13 +279,14 @@ pub struct Bound {
     pub addr: SocketAddr,
     pub registry: Arc<Registry>,
     listener: tokio::net::TcpListener,
-    config: server::ServerConfig,
+    app: axum::Router,
+    transport: server::Transport,
 }
 
 impl Bound {
     /// Serve until the process gets Ctrl-C.
     pub async fn run(self) -> std::io::Result<()> {
-        server::serve(self.listener, self.registry, self.config).await
+        server::serve_app(self.listener, self.app, &self.transport).await
     }
 }
 
@@ -298,6 +318,18 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let transport = config.transport.clone();
+    let worker = server::router(registry.clone(), config);
+    let app = match &o.router {
+        None => worker,
+        Some(rc) => {
+            // The router answers what it routes; every other path reaches the worker.
+            let rt = router::Runtime::new(rc.clone(), Some(worker.clone()), None)?;
+            let checks = rt.clone();
+            tokio::spawn(async move { checks.start_health_checks().await });
+            router::app(rt, false).fallback_service(worker)
+        }
+    };
     let o = Arc::new(o);
     for (spec, slot) in slots {
         let o = o.clone();
@@ -319,6 +351,41 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
         addr: bound,
         registry,
         listener,
-        config,
+        app,
+        transport,
+    })
+}
+
+/// A router bound on its own port (`vllm-srun router`): every worker and backend over HTTP.
+pub struct BoundRouter {
+    pub addr: SocketAddr,
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+}
+
+impl BoundRouter {
+    /// Serve until the process gets Ctrl-C.
+    pub async fn run(self) -> std::io::Result<()> {
+        server::serve_app(self.listener, self.app, &server::Transport::default()).await
+    }
+}
+
+/// Bind a router alone on `host:port` (port 0: a free one) and start its health checks.
+pub async fn bind_router(
+    config: router::RouterConfig,
+    host: &str,
+    port: u16,
+) -> Result<BoundRouter, String> {
+    let runtime = router::Runtime::new(config, None, Some(server::prometheus()))?;
+    let addr = format!("{host}:{port}");
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let checks = runtime.clone();
+    tokio::spawn(async move { checks.start_health_checks().await });
+    Ok(BoundRouter {
+        addr: listener.local_addr().map_err(|e| e.to_string())?,
+        listener,
+        app: router::app(runtime, true),
     })
 }

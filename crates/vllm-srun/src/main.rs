@@ -16,8 +16,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve models over HTTP.
+    /// Serve models over HTTP. With no --model (or with --config), the whole service: the
+    /// worker and, on the same port, the router (System Two `vllm-sr/auto`, System One
+    /// published) on its built-in config.
     Serve(ServeArgs),
+    /// Run a router alone, in front of workers and chat backends reached over HTTP.
+    Router(RouterArgs),
     /// Fetch and list models.
     Models {
         #[command(subcommand)]
@@ -63,7 +67,26 @@ enum ModelsCommand {
 }
 
 #[derive(Parser)]
+struct RouterArgs {
+    /// The router config (YAML).
+    #[arg(long)]
+    config: std::path::PathBuf,
+    /// Default: the config's first listener, else 127.0.0.1.
+    #[arg(long)]
+    host: Option<String>,
+    /// Default: the config's first listener, else 8080.
+    #[arg(long)]
+    port: Option<u16>,
+}
+
+#[derive(Parser)]
 struct ServeArgs {
+    /// A router config (YAML) to serve in front of the worker instead of the built-in one.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// The worker alone, without the router (the default when --model is given).
+    #[arg(long)]
+    no_router: bool,
     /// A catalogue id, a GGUF file, a GGUF package directory or an encoder directory; repeat
     /// to serve several. The first is the default model and also answers to `jev-latest`.
     /// Default: qwen2.5-1.5b and minilm-l6.
@@ -150,6 +173,7 @@ fn main() {
     let code = match cli.command {
         Command::Models { command } => models(command),
         Command::Serve(args) => serve(args),
+        Command::Router(args) => router_alone(args),
         Command::Bench {
             url,
             model,
@@ -287,6 +311,49 @@ fn bench_long(model: &str, runs: usize) -> i32 {
     }
 }
 
+fn load_router_config(path: &std::path::Path) -> Result<router::RouterConfig, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    router::RouterConfig::from_yaml(&text, &path.display().to_string()).map_err(|e| e.to_string())
+}
+
+/// `vllm-srun router`: the router alone, every worker and backend over HTTP.
+fn router_alone(args: RouterArgs) -> i32 {
+    let config = match load_router_config(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
+    let listener = config.listeners.first().cloned();
+    let host = args
+        .host
+        .or_else(|| listener.as_ref().map(|l| l.address.clone()))
+        .unwrap_or_else(|| "127.0.0.1".into());
+    let port = args.port.or(listener.map(|l| l.port)).unwrap_or(8080);
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    rt.block_on(async move {
+        let bound = match vllm_srun::bind_router(config, &host, port).await {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("{e}");
+                return 1;
+            }
+        };
+        println!("listening on http://{}", bound.addr);
+        match bound.run().await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("server error: {e}");
+                1
+            }
+        }
+    })
+}
+
 fn serve(args: ServeArgs) -> i32 {
     let Some(schema) = Schema::parse(&args.systemone_schema) else {
         eprintln!("--systemone-schema must be vllm-sr/5.0 or vllm-sr/4.0");
@@ -302,12 +369,38 @@ fn serve(args: ServeArgs) -> i32 {
             }
         }
     }
+    // The whole service when no model is named (or a router config is given).
+    let whole = args.models.is_empty() && args.models_file.is_none();
+    let router = if args.no_router {
+        None
+    } else if let Some(path) = &args.config {
+        match load_router_config(path) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("{e}");
+                return 2;
+            }
+        }
+    } else if whole {
+        match vllm_srun::default_router() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("{e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
     let mut options = ServeOptions {
-        models: if args.models.is_empty() {
-            ServeOptions::default().models
-        } else {
+        models: if !args.models.is_empty() {
             args.models
+        } else if router.is_some() {
+            vllm_srun::default_service_models()
+        } else {
+            ServeOptions::default().models
         },
+        router,
         aliases,
         host: args.host,
         port: args.port,

@@ -1,0 +1,167 @@
+//! The router's own refusals, and the one place they become status codes and bodies.
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Response, StatusCode};
+use serde_json::{json, Map, Value};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RouterError {
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        param: Option<String>,
+        reason: Option<&'static str>,
+    },
+    #[error("model {0:?} is not served here")]
+    ModelNotFound(String),
+    #[error("the body is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("every worker of the model is busy; retry shortly")]
+    Overloaded,
+    #[error("no worker of the model is ready")]
+    NotReady,
+    #[error("the model did not answer within {0} ms; a longer wait can be asked with options.deadline_ms")]
+    DeadlineExceeded(u64),
+    #[error("{message}")]
+    Blocked { decision: String, message: String },
+    #[error("no backend of the chosen models answered")]
+    BackendUnavailable,
+}
+
+/// The body shape of the API that answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// `{"error": {message, type, param, code}}`.
+    OpenAi,
+    /// vllm-sr/5.0's detail with the flat fields (POST /v1/systemone).
+    V5,
+    /// `{"error": {code, message}}` (POST /v1/decisions and the worker endpoints).
+    Internal,
+}
+
+impl RouterError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            RouterError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            RouterError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            RouterError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            RouterError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
+            RouterError::NotReady | RouterError::BackendUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            RouterError::DeadlineExceeded(_) => StatusCode::GATEWAY_TIMEOUT,
+            RouterError::Blocked { .. } => StatusCode::FORBIDDEN,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            RouterError::BadRequest { .. } => "invalid_request",
+            RouterError::ModelNotFound(_) => "model_not_found",
+            RouterError::TooLarge(_) => "request_too_large",
+            RouterError::Overloaded => "overloaded",
+            RouterError::NotReady => "not_ready",
+            RouterError::DeadlineExceeded(_) => "systemone_deadline_exceeded",
+            RouterError::Blocked { .. } => "request_blocked",
+            RouterError::BackendUnavailable => "model_unavailable",
+        }
+    }
+
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            RouterError::Overloaded => Some(1),
+            RouterError::NotReady | RouterError::BackendUnavailable => Some(5),
+            _ => None,
+        }
+    }
+
+    pub fn body(&self, flavor: Flavor) -> Value {
+        let message = self.to_string();
+        let reason = match self {
+            RouterError::BadRequest { reason, .. } => *reason,
+            _ => None,
+        };
+        let limit = match self {
+            RouterError::TooLarge(n) => Some(*n as u64),
+            _ => None,
+        };
+        match flavor {
+            Flavor::OpenAi => {
+                let kind = match self.status().as_u16() {
+                    429 => "rate_limit_error",
+                    s if s >= 500 => "server_error",
+                    _ => "invalid_request_error",
+                };
+                let param = match self {
+                    RouterError::BadRequest { param, .. } => param.clone(),
+                    RouterError::ModelNotFound(_) => Some("model".into()),
+                    _ => None,
+                };
+                json!({"error": {"message": message, "type": kind, "param": param, "code": reason.unwrap_or(self.code())}})
+            }
+            Flavor::V5 | Flavor::Internal => {
+                let mut flat = Map::new();
+                flat.insert("code".into(), json!(self.code()));
+                if let Some(r) = reason {
+                    flat.insert("reason".into(), json!(r));
+                }
+                if let Some(l) = limit {
+                    flat.insert("limit".into(), json!(l));
+                }
+                if flavor == Flavor::Internal {
+                    flat.insert("message".into(), json!(message));
+                    return json!({ "error": flat });
+                }
+                flat.insert(
+                    "detail".into(),
+                    json!({"error_type": self.code(), "message": message}),
+                );
+                flat.insert("message".into(), json!(message));
+                Value::Object(flat)
+            }
+        }
+    }
+
+    pub fn response(&self, flavor: Flavor) -> Response<Body> {
+        let body = serde_json::to_vec(&self.body(flavor)).unwrap_or_default();
+        let mut r = Response::new(Body::from(body));
+        *r.status_mut() = self.status();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(s) = self.retry_after() {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_codes_and_retry_after() {
+        let r = RouterError::Overloaded.response(Flavor::V5);
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()["retry-after"], "1");
+        let r = RouterError::NotReady.response(Flavor::Internal);
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()["retry-after"], "5");
+        let b = RouterError::DeadlineExceeded(30_000).body(Flavor::V5);
+        assert_eq!(b["code"], "systemone_deadline_exceeded");
+        assert!(b["message"]
+            .as_str()
+            .unwrap()
+            .contains("options.deadline_ms"));
+        let b = RouterError::ModelNotFound("x".into()).body(Flavor::OpenAi);
+        assert_eq!(b["error"]["code"], "model_not_found");
+        assert_eq!(b["error"]["param"], "model");
+        assert_eq!(
+            RouterError::TooLarge(10).body(Flavor::Internal)["error"]["limit"],
+            10
+        );
+    }
+}

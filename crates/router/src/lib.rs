@@ -1,0 +1,266 @@
+//! System Two and the published System One: OpenAI chat completions with `model:
+//! vllm-sr/auto` routed to a backend by decision signals, and System One requests forwarded
+//! to decision deployments by public model name.
+//!
+//! The router talks to workers and backends through [`upstream::Upstream`]: over HTTP, or to
+//! the worker of this same process without a socket. It never imports the worker's code.
+
+mod chat;
+pub mod config;
+pub mod error;
+pub mod pool;
+pub mod rules;
+pub mod signals;
+mod systemone;
+pub mod upstream;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+
+use config::{Backend, Deployment, ReasoningFamily, AUTO_MODEL, IN_PROCESS};
+pub use config::{ConfigError, RouterConfig};
+use pool::Pool;
+use upstream::{HttpUpstream, LocalUpstream, Upstream};
+
+/// The built-in configuration of `vllm-srun serve`: System One and System Two from the
+/// models of the same process.
+pub const DEFAULT_CONFIG: &str = include_str!("default.yaml");
+
+/// A chat backend as the router uses it.
+struct ChatBackend {
+    upstream: Arc<dyn Upstream>,
+    family: Option<ReasoningFamily>,
+}
+
+/// Everything a request needs: the validated config, the deployments' pools, the backends.
+pub struct Runtime {
+    pub config: RouterConfig,
+    deployments: Vec<(Deployment, Arc<Pool>)>,
+    /// Backend by model name.
+    backends: HashMap<String, ChatBackend>,
+    /// Measured time to first byte per model, seconds (exponentially averaged).
+    ttft: Mutex<HashMap<String, f64>>,
+    max_request_bytes: usize,
+    deadline_ms: u64,
+    max_deadline_ms: u64,
+    metrics: Option<PrometheusHandle>,
+}
+
+impl Runtime {
+    /// Build the pools and backends. `local` is this process's worker, needed when a
+    /// worker or backend is `in-process`; `metrics` renders `/metrics` of a standalone router.
+    pub fn new(
+        config: RouterConfig,
+        local: Option<axum::Router>,
+        metrics: Option<PrometheusHandle>,
+    ) -> Result<Arc<Runtime>, String> {
+        let client = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let local: Option<Arc<dyn Upstream>> =
+            local.map(|app| Arc::new(LocalUpstream::new(app)) as Arc<dyn Upstream>);
+        let upstream = |url: &str, key: Option<String>| -> Result<Arc<dyn Upstream>, String> {
+            if url == IN_PROCESS {
+                local
+                    .clone()
+                    .ok_or_else(|| format!("{IN_PROCESS} is served only by `vllm-srun serve`"))
+            } else {
+                Ok(Arc::new(HttpUpstream::new(url, client.clone(), key)))
+            }
+        };
+        let mut deployments = Vec::new();
+        for d in &config.deployments {
+            let workers = d
+                .workers
+                .iter()
+                .map(|w| upstream(w, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            deployments.push((d.clone(), Arc::new(Pool::new(workers, d.max_outstanding))));
+        }
+        let mut backends = HashMap::new();
+        for b in &config.backends {
+            let Backend {
+                url,
+                api_key,
+                models,
+                reasoning_family,
+                ..
+            } = b;
+            let up = upstream(url, api_key.clone())?;
+            for m in models {
+                backends.insert(
+                    m.clone(),
+                    ChatBackend {
+                        upstream: up.clone(),
+                        family: reasoning_family
+                            .as_ref()
+                            .and_then(|f| config.reasoning_families.get(f).cloned()),
+                    },
+                );
+            }
+        }
+        let listener = config.listeners.first();
+        let api = listener
+            .map(|l| l.apis.systemone.clone())
+            .unwrap_or_default();
+        Ok(Arc::new(Runtime {
+            max_request_bytes: listener.map_or(48 * 1024 * 1024, |l| l.max_request_bytes),
+            deadline_ms: api.deadline_ms,
+            max_deadline_ms: api.max_deadline_ms,
+            config,
+            deployments,
+            backends,
+            ttft: Mutex::new(HashMap::new()),
+            metrics,
+        }))
+    }
+
+    /// Check the workers' health now, then every two seconds. Call within a Tokio runtime.
+    pub async fn start_health_checks(&self) {
+        for (_, p) in &self.deployments {
+            p.check().await;
+            p.watch(Duration::from_secs(2));
+        }
+    }
+
+    /// The deployment that publishes a model name: one that lists it, else one with `*`.
+    fn deployment(&self, model: &str) -> Option<&(Deployment, Arc<Pool>)> {
+        self.deployments
+            .iter()
+            .find(|(d, _)| d.models.iter().any(|m| m == model))
+            .or_else(|| {
+                self.deployments
+                    .iter()
+                    .find(|(d, _)| d.models.iter().any(|m| m == "*"))
+            })
+    }
+
+    fn record_ttft(&self, model: &str, seconds: f64) {
+        if let Ok(mut t) = self.ttft.lock() {
+            let e = t.entry(model.to_string()).or_insert(seconds);
+            *e = 0.8 * *e + 0.2 * seconds;
+        }
+    }
+
+    fn ttft(&self, model: &str) -> Option<f64> {
+        self.ttft.lock().ok().and_then(|t| t.get(model).copied())
+    }
+}
+
+/// The router's routes. With `standalone`, also `/health` and `/metrics` (in `serve`, the
+/// worker answers those, and every path the router does not route).
+pub fn app(rt: Arc<Runtime>, standalone: bool) -> Router {
+    let mut r = Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(models))
+        .route("/pt/api/info", get(info))
+        .route("/v1/systemone", post(systemone::systemone))
+        .route("/v1/decisions", post(systemone::decisions))
+        .route("/v1/systemone/batch", post(systemone::batch))
+        .route("/v1/systemone/models", get(systemone::models));
+    if standalone {
+        r = r
+            .route("/health", get(health))
+            .route("/metrics", get(metrics_text));
+    }
+    r.layer(DefaultBodyLimit::disable()).with_state(rt)
+}
+
+fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
+    let mut r = (status, serde_json::to_vec(v).unwrap_or_default()).into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// The OpenAI model list: `vllm-sr/auto`, the backends' models and the published
+/// decision models.
+async fn models(State(rt): State<Arc<Runtime>>) -> Response {
+    let mut data =
+        vec![json!({"id": AUTO_MODEL, "object": "model", "created": 0, "owned_by": "vllm-sr"})];
+    let mut seen = std::collections::HashSet::new();
+    for b in &rt.config.backends {
+        for m in &b.models {
+            if seen.insert(m.clone()) {
+                data.push(json!({"id": m, "object": "model", "created": 0, "owned_by": b.name}));
+            }
+        }
+    }
+    for (d, _) in &rt.deployments {
+        for m in d.models.iter().filter(|m| *m != "*") {
+            if seen.insert(m.clone()) {
+                data.push(json!({"id": m, "object": "model", "created": 0, "owned_by": d.name}));
+            }
+        }
+    }
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+/// System Two's limits and what `vllm-sr/auto` routes to.
+async fn info(State(rt): State<Arc<Runtime>>) -> Response {
+    let mut routes_to: Vec<&str> = Vec::new();
+    for d in &rt.config.decisions {
+        for m in &d.model_refs {
+            if !routes_to.contains(&m.model.as_str()) {
+                routes_to.push(&m.model);
+            }
+        }
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "models": [{"id": AUTO_MODEL, "routes_to": routes_to}],
+            "limits": {
+                "max_request_bytes": rt.max_request_bytes,
+                "signal_timeout_ms": rt.config.global.model_catalog.signal_timeout_ms,
+                "systemone": {"deadline_ms": rt.deadline_ms, "max_deadline_ms": rt.max_deadline_ms},
+            },
+        }),
+    )
+}
+
+/// Ready when every deployment has a ready worker.
+async fn health(State(rt): State<Arc<Runtime>>) -> Response {
+    let deployments: serde_json::Map<String, serde_json::Value> = rt
+        .deployments
+        .iter()
+        .map(|(d, p)| {
+            (
+                d.name.clone(),
+                json!(if p.ready() { "ready" } else { "not_ready" }),
+            )
+        })
+        .collect();
+    let ready = rt.deployments.iter().all(|(_, p)| p.ready());
+    json_response(
+        if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        },
+        &json!({"status": if ready { "ready" } else { "degraded" }, "deployments": deployments}),
+    )
+}
+
+async fn metrics_text(State(rt): State<Arc<Runtime>>) -> Response {
+    let text = rt.metrics.as_ref().map(|m| m.render()).unwrap_or_default();
+    let mut r = text.into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}

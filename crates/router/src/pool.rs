@@ -1,0 +1,202 @@
+//! A deployment's workers: the next request goes to the ready worker with the fewest
+//! outstanding requests; a worker whose `/health` is not ready gets none.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+
+use crate::upstream::Upstream;
+
+pub struct Worker {
+    pub upstream: Arc<dyn Upstream>,
+    outstanding: AtomicUsize,
+    ready: AtomicBool,
+}
+
+/// Why no worker was picked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PickError {
+    /// Every ready worker holds its most outstanding requests.
+    Busy,
+    /// No worker is ready.
+    NotReady,
+}
+
+pub struct Pool {
+    workers: Vec<Arc<Worker>>,
+    max_outstanding: usize,
+    next: AtomicUsize,
+}
+
+/// A request held by a worker; dropping it frees the place.
+pub struct Lease {
+    pub worker: Arc<Worker>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.worker.outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Pool {
+    pub fn new(upstreams: Vec<Arc<dyn Upstream>>, max_outstanding: usize) -> Pool {
+        Pool {
+            workers: upstreams
+                .into_iter()
+                .map(|upstream| {
+                    Arc::new(Worker {
+                        upstream,
+                        outstanding: AtomicUsize::new(0),
+                        ready: AtomicBool::new(false),
+                    })
+                })
+                .collect(),
+            max_outstanding: max_outstanding.max(1),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The ready worker with the fewest outstanding requests (ties taken in turn).
+    pub fn pick(&self) -> Result<Lease, PickError> {
+        let n = self.workers.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut any_ready = false;
+        loop {
+            let mut best: Option<(&Arc<Worker>, usize)> = None;
+            for i in 0..n {
+                let w = &self.workers[(start + i) % n];
+                if !w.ready.load(Ordering::Acquire) {
+                    continue;
+                }
+                any_ready = true;
+                let o = w.outstanding.load(Ordering::Acquire);
+                if o < self.max_outstanding && best.is_none_or(|(_, b)| o < b) {
+                    best = Some((w, o));
+                }
+            }
+            let Some((w, o)) = best else {
+                return Err(if any_ready {
+                    PickError::Busy
+                } else {
+                    PickError::NotReady
+                });
+            };
+            // Take the place unless another request took it meanwhile; then look again.
+            if w.outstanding
+                .compare_exchange(o, o + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(Lease { worker: w.clone() });
+            }
+        }
+    }
+
+    /// Whether some worker is ready.
+    pub fn ready(&self) -> bool {
+        self.workers.iter().any(|w| w.ready.load(Ordering::Acquire))
+    }
+
+    /// Ask every worker's `/health` once.
+    pub async fn check(&self) {
+        let checks = self.workers.iter().map(|w| async move {
+            let req = Request::get("/health").body(Body::empty());
+            let ok = match req {
+                Ok(req) => matches!(
+                    tokio::time::timeout(Duration::from_secs(5), w.upstream.call(req)).await,
+                    Ok(Ok(r)) if r.status() == StatusCode::OK
+                ),
+                Err(_) => false,
+            };
+            let was = w.ready.swap(ok, Ordering::AcqRel);
+            if was != ok {
+                tracing::info!(
+                    worker = w.upstream.name(),
+                    ready = ok,
+                    "worker health changed"
+                );
+            }
+        });
+        futures_util::future::join_all(checks).await;
+    }
+
+    /// Check health now and then every `every`, for as long as the pool lives.
+    pub fn watch(self: &Arc<Self>, every: Duration) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let Some(pool) = weak.upgrade() else { return };
+                pool.check().await;
+                drop(pool);
+                tokio::time::sleep(every).await;
+            }
+        });
+    }
+
+    #[cfg(test)]
+    fn set_ready(&self, i: usize, ready: bool) {
+        self.workers[i].ready.store(ready, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::{BoxFuture, UpstreamError};
+    use axum::http::Response;
+
+    struct Nowhere(String);
+    impl Upstream for Nowhere {
+        fn call(&self, _: Request<Body>) -> BoxFuture<Result<Response<Body>, UpstreamError>> {
+            let n = self.0.clone();
+            Box::pin(async move { Err(UpstreamError::Unreachable(n, "test".into())) })
+        }
+        fn name(&self) -> &str {
+            &self.0
+        }
+    }
+
+    fn pool(n: usize, max: usize) -> Pool {
+        Pool::new(
+            (0..n)
+                .map(|i| Arc::new(Nowhere(format!("w{i}"))) as Arc<dyn Upstream>)
+                .collect(),
+            max,
+        )
+    }
+
+    #[test]
+    fn least_outstanding_ready_worker_wins() {
+        let p = pool(3, 2);
+        assert_eq!(p.pick().err(), Some(PickError::NotReady));
+        p.set_ready(0, true);
+        p.set_ready(2, true);
+        let a = p.pick().unwrap();
+        let b = p.pick().unwrap();
+        // Two ready workers: one request each before either gets a second.
+        assert_ne!(a.worker.upstream.name(), b.worker.upstream.name());
+        assert!([a.worker.upstream.name(), b.worker.upstream.name()]
+            .iter()
+            .all(|n| *n != "w1"));
+        let c = p.pick().unwrap();
+        let d = p.pick().unwrap();
+        assert_eq!(p.pick().err(), Some(PickError::Busy));
+        drop(c);
+        let e = p.pick().unwrap();
+        drop((a, b, d, e));
+        p.set_ready(0, false);
+        p.set_ready(2, false);
+        assert_eq!(p.pick().err(), Some(PickError::NotReady));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_worker_is_not_ready() {
+        let p = pool(1, 1);
+        p.set_ready(0, true);
+        p.check().await;
+        assert!(!p.ready());
+    }
+}

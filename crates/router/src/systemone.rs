@@ -1,0 +1,526 @@
+//! System One published: requests forwarded to the deployment that serves their model,
+//! to its least busy ready worker, within the call's deadline. A `systemone/0.2`
+//! deployment gets the standard part only: stripped fields removed, fields it cannot carry
+//! refused, batches split. Error messages from the runtime are replaced by fixed words.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
+use serde_json::{json, Map, Value};
+
+use crate::config::{Deployment, Schema};
+use crate::error::{Flavor, RouterError};
+use crate::pool::{PickError, Pool};
+use crate::Runtime;
+
+/// Request members a standard target never sees (the standard part already says them).
+const STRIPPED: &[&str] = &["roles", "options"];
+const STRIPPED_QUESTION: &[&str] = &["preset", "overflow"];
+/// Question members and types a standard target cannot carry.
+const REFUSED_QUESTION: &[&str] = &[
+    "head",
+    "decision_adapter",
+    "over",
+    "require_full_input",
+    "threshold",
+    "at",
+    "rate",
+];
+const REFUSED_TYPES: &[&str] = &["span", "set", "track"];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    SystemOne,
+    Decisions,
+    Batch,
+}
+
+impl Endpoint {
+    fn flavor(self) -> Flavor {
+        match self {
+            Endpoint::Decisions => Flavor::Internal,
+            _ => Flavor::V5,
+        }
+    }
+
+    fn path(self, schema: Schema) -> &'static str {
+        match (self, schema) {
+            (_, Schema::Standard) => "/v1/systemone",
+            (Endpoint::SystemOne, _) => "/v1/systemone",
+            (Endpoint::Decisions, _) => "/v1/decisions",
+            (Endpoint::Batch, _) => "/v1/systemone/batch",
+        }
+    }
+}
+
+pub async fn systemone(
+    State(rt): State<Arc<Runtime>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    publish(&rt, Endpoint::SystemOne, &headers, body).await
+}
+
+pub async fn decisions(
+    State(rt): State<Arc<Runtime>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    publish(&rt, Endpoint::Decisions, &headers, body).await
+}
+
+pub async fn batch(
+    State(rt): State<Arc<Runtime>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    publish(&rt, Endpoint::Batch, &headers, body).await
+}
+
+async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) -> Response<Body> {
+    let flavor = ep.flavor();
+    let bytes = match axum::body::to_bytes(body, rt.max_request_bytes).await {
+        Ok(b) => b,
+        Err(_) => return RouterError::TooLarge(rt.max_request_bytes).response(flavor),
+    };
+    let mut req: Map<String, Value> = match serde_json::from_slice(&bytes) {
+        Ok(Value::Object(m)) => m,
+        _ => {
+            return RouterError::BadRequest {
+                message: "the body is not a JSON object".into(),
+                param: None,
+                reason: Some("body_malformed"),
+            }
+            .response(flavor)
+        }
+    };
+    let model = req
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let Some((dep, pool)) = rt.deployment(&model) else {
+        return RouterError::ModelNotFound(model).response(flavor);
+    };
+    let deadline = req
+        .get("options")
+        .and_then(|o| o.get("deadline_ms"))
+        .and_then(Value::as_u64)
+        .unwrap_or(rt.deadline_ms)
+        .clamp(1, rt.max_deadline_ms);
+    let deadline = Duration::from_millis(deadline);
+    if dep.schema == Schema::V5 {
+        return call(
+            rt,
+            dep,
+            pool,
+            ep.path(dep.schema),
+            headers,
+            bytes,
+            deadline,
+            flavor,
+        )
+        .await;
+    }
+    // systemone/0.2: the standard part only.
+    if let Err(e) = standardize(&mut req) {
+        return e.response(flavor);
+    }
+    if ep == Endpoint::Batch {
+        return split_batch(rt, dep, pool, headers, req, deadline).await;
+    }
+    match serde_json::to_vec(&req) {
+        Ok(b) => {
+            call(
+                rt,
+                dep,
+                pool,
+                ep.path(dep.schema),
+                headers,
+                Bytes::from(b),
+                deadline,
+                flavor,
+            )
+            .await
+        }
+        Err(_) => RouterError::NotReady.response(flavor),
+    }
+}
+
+/// Remove what a standard target must not see; refuse what it cannot answer.
+fn standardize(req: &mut Map<String, Value>) -> Result<(), RouterError> {
+    for k in STRIPPED {
+        req.remove(*k);
+    }
+    let check = |qs: &mut Map<String, Value>, at: &str| -> Result<(), RouterError> {
+        for (id, q) in qs.iter_mut() {
+            let Some(q) = q.as_object_mut() else { continue };
+            for k in STRIPPED_QUESTION {
+                q.remove(*k);
+            }
+            let refused = REFUSED_QUESTION
+                .iter()
+                .find(|k| q.contains_key(**k))
+                .map(|k| k.to_string())
+                .or_else(|| {
+                    q.get("type")
+                        .and_then(Value::as_str)
+                        .filter(|t| REFUSED_TYPES.contains(t))
+                        .map(|t| format!("type {t}"))
+                });
+            if let Some(what) = refused {
+                return Err(RouterError::BadRequest {
+                    message: format!(
+                        "{at}questions.{id}: this model speaks systemone/0.2, which has no {what}"
+                    ),
+                    param: Some(format!("{at}questions.{id}")),
+                    reason: Some("unsupported_field"),
+                });
+            }
+        }
+        Ok(())
+    };
+    if let Some(qs) = req.get_mut("questions").and_then(Value::as_object_mut) {
+        check(qs, "")?;
+    }
+    if let Some(states) = req.get_mut("states").and_then(Value::as_object_mut) {
+        for (name, e) in states.iter_mut() {
+            if let Some(qs) = e.get_mut("questions").and_then(Value::as_object_mut) {
+                check(qs, &format!("states.{name}."))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A batch to a target without one: each entry its own request, at once; answered in the
+/// batch's shape with the usage summed.
+async fn split_batch(
+    rt: &Runtime,
+    dep: &Deployment,
+    pool: &Arc<Pool>,
+    headers: &HeaderMap,
+    mut req: Map<String, Value>,
+    deadline: Duration,
+) -> Response<Body> {
+    let model = req.get("model").cloned().unwrap_or(Value::Null);
+    let Some(Value::Object(states)) = req.remove("states") else {
+        return RouterError::BadRequest {
+            message: "a batch holds its requests under states".into(),
+            param: Some("states".into()),
+            reason: None,
+        }
+        .response(Flavor::V5);
+    };
+    let calls = states.into_iter().map(|(name, entry)| {
+        let model = model.clone();
+        async move {
+            let mut one = entry.as_object().cloned().unwrap_or_default();
+            one.insert("model".into(), model);
+            let body = serde_json::to_vec(&one).unwrap_or_default();
+            let r = call(
+                rt,
+                dep,
+                pool,
+                "/v1/systemone",
+                headers,
+                Bytes::from(body),
+                deadline,
+                Flavor::V5,
+            )
+            .await;
+            let status = r.status();
+            let b = axum::body::to_bytes(r.into_body(), 64 * 1024 * 1024)
+                .await
+                .unwrap_or_default();
+            (
+                name,
+                status,
+                serde_json::from_slice::<Value>(&b).unwrap_or(Value::Null),
+            )
+        }
+    });
+    let results = futures_util::future::join_all(calls).await;
+    let mut out = Map::new();
+    let (mut input, mut output) = (0u64, 0u64);
+    for (name, status, v) in results {
+        if status.is_success() {
+            input += v
+                .pointer("/usage/input_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            output += v
+                .pointer("/usage/output_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+        }
+        out.insert(name, v);
+    }
+    let body = json!({"model": model, "states": out, "usage": {"input_tokens": input, "output_tokens": output}});
+    let mut r = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// One call to a worker of the deployment, within the deadline; the answer read whole so
+/// the runtime's private messages can be replaced.
+#[allow(clippy::too_many_arguments)]
+async fn call(
+    rt: &Runtime,
+    dep: &Deployment,
+    pool: &Arc<Pool>,
+    path: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    deadline: Duration,
+    flavor: Flavor,
+) -> Response<Body> {
+    let _ = rt;
+    let lease = match pool.pick() {
+        Ok(l) => l,
+        Err(PickError::Busy) => return RouterError::Overloaded.response(flavor),
+        Err(PickError::NotReady) => return RouterError::NotReady.response(flavor),
+    };
+    let mut req = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+    for name in [
+        "x-request-id",
+        "typesafe-danger-zone-long-context",
+        "accept",
+    ] {
+        if let Some(v) = headers.get(name) {
+            req = req.header(name, v);
+        }
+    }
+    let Ok(req) = req.body(Body::from(body)) else {
+        return RouterError::NotReady.response(flavor);
+    };
+    let started = Instant::now();
+    let exchange = async {
+        let resp = lease.worker.upstream.call(req).await.ok()?;
+        let (parts, body) = resp.into_parts();
+        let bytes = axum::body::to_bytes(body, 256 * 1024 * 1024).await.ok()?;
+        Some((parts, bytes))
+    };
+    let (mut parts, bytes) = match tokio::time::timeout(deadline, exchange).await {
+        Err(_) => {
+            return RouterError::DeadlineExceeded(deadline.as_millis() as u64).response(flavor)
+        }
+        Ok(None) => return RouterError::NotReady.response(flavor),
+        Ok(Some(x)) => x,
+    };
+    drop(lease);
+    let client_time = started.elapsed().as_secs_f64();
+    if let Some(total) = server_total(&parts.headers) {
+        metrics::histogram!("vsr_transport_seconds", "deployment" => dep.name.clone())
+            .record((client_time - total).max(0.0));
+    }
+    let mut bytes = bytes;
+    if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
+        let mut changed = scrub(&mut v);
+        if dep.schema == Schema::Standard && parts.status == StatusCode::OK {
+            changed |= strip_listing(&mut v);
+        }
+        if changed {
+            bytes = Bytes::from(serde_json::to_vec(&v).unwrap_or_default());
+            parts.headers.remove(header::CONTENT_LENGTH);
+        }
+    }
+    Response::from_parts(parts, Body::from(bytes))
+}
+
+/// The worker's `total` from Server-Timing, in seconds.
+fn server_total(h: &HeaderMap) -> Option<f64> {
+    let v = h.get("server-timing")?.to_str().ok()?;
+    v.split(',').find_map(|m| {
+        let m = m.trim();
+        let rest = m.strip_prefix("total")?;
+        let dur = rest
+            .split(';')
+            .find_map(|p| p.trim().strip_prefix("dur="))?;
+        dur.parse::<f64>().ok().map(|ms| ms / 1000.0)
+    })
+}
+
+/// Replace every error message by fixed words built from its code, reason and limit.
+fn scrub(v: &mut Value) -> bool {
+    let mut changed = false;
+    match v {
+        Value::Object(m) => {
+            let word = ["reason", "error_type", "type", "code", "error"]
+                .iter()
+                .find_map(|k| m.get(*k).and_then(Value::as_str))
+                .map(str::to_string);
+            if let Some(word) = word {
+                let limit = m.get("limit").and_then(Value::as_u64);
+                for key in ["message", "msg"] {
+                    if let Some(Value::String(s)) = m.get_mut(key) {
+                        let fixed = fixed_message(&word, limit);
+                        if *s != fixed {
+                            *s = fixed;
+                            changed = true;
+                        }
+                    }
+                }
+            }
+            for (_, child) in m.iter_mut() {
+                changed |= scrub(child);
+            }
+        }
+        Value::Array(a) => {
+            for child in a {
+                changed |= scrub(child);
+            }
+        }
+        _ => {}
+    }
+    changed
+}
+
+fn fixed_message(word: &str, limit: Option<u64>) -> String {
+    let mut s = word.replace('_', " ");
+    if let Some(l) = limit {
+        s.push_str(&format!(" (limit {l})"));
+    }
+    s
+}
+
+/// The extension members a standard listing never carries.
+fn strip_listing(v: &mut Value) -> bool {
+    let Some(models) = v.get_mut("models").and_then(Value::as_array_mut) else {
+        return false;
+    };
+    for m in models {
+        if let Some(o) = m.as_object_mut() {
+            for k in ["version", "features", "card"] {
+                o.remove(k);
+            }
+        }
+    }
+    true
+}
+
+/// `GET /v1/systemone/models`: every deployment's listing of its public models.
+pub async fn models(State(rt): State<Arc<Runtime>>) -> Response<Body> {
+    let mut all: Vec<Value> = Vec::new();
+    let mut head = Map::new();
+    let id = |m: &Value| -> String {
+        m.get("name")
+            .or_else(|| m.get("id"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    for (dep, pool) in &rt.deployments {
+        let Ok(lease) = pool.pick() else { continue };
+        let Ok(req) = Request::get("/v1/systemone/models").body(Body::empty()) else {
+            continue;
+        };
+        let fetch = async {
+            let r = lease.worker.upstream.call(req).await.ok()?;
+            let b = axum::body::to_bytes(r.into_body(), 16 * 1024 * 1024)
+                .await
+                .ok()?;
+            serde_json::from_slice::<Value>(&b).ok()
+        };
+        let Ok(Some(mut v)) = tokio::time::timeout(Duration::from_secs(10), fetch).await else {
+            continue;
+        };
+        if dep.schema == Schema::Standard {
+            strip_listing(&mut v);
+        }
+        if head.is_empty() {
+            for k in ["object", "api_version"] {
+                if let Some(x) = v.get(k) {
+                    head.insert(k.into(), x.clone());
+                }
+            }
+        }
+        let every = dep.models.iter().any(|m| m == "*");
+        for m in v
+            .get("models")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = id(m);
+            let listed = dep.models.contains(&name);
+            let taken = rt
+                .deployments
+                .iter()
+                .any(|(d, _)| d.name != dep.name && d.models.contains(&name));
+            if (listed || (every && !taken)) && !all.iter().any(|x| id(x) == name) {
+                all.push(m.clone());
+            }
+        }
+    }
+    head.insert("models".into(), Value::Array(all));
+    let mut r = Response::new(Body::from(serde_json::to_vec(&head).unwrap_or_default()));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_targets_get_the_standard_part() {
+        let mut req: Map<String, Value> = serde_json::from_value(json!({
+            "model": "m", "state": "s", "roles": {"user": "a"}, "options": {"deadline_ms": 5},
+            "questions": {"q": {"type": "noul", "instructions": "i", "preset": "pii", "overflow": "window"}}
+        }))
+        .unwrap();
+        standardize(&mut req).unwrap();
+        assert_eq!(
+            Value::Object(req),
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}}})
+        );
+        let mut req: Map<String, Value> = serde_json::from_value(json!({
+            "model": "m", "states": {"a": {"state": "s", "questions": {"q": {"type": "span", "instructions": "i"}}}}
+        }))
+        .unwrap();
+        let e = standardize(&mut req).unwrap_err();
+        assert!(
+            matches!(&e, RouterError::BadRequest { param: Some(p), .. } if p == "states.a.questions.q"),
+            "{e:?}"
+        );
+        let mut req: Map<String, Value> = serde_json::from_value(json!({
+            "model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "i", "over": ["a"]}}
+        }))
+        .unwrap();
+        assert!(standardize(&mut req).is_err());
+    }
+
+    #[test]
+    fn private_messages_become_fixed_words() {
+        let mut v = json!({"code": "invalid_request", "reason": "video_too_long", "limit": 300,
+            "message": "video of 412.5 s in asset clip-7 is too long",
+            "detail": {"error_type": "invalid_request", "message": "secret text"},
+            "answers": {"q": {"error": "invalid_question", "reason": "criteria_empty", "message": "question q about 'Bob'"}}});
+        assert!(scrub(&mut v));
+        assert_eq!(v["message"], "video too long (limit 300)");
+        assert_eq!(v["detail"]["message"], "invalid request");
+        assert_eq!(v["answers"]["q"]["message"], "criteria empty");
+        let mut ok = json!({"answers": {"q": {"noul": 0.5}}});
+        assert!(!scrub(&mut ok));
+    }
+
+    #[test]
+    fn server_timing_total() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "server-timing",
+            "parse;dur=0.1, total;dur=12.5".parse().unwrap(),
+        );
+        assert_eq!(server_total(&h), Some(0.0125));
+    }
+}
