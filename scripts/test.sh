@@ -74,3 +74,42 @@ python3 -m schemathesis.cli run "$url/openapi.yaml" --max-time "${SCHEMATHESIS_S
 
 # Real clients: the OpenAI Python SDK (embeddings) and a msgpack client (SIE endpoints).
 python3 scripts/clients_check.py "$url"
+
+# The router alone in front of that worker (System Two through the OpenAI SDK): routing
+# signals from the Sparrow model, chat from the test model.
+router_cfg="$(mktemp --suffix=.yaml)"
+cat >"$router_cfg" <<YAML
+deployments:
+  - {name: deciders, workers: ["$url"], models: [sparrow-nano]}
+backends:
+  - {name: worker, url: "$url", models: [$MODEL]}
+signals:
+  - name: task
+    deployment: deciders
+    type: choice
+    threshold: 0.7
+    instructions: Is this message a math problem, or small talk?
+    criteria: {math: A math problem or a calculation to do, chat: Small talk or a greeting}
+decisions:
+  - name: math
+    rules: {operator: AND, conditions: [{type: task, name: math}]}
+    modelRefs: [{model: $MODEL}]
+  - name: chat
+    rules: {operator: NOT, conditions: [{type: task, name: math}]}
+    modelRefs: [{model: $MODEL}]
+default_decision: chat
+YAML
+router_log="$(mktemp)"
+./target/debug/vllm-srun router --config "$router_cfg" --port 0 >"$router_log" 2>&1 &
+router=$!
+trap 'kill "$server" "$router" 2>/dev/null || true' EXIT
+rurl=""
+for _ in $(seq 1 100); do
+    rurl="$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$router_log" | head -n1)"
+    if [ -n "$rurl" ] && curl -fsS "$rurl/health" >/dev/null 2>&1; then
+        break
+    fi
+    sleep 0.2
+done
+[ -n "$rurl" ] || { cat "$router_log"; echo "router did not start"; exit 1; }
+python3 scripts/router_check.py "$rurl" "$MODEL"

@@ -229,8 +229,6 @@ async fn forward(
         else {
             continue;
         };
-        let overhead = start.elapsed().saturating_sub(signal_time);
-        metrics::histogram!("vsr_router_overhead_seconds").record(overhead.as_secs_f64());
         let sent = Instant::now();
         match backend.upstream.call(up).await {
             Ok(mut resp) if !resp.status().is_server_error() => {
@@ -239,6 +237,7 @@ async fn forward(
                     "decision" => routed.headers.iter().find(|(k, _)| k == "x-vsr-selected-decision").map(|(_, v)| v.clone()).unwrap_or_default(),
                     "model" => r.model.clone())
                 .increment(1);
+                let waited = sent.elapsed();
                 let h = resp.headers_mut();
                 routed.apply(h);
                 for (k, v) in [
@@ -248,6 +247,20 @@ async fn forward(
                     if let Ok(v) = HeaderValue::from_str(&v) {
                         h.insert(k, v);
                     }
+                }
+                // The router's own time: all of it but the signals and the backend's wait.
+                let own = start
+                    .elapsed()
+                    .saturating_sub(signal_time)
+                    .saturating_sub(waited);
+                metrics::histogram!("vsr_router_overhead_seconds").record(own.as_secs_f64());
+                let timing = format!(
+                    "vsr-signals;dur={:.3}, vsr-router;dur={:.3}",
+                    signal_time.as_secs_f64() * 1e3,
+                    own.as_secs_f64() * 1e3
+                );
+                if let Ok(v) = HeaderValue::from_str(&timing) {
+                    h.append("server-timing", v);
                 }
                 return resp;
             }
@@ -355,7 +368,7 @@ async fn ask_signals(rt: &Runtime, req: &Map<String, Value>) -> Signals {
             let calls = signals::calls(d, model, sigs, routing_text, whole_text, timeout.as_millis() as u64);
             let started = Instant::now();
             let answers = futures_util::future::join_all(calls.iter().map(|c| async {
-                let lease = pool.pick().ok()?;
+                let lease = pool.pick_checked().await.ok()?;
                 let body = serde_json::to_vec(&c.body).ok()?;
                 let req = Request::post(c.path)
                     .header(header::CONTENT_TYPE, "application/json")

@@ -1,9 +1,9 @@
 //! A deployment's workers: the next request goes to the ready worker with the fewest
 //! outstanding requests; a worker whose `/health` is not ready gets none.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -29,6 +29,9 @@ pub struct Pool {
     workers: Vec<Arc<Worker>>,
     max_outstanding: usize,
     next: AtomicUsize,
+    /// When the last on-demand health check ran (ms since `born`).
+    last_check_ms: AtomicU64,
+    born: Instant,
 }
 
 /// A request held by a worker; dropping it frees the place.
@@ -57,6 +60,30 @@ impl Pool {
                 .collect(),
             max_outstanding: max_outstanding.max(1),
             next: AtomicUsize::new(0),
+            last_check_ms: AtomicU64::new(0),
+            born: Instant::now(),
+        }
+    }
+
+    /// [`Pool::pick`], but when no worker is ready, ask their health once more first (at
+    /// most every 200 ms), so a worker that just became ready is not refused until the next
+    /// scheduled check.
+    pub async fn pick_checked(&self) -> Result<Lease, PickError> {
+        match self.pick() {
+            Err(PickError::NotReady) => {
+                let now = self.born.elapsed().as_millis() as u64 + 1_000;
+                let last = self.last_check_ms.load(Ordering::Acquire);
+                if now.saturating_sub(last) >= 200
+                    && self
+                        .last_check_ms
+                        .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                {
+                    self.check().await;
+                }
+                self.pick()
+            }
+            r => r,
         }
     }
 
@@ -106,7 +133,7 @@ impl Pool {
             let req = Request::get("/health").body(Body::empty());
             let ok = match req {
                 Ok(req) => matches!(
-                    tokio::time::timeout(Duration::from_secs(5), w.upstream.call(req)).await,
+                    tokio::time::timeout(Duration::from_secs(2), w.upstream.call(req)).await,
                     Ok(Ok(r)) if r.status() == StatusCode::OK
                 ),
                 Err(_) => false,

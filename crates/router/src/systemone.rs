@@ -282,7 +282,7 @@ async fn call(
     flavor: Flavor,
 ) -> Response<Body> {
     let _ = rt;
-    let lease = match pool.pick() {
+    let lease = match pool.pick_checked().await {
         Ok(l) => l,
         Err(PickError::Busy) => return RouterError::Overloaded.response(flavor),
         Err(PickError::NotReady) => return RouterError::NotReady.response(flavor),
@@ -417,7 +417,9 @@ pub async fn models(State(rt): State<Arc<Runtime>>) -> Response<Body> {
             .to_string()
     };
     for (dep, pool) in &rt.deployments {
-        let Ok(lease) = pool.pick() else { continue };
+        let Ok(lease) = pool.pick_checked().await else {
+            continue;
+        };
         let Ok(req) = Request::get("/v1/systemone/models").body(Body::empty()) else {
             continue;
         };

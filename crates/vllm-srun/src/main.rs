@@ -52,6 +52,13 @@ enum Command {
         /// llama-cpp-python's server, time to first token, a long prompt joining streams.
         #[arg(long)]
         generate: bool,
+        /// The router's own cost at --rate requests/s against a backend that answers at once
+        /// (each phase --runs seconds).
+        #[arg(long)]
+        router: bool,
+        /// Requests per second of --router.
+        #[arg(long, default_value_t = 200)]
+        rate: usize,
         /// Tokens per stream of --generate.
         #[arg(long, default_value_t = 128)]
         max_tokens: usize,
@@ -184,8 +191,12 @@ fn main() {
             embeddings,
             generate,
             max_tokens,
+            router,
+            rate,
         } => {
-            if generate {
+            if router {
+                bench_router(runs.clamp(1, 600), rate.max(1))
+            } else if generate {
                 bench_generate(&model, runs.max(1), max_tokens.max(2))
             } else if embeddings {
                 bench_embeddings(&model, runs.max(1))
@@ -290,6 +301,19 @@ fn bench_generate(model: &str, runs: usize, max_tokens: usize) -> i32 {
         return 1;
     };
     match rt.block_on(vllm_srun::bench::generation(model, runs, max_tokens)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            1
+        }
+    }
+}
+
+fn bench_router(seconds: usize, rate: usize) -> i32 {
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    match rt.block_on(vllm_srun::bench::router_overhead(seconds, rate)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("bench failed: {e}");

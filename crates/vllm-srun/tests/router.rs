@@ -228,6 +228,28 @@ async fn math_and_small_talk_go_to_different_models_with_one_signal_call_each() 
     // Debug headers only when asked.
     assert!(h.get("x-vsr-selected-algorithm").is_none());
     assert!(h.get("x-vsr-decision-ranking").is_none());
+    // The router's metrics: decisions by decision and model, signal latency, its own time.
+    let text = client()
+        .get(url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let has = |needle: &str| text.lines().any(|l| l.starts_with(needle));
+    assert!(
+        has(&format!(
+            "vsr_routing_decisions_total{{decision=\"math\",model=\"{DECIDER}\"}}"
+        )),
+        "{text}"
+    );
+    assert!(has(&format!(
+        "vsr_routing_decisions_total{{decision=\"chat\",model=\"{}\"}}",
+        test_model()
+    )));
+    assert!(has("vsr_signal_seconds"), "{text}");
+    assert!(has("vsr_router_overhead_seconds"));
 }
 
 #[tokio::test]
@@ -479,4 +501,121 @@ async fn models_and_info_name_the_pool() {
         routes.contains(&"offline") && routes.contains(&DECIDER),
         "{v}"
     );
+}
+
+/// `serve` with a router config: worker and router on one port, the router's deployments and
+/// backends reached in-process; every path the router does not route reaches the worker.
+#[tokio::test]
+async fn one_process_serves_the_router_in_front_of_its_worker() {
+    let _g = SERIAL.lock().await;
+    let small = test_model();
+    let cfg = format!(
+        r#"
+deployments:
+  - {{name: local, workers: [in-process], models: ["*"]}}
+backends:
+  - {{name: local, url: in-process, models: [{small}]}}
+signals:
+  - {{name: task, deployment: local, model: {SIGNALS}, type: choice, instructions: Is this message a math problem or small talk?, criteria: {{math: A math problem, chat: Small talk}}}}
+decisions:
+  - {{name: math, rules: {{operator: AND, conditions: [{{type: task, name: math}}]}}, modelRefs: [{{model: {small}}}]}}
+  - {{name: chat, modelRefs: [{{model: {small}}}]}}
+default_decision: chat
+"#
+    );
+    let mut o = options();
+    o.models = vec![small.clone(), SIGNALS.into()];
+    o.router = Some(router::RouterConfig::from_yaml(&cfg, "one.yaml").expect("config"));
+    o.generate = Some(engine::GenerateConfig {
+        sequences: 1,
+        context_tokens: 512,
+        prefill_chunk: 128,
+        max_waiting: 4,
+    });
+    let s = tokio::task::spawn_blocking(move || start(o))
+        .await
+        .expect("start");
+    let body = json!({"model": "vllm-sr/auto", "max_tokens": 3, "temperature": 0,
+        "messages": [{"role": "user", "content": "Solve 3x + 5 = 20 for x."}]});
+    let resp = client()
+        .post(s.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(resp.headers(), "x-vsr-selected-decision"), "math");
+    assert_eq!(header(resp.headers(), "x-vsr-selected-model"), small);
+    // System One through the router (`*` publishes every model of the process).
+    let q = json!({"a": {"type": "noul", "instructions": "Is this urgent?"}});
+    let (st, _, v) = post(
+        &s.url("/v1/systemone"),
+        &json!({"model": SIGNALS, "state": TICKET, "questions": q}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    // The worker's own paths are still served.
+    let (st, v) = get(&s.url("/health")).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = get(&s.url("/v1/models")).await;
+    assert_eq!(st, 200);
+    assert_eq!(v["data"][0]["id"], "vllm-sr/auto", "{v}");
+    let (st, _) = get(&s.url("/openapi.yaml")).await;
+    assert_eq!(st, 200);
+}
+
+/// A client that hangs up on a routed stream stops the backend's generation.
+#[tokio::test]
+async fn a_client_leaving_a_routed_stream_cancels_the_generation() {
+    use std::io::{Read, Write};
+    let _g = SERIAL.lock().await;
+    let slot = stack()
+        .worker
+        .registry
+        .slots()
+        .iter()
+        .find(|s| s.meta().name == test_model())
+        .cloned()
+        .expect("the test model's slot");
+    // The generation worker starts with its first request.
+    let (st, _, _) = post(
+        &url("/v1/chat/completions"),
+        &json!({"model": test_model(), "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let status = slot
+        .text()
+        .and_then(|t| t.running())
+        .expect("generation runs")
+        .status()
+        .clone();
+    let before = status.cancelled();
+    let addr = stack().router.trim_start_matches("http://").to_string();
+    let body = json!({"model": test_model(), "max_tokens": 900, "temperature": 0.8, "seed": 3, "stream": true,
+        "messages": [{"role": "user", "content": "Write a very long story about a dragon."}]})
+    .to_string();
+    let mut sock = std::net::TcpStream::connect(&addr).expect("connect");
+    write!(
+        sock,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut buf = vec![0u8; 4096];
+    let mut got = 0;
+    while got < 3 {
+        let n = sock.read(&mut buf).expect("read");
+        assert!(n > 0);
+        got += String::from_utf8_lossy(&buf[..n]).matches("data: ").count();
+    }
+    drop(sock);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while status.cancelled() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the generation was not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
