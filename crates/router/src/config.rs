@@ -595,7 +595,7 @@ impl RouterConfig {
                         ),
                     );
                 }
-                if !(m.weight > 0.0) {
+                if m.weight.is_nan() || m.weight <= 0.0 {
                     return err(
                         format!("{path}.modelRefs[{j}].weight"),
                         &m.model,
