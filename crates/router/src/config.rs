@@ -222,6 +222,18 @@ pub enum OnUnknown {
     NoMatch,
 }
 
+/// What a guard signal does when its scan did not read the whole text (a window failed, or
+/// the text was longer than the windows one request reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUnscanned {
+    /// Decide on the windows that were read.
+    #[default]
+    BestEffort,
+    /// Treat the signal as unknown (then `on_unknown` decides).
+    Unknown,
+}
+
 /// One decision question whose answer conditions read.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +259,8 @@ pub struct Signal {
     pub group: String,
     #[serde(default)]
     pub on_unknown: OnUnknown,
+    #[serde(default)]
+    pub on_unscanned: OnUnscanned,
     /// Extension fields a `systemone/0.2` deployment cannot carry.
     pub over: Option<Value>,
     pub require_full_input: Option<bool>,

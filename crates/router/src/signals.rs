@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Map, Value};
 
-use crate::config::{Deployment, Schema, Signal, SignalType, SignalUse};
+use crate::config::{Deployment, OnUnscanned, Schema, Signal, SignalType, SignalUse};
 use crate::rules::{SignalValue, Signals};
 
 /// Most guard windows one request reads; text past them is not scanned (the rules decide
@@ -115,6 +115,9 @@ fn question(s: &Signal, schema: Schema) -> Value {
 pub struct Call {
     pub path: &'static str,
     pub body: Value,
+    /// Guard windows this call asks about, and whether the windows cover the whole text.
+    pub windows: usize,
+    pub whole: bool,
 }
 
 /// The calls that ask `signals` (all of one deployment and model) about a conversation:
@@ -146,8 +149,12 @@ pub fn calls(
         .filter(|s| s.usage == SignalUse::Guard)
         .map(|s| (s.name.clone(), question(s, dep.schema)))
         .collect();
+    let mut whole = true;
+    let mut count = 0;
     if !guard.is_empty() {
-        let (ws, _) = windows(whole_text, dep.scan_window);
+        let (ws, complete) = windows(whole_text, dep.scan_window);
+        whole = complete;
+        count = ws.len();
         for (i, w) in ws.into_iter().enumerate() {
             entries.push((format!("guard-{i}"), w, guard.clone()));
         }
@@ -155,9 +162,11 @@ pub fn calls(
     match dep.schema {
         Schema::Standard => entries
             .into_iter()
-            .map(|(_, state, questions)| Call {
+            .map(|(name, state, questions)| Call {
                 path: "/v1/systemone",
                 body: json!({"model": model, "state": state, "questions": questions}),
+                windows: usize::from(name.starts_with("guard-")),
+                whole,
             })
             .collect(),
         Schema::V5 => {
@@ -180,6 +189,8 @@ pub fn calls(
             vec![Call {
                 path: "/v1/decisions",
                 body,
+                windows: count,
+                whole,
             }]
         }
     }
@@ -257,21 +268,35 @@ pub fn read(signals: &[&Signal], calls: &[Call], answers: &[Option<Value>]) -> S
             entries.insert(name, a.clone());
         }
     }
+    // Guard windows asked, and whether they cover the whole text.
+    let asked: usize = calls.iter().map(|c| c.windows).sum();
+    let whole = calls.iter().all(|c| c.whole);
     let mut out = Signals::new();
     for s in signals {
         let v = match s.usage {
             SignalUse::Routing => {
                 value(s.kind, entries.get("routing").and_then(|a| a.get(&s.name)))
             }
-            SignalUse::Guard => entries
-                .iter()
-                .filter(|(k, _)| k.starts_with("guard-"))
-                .map(|(_, a)| value(s.kind, a.get(&s.name)))
-                .fold(SignalValue::Unknown, |acc, v| match (acc, v) {
-                    (SignalValue::Yes(a), SignalValue::Yes(b)) => SignalValue::Yes(a.max(b)),
-                    (SignalValue::Unknown, v) => v,
-                    (acc, _) => acc,
-                }),
+            SignalUse::Guard => {
+                let read: Vec<SignalValue> = entries
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("guard-"))
+                    .map(|(_, a)| value(s.kind, a.get(&s.name)))
+                    .filter(|v| *v != SignalValue::Unknown)
+                    .collect();
+                if (!whole || read.len() < asked) && s.on_unscanned == OnUnscanned::Unknown {
+                    SignalValue::Unknown
+                } else {
+                    read.into_iter()
+                        .fold(SignalValue::Unknown, |acc, v| match (acc, v) {
+                            (SignalValue::Yes(a), SignalValue::Yes(b)) => {
+                                SignalValue::Yes(a.max(b))
+                            }
+                            (SignalValue::Unknown, v) => v,
+                            (acc, _) => acc,
+                        })
+                }
+            }
         };
         out.insert(s.name.clone(), v);
     }
@@ -378,6 +403,22 @@ default_decision: default
         assert!(matches!(&v["task"], SignalValue::Options { chosen, .. } if chosen == "math"));
         let v = read(&d, &calls_d, &[None]);
         assert!(v.values().all(|x| *x == SignalValue::Unknown));
+        // One of two windows answered: best effort decides on it; `unknown` does not.
+        let two = json!({"states": {
+            "routing": {"answers": {}},
+            "guard-0": {"answers": {"jailbreak": {"noul": 0.7}}},
+            "guard-1": {"answers": {"jailbreak": {"error": "deadline_exceeded"}}}}});
+        assert_eq!(
+            read(&d, &calls_d, &[Some(two.clone())])["jailbreak"],
+            SignalValue::Yes(0.7)
+        );
+        let mut strict = c.signals.clone();
+        strict[2].on_unscanned = OnUnscanned::Unknown;
+        let d2: Vec<&Signal> = strict.iter().filter(|s| s.deployment == "d").collect();
+        assert_eq!(
+            read(&d2, &calls_d, &[Some(two)])["jailbreak"],
+            SignalValue::Unknown
+        );
 
         let v = read(
             &s,

@@ -35,7 +35,8 @@ deployments:
   - {{name: single, workers: ["{worker}"], models: [single-place], max_outstanding: 1}}
   - {{name: nowhere, workers: ["http://127.0.0.1:1"], models: [ghost]}}
 backends:
-  - {{name: worker, url: "{worker}", models: [{DECIDER}, {small}]}}
+  - {{name: large, url: "{worker}", models: [{DECIDER}]}}
+  - {{name: small, url: "{worker}", models: [{small}]}}
   - {{name: gone, url: "http://127.0.0.1:1", models: [offline]}}
 signals:
   - name: task
@@ -416,6 +417,12 @@ async fn system_one_is_published_to_both_schemas() {
     );
     // The alias's deployment lists it only if the worker lists it by that name.
     assert_eq!(models.iter().filter(|m| m["name"] == DECIDER).count(), 1);
+    // The public body limit: 48 MiB.
+    let big = vec![b' '; 48 * 1024 * 1024 + 1];
+    let (st, h, v) = post_raw(&url("/v1/systemone"), big, &[("x-request-id", "big-1")]).await;
+    assert_eq!(st, 413, "{v}");
+    assert_eq!(v["code"], "request_too_large");
+    assert_eq!(header(&h, "x-request-id"), "big-1");
     // Unknown model: 404 in the 5.0 shape.
     let (st, _, v) = post(
         &url("/v1/systemone"),
