@@ -159,7 +159,13 @@ pub async fn chat_completions(
     }
 
     // The models to try: the algorithm's order, then the default decision's models.
-    let mut order = rules::choose(decision, confidence, &|m| rt.ttft(m));
+    // Expected output length for latency-aware choices: the request's cap, up to 256.
+    let tokens = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|k| req.get(*k).and_then(Value::as_f64))
+        .unwrap_or(128.0)
+        .min(256.0);
+    let mut order = rules::choose(decision, confidence, &|m| rt.expected_seconds(m, tokens));
     if let Some(d) = default.filter(|d| d.name != decision.name) {
         for r in &d.model_refs {
             if !order.iter().any(|o| o.model == r.model) {
@@ -185,7 +191,7 @@ pub async fn chat_completions(
 /// body rewritten for each model when `req` is given (else `raw` as sent).
 #[allow(clippy::too_many_arguments)]
 async fn forward(
-    rt: &Runtime,
+    rt: &Arc<Runtime>,
     headers: &HeaderMap,
     raw: Bytes,
     mut req: Option<&mut Map<String, Value>>,
@@ -262,6 +268,13 @@ async fn forward(
                 if let Ok(v) = HeaderValue::from_str(&timing) {
                     h.append("server-timing", v);
                 }
+                let streamed = h
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.starts_with("text/event-stream"));
+                if streamed {
+                    return timed_stream(resp, rt.clone(), r.model.clone());
+                }
                 return resp;
             }
             Ok(resp) => {
@@ -277,6 +290,56 @@ async fn forward(
     let mut resp = RouterError::BackendUnavailable.response(Flavor::OpenAi);
     routed.apply(resp.headers_mut());
     resp
+}
+
+/// A stream passed through unchanged while its events are timed: the time per event after
+/// the first is the model's time per output token, recorded when the stream ends (or the
+/// client leaves).
+fn timed_stream(resp: Response<Body>, rt: Arc<Runtime>, model: String) -> Response<Body> {
+    use futures_util::StreamExt;
+    struct Clock {
+        rt: Arc<Runtime>,
+        model: String,
+        first: Option<Instant>,
+        last: Option<Instant>,
+        events: usize,
+    }
+    impl Drop for Clock {
+        fn drop(&mut self) {
+            if let (Some(a), Some(b)) = (self.first, self.last) {
+                if self.events > 2 {
+                    let per = b.duration_since(a).as_secs_f64() / (self.events - 1) as f64;
+                    self.rt.record_tpot(&self.model, per);
+                }
+            }
+        }
+    }
+    impl Clock {
+        fn tick(&mut self, events: usize) {
+            let now = Instant::now();
+            self.first.get_or_insert(now);
+            self.last = Some(now);
+            self.events += events;
+        }
+    }
+    let mut clock = Clock {
+        rt,
+        model,
+        first: None,
+        last: None,
+        events: 0,
+    };
+    let (parts, body) = resp.into_parts();
+    let stream = body.into_data_stream().map(move |item| {
+        if let Ok(b) = &item {
+            let n = b.windows(6).filter(|w| *w == b"data: ").count();
+            if n > 0 {
+                clock.tick(n);
+            }
+        }
+        item
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
 }
 
 /// The reasoning the router chose, as the header says it: the effort, `on`, or `off`.

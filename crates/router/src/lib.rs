@@ -47,8 +47,8 @@ pub struct Runtime {
     deployments: Vec<(Deployment, Arc<Pool>)>,
     /// Backend by model name.
     backends: HashMap<String, ChatBackend>,
-    /// Measured time to first byte per model, seconds (exponentially averaged).
-    ttft: Mutex<HashMap<String, f64>>,
+    /// Measured latency per model (exponentially averaged).
+    latency: Mutex<HashMap<String, Latency>>,
     max_request_bytes: usize,
     deadline_ms: u64,
     max_deadline_ms: u64,
@@ -121,7 +121,7 @@ impl Runtime {
             config,
             deployments,
             backends,
-            ttft: Mutex::new(HashMap::new()),
+            latency: Mutex::new(HashMap::new()),
             metrics,
         }))
     }
@@ -146,16 +146,40 @@ impl Runtime {
             })
     }
 
+    /// A backend's time to its answer's head (for a stream, its first token), seconds.
     fn record_ttft(&self, model: &str, seconds: f64) {
-        if let Ok(mut t) = self.ttft.lock() {
-            let e = t.entry(model.to_string()).or_insert(seconds);
-            *e = 0.8 * *e + 0.2 * seconds;
+        if let Ok(mut t) = self.latency.lock() {
+            let e = t.entry(model.to_string()).or_default();
+            let v = e.ttft.map_or(seconds, |x| 0.8 * x + 0.2 * seconds);
+            e.ttft = Some(v);
+            metrics::gauge!("vsr_model_ttft_seconds", "model" => model.to_string()).set(v);
         }
     }
 
-    fn ttft(&self, model: &str) -> Option<f64> {
-        self.ttft.lock().ok().and_then(|t| t.get(model).copied())
+    /// A stream's time per output event after the first, seconds.
+    fn record_tpot(&self, model: &str, seconds: f64) {
+        if let Ok(mut t) = self.latency.lock() {
+            let e = t.entry(model.to_string()).or_default();
+            let v = e.tpot.map_or(seconds, |x| 0.8 * x + 0.2 * seconds);
+            e.tpot = Some(v);
+            metrics::gauge!("vsr_model_tpot_seconds", "model" => model.to_string()).set(v);
+        }
     }
+
+    /// The expected time of an answer of `tokens` tokens: TTFT plus TPOT per token (TPOT
+    /// counts as zero until a stream has measured it); `None` before any measurement.
+    fn expected_seconds(&self, model: &str, tokens: f64) -> Option<f64> {
+        let t = self.latency.lock().ok()?;
+        let l = t.get(model)?;
+        Some(l.ttft? + l.tpot.unwrap_or(0.0) * tokens)
+    }
+}
+
+/// What the router measured of one model.
+#[derive(Debug, Clone, Copy, Default)]
+struct Latency {
+    ttft: Option<f64>,
+    tpot: Option<f64>,
 }
 
 /// The router's routes. With `standalone`, also `/health` and `/metrics` (in `serve`, the

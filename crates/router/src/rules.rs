@@ -175,11 +175,12 @@ pub fn rank<'a>(
 }
 
 /// The decision's models in the order to try them: the algorithm's choice first, then the
-/// others in the decision's order. `ttft` gives a model's measured time to first token.
+/// others in the decision's order. `latency` gives a model's expected answer time (from its
+/// measured time to first token and time per output token), `None` before it is measured.
 pub fn choose<'a>(
     d: &'a Decision,
     confidence: f64,
-    ttft: &dyn Fn(&str) -> Option<f64>,
+    latency: &dyn Fn(&str) -> Option<f64>,
 ) -> Vec<&'a ModelRef> {
     let refs = &d.model_refs;
     if refs.is_empty() {
@@ -201,12 +202,12 @@ pub fn choose<'a>(
         Algorithm::LatencyAware => {
             // An untried model first (to measure it), else the fastest.
             refs.iter()
-                .position(|r| ttft(&r.model).is_none())
+                .position(|r| latency(&r.model).is_none())
                 .unwrap_or_else(|| {
                     let mut best = 0;
                     for (i, r) in refs.iter().enumerate() {
-                        if ttft(&r.model).unwrap_or(f64::MAX)
-                            < ttft(&refs[best].model).unwrap_or(f64::MAX)
+                        if latency(&r.model).unwrap_or(f64::MAX)
+                            < latency(&refs[best].model).unwrap_or(f64::MAX)
                         {
                             best = i;
                         }

@@ -320,6 +320,17 @@ async fn streams_pass_through_with_the_routing_headers() {
     assert_eq!(a, b, "the routed stream is the backend's stream");
     assert_eq!(a.last(), Some(&json!("[DONE]")));
     assert!(a.iter().any(|e| e["usage"]["completion_tokens"].is_u64()));
+    // The stream was timed for latency-aware choices: time per output token.
+    let text = client()
+        .get(url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let tpot = format!("vsr_model_tpot_seconds{{model=\"{}\"}}", test_model());
+    assert!(text.lines().any(|l| l.starts_with(&tpot)), "{text}");
 
     // An unknown model: the OpenAI 404.
     let (st, _, v) = post(
