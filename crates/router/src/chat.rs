@@ -39,20 +39,9 @@ pub async fn chat_completions(
     body: Body,
 ) -> Response<Body> {
     let start = Instant::now();
-    let bytes = match axum::body::to_bytes(body, rt.max_request_bytes).await {
-        Ok(b) => b,
-        Err(_) => return RouterError::TooLarge(rt.max_request_bytes).response(Flavor::OpenAi),
-    };
-    let mut req: Map<String, Value> = match serde_json::from_slice(&bytes) {
-        Ok(Value::Object(m)) => m,
-        _ => {
-            return RouterError::BadRequest {
-                message: "the body is not a JSON object".into(),
-                param: None,
-                reason: None,
-            }
-            .response(Flavor::OpenAi)
-        }
+    let (bytes, mut req) = match crate::read_object(&rt, body, Flavor::OpenAi, None).await {
+        Ok(x) => x,
+        Err(r) => return r,
     };
     let Some(model) = req.get("model").and_then(Value::as_str).map(str::to_string) else {
         return RouterError::BadRequest {

@@ -225,6 +225,34 @@ async fn request_id(
     resp
 }
 
+/// A request body read within the public limit and parsed as a JSON object; otherwise the
+/// error answer in `flavor`'s shape.
+async fn read_object(
+    rt: &Runtime,
+    body: axum::body::Body,
+    flavor: error::Flavor,
+    reason: Option<&'static str>,
+) -> Result<
+    (
+        axum::body::Bytes,
+        serde_json::Map<String, serde_json::Value>,
+    ),
+    Response,
+> {
+    let bytes = axum::body::to_bytes(body, rt.max_request_bytes)
+        .await
+        .map_err(|_| error::RouterError::TooLarge(rt.max_request_bytes).response(flavor))?;
+    match serde_json::from_slice(&bytes) {
+        Ok(serde_json::Value::Object(m)) => Ok((bytes, m)),
+        _ => Err(error::RouterError::BadRequest {
+            message: "the body is not a JSON object".into(),
+            param: None,
+            reason,
+        }
+        .response(flavor)),
+    }
+}
+
 fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
     let mut r = (status, serde_json::to_vec(v).unwrap_or_default()).into_response();
     r.headers_mut().insert(

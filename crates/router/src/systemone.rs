@@ -82,20 +82,10 @@ pub async fn batch(
 
 async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) -> Response<Body> {
     let flavor = ep.flavor();
-    let bytes = match axum::body::to_bytes(body, rt.max_request_bytes).await {
-        Ok(b) => b,
-        Err(_) => return RouterError::TooLarge(rt.max_request_bytes).response(flavor),
-    };
-    let mut req: Map<String, Value> = match serde_json::from_slice(&bytes) {
-        Ok(Value::Object(m)) => m,
-        _ => {
-            return RouterError::BadRequest {
-                message: "the body is not a JSON object".into(),
-                param: None,
-                reason: Some("body_malformed"),
-            }
-            .response(flavor)
-        }
+    let (bytes, mut req) = match crate::read_object(rt, body, flavor, Some("body_malformed")).await
+    {
+        Ok(x) => x,
+        Err(r) => return r,
     };
     let model = req
         .get("model")

@@ -1244,25 +1244,21 @@ default_decision: other
     // Streams: the bytes through the router are the backend's.
     let mut s = body("fast-small");
     s["stream"] = json!(true);
-    let direct = client
-        .post(format!("{backend}/v1/chat/completions"))
-        .json(&s)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .bytes()
-        .await
-        .map_err(|e| e.to_string())?;
+    let post = |url: String, body: Value| {
+        let client = client.clone();
+        async move {
+            let r = client
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            r.bytes().await.map_err(|e| e.to_string())
+        }
+    };
+    let direct = post(format!("{backend}/v1/chat/completions"), s.clone()).await?;
     s["model"] = json!("vllm-sr/auto");
-    let routed = client
-        .post(format!("{router}/v1/chat/completions"))
-        .json(&s)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?
-        .bytes()
-        .await
-        .map_err(|e| e.to_string())?;
+    let routed = post(format!("{router}/v1/chat/completions"), s).await?;
     let (a, b) = (sha2::Sha256::digest(&direct), sha2::Sha256::digest(&routed));
     println!(
         "  stream SHA-256 direct {} routed {} ({} bytes): {}",

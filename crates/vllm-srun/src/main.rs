@@ -335,6 +335,21 @@ fn bench_long(model: &str, runs: usize) -> i32 {
     }
 }
 
+/// Say where the server listens, serve until Ctrl-C, and give the exit code.
+async fn listen(
+    addr: std::net::SocketAddr,
+    run: impl std::future::Future<Output = std::io::Result<()>>,
+) -> i32 {
+    println!("listening on http://{addr}");
+    match run.await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("server error: {e}");
+            1
+        }
+    }
+}
+
 fn load_router_config(path: &std::path::Path) -> Result<router::RouterConfig, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -360,18 +375,10 @@ fn router_alone(args: RouterArgs) -> i32 {
         return 1;
     };
     rt.block_on(async move {
-        let bound = match vllm_srun::bind_router(config, &host, port).await {
-            Ok(b) => b,
+        match vllm_srun::bind_router(config, &host, port).await {
+            Ok(b) => listen(b.addr, b.run()).await,
             Err(e) => {
                 eprintln!("{e}");
-                return 1;
-            }
-        };
-        println!("listening on http://{}", bound.addr);
-        match bound.run().await {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("server error: {e}");
                 1
             }
         }
@@ -467,18 +474,10 @@ fn serve(args: ServeArgs) -> i32 {
         return 1;
     };
     rt.block_on(async move {
-        let bound = match vllm_srun::bind(options).await {
-            Ok(b) => b,
+        match vllm_srun::bind(options).await {
+            Ok(b) => listen(b.addr, b.run()).await,
             Err(e) => {
                 eprintln!("{e}");
-                return 1;
-            }
-        };
-        println!("listening on http://{}", bound.addr);
-        match bound.run().await {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("server error: {e}");
                 1
             }
         }

@@ -172,16 +172,15 @@ async fn chat(text: &str, extra: Value, debug: bool) -> (u16, reqwest::header::H
     )
 }
 
+/// A GET's body as text.
+async fn text_of(url: &str) -> String {
+    let resp = client().get(url).send().await.expect("send");
+    resp.text().await.expect("text")
+}
+
 /// The worker's count of /v1/decisions requests.
 async fn decisions_count() -> f64 {
-    let text = client()
-        .get(stack().worker.url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = text_of(&stack().worker.url("/metrics")).await;
     text.lines()
         .filter(|l| {
             l.starts_with("vllm_srun_requests_total{") && l.contains("endpoint=\"/v1/decisions\"")
@@ -230,14 +229,7 @@ async fn math_and_small_talk_go_to_different_models_with_one_signal_call_each() 
     assert!(h.get("x-vsr-selected-algorithm").is_none());
     assert!(h.get("x-vsr-decision-ranking").is_none());
     // The router's metrics: decisions by decision and model, signal latency, its own time.
-    let text = client()
-        .get(url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = text_of(&url("/metrics")).await;
     let has = |needle: &str| text.lines().any(|l| l.starts_with(needle));
     assert!(
         has(&format!(
@@ -321,14 +313,7 @@ async fn streams_pass_through_with_the_routing_headers() {
     assert_eq!(a.last(), Some(&json!("[DONE]")));
     assert!(a.iter().any(|e| e["usage"]["completion_tokens"].is_u64()));
     // The stream was timed for latency-aware choices: time per output token.
-    let text = client()
-        .get(url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let text = text_of(&url("/metrics")).await;
     let tpot = format!("vsr_model_tpot_seconds{{model=\"{}\"}}", test_model());
     assert!(text.lines().any(|l| l.starts_with(&tpot)), "{text}");
 
