@@ -117,9 +117,121 @@ impl Default for DecisionConfig {
     }
 }
 
+/// The prompt layouts and attention modes the token-tree engine implements: every question
+/// branches from the state's cache (the state read once, the question attending to it).
+pub const TREE_LAYOUTS: &[&str] = &["question-last-v1"];
+pub const TREE_ATTENTION_MODES: &[&str] = &["prefix_causal", "state_once"];
+/// The question types a package may declare.
+const QUESTION_TYPES: &[&str] = &["choice", "noul", "score", "set", "span", "box", "track"];
+
 impl DecisionConfig {
     pub fn answers(&self, question_type: &str) -> bool {
         self.question_types.iter().any(|t| t == question_type)
+    }
+
+    /// Every setting acts or is refused: a config the engine cannot honour fails the load
+    /// with what is wrong, instead of being served with the setting ignored.
+    pub fn validate(&self, layouts: &[&str], attention_modes: &[&str]) -> Result<(), String> {
+        let positive = |name: &str, t: f64| -> Result<(), String> {
+            if t.is_finite() && t > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("decision_config.json: {name} must be a positive number, not {t}"))
+            }
+        };
+        positive("temperature.choice", self.temperature.choice)?;
+        positive("temperature.noul", self.temperature.noul)?;
+        positive("temperature.score", self.temperature.score)?;
+        if let Some(t) = &self.temperature_by_questions {
+            if t.temperature.len() != t.max_questions.len() + 1 {
+                return Err(format!(
+                    "decision_config.json: temperature_by_questions.temperature needs one entry more \
+                     than max_questions (the last is for more questions): {} and {}",
+                    t.temperature.len(),
+                    t.max_questions.len()
+                ));
+            }
+            if t.max_questions.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(
+                    "decision_config.json: temperature_by_questions.max_questions must increase".into(),
+                );
+            }
+            for (i, x) in t.temperature.iter().enumerate() {
+                positive(&format!("temperature_by_questions.temperature[{i}]"), *x)?;
+            }
+        }
+        if !layouts.contains(&self.prompt_layout.as_str()) {
+            return Err(format!(
+                "decision_config.json: prompt_layout {:?} is not one this engine renders ({})",
+                self.prompt_layout,
+                layouts.join(", ")
+            ));
+        }
+        if !attention_modes.contains(&self.attention_mode.as_str()) {
+            return Err(format!(
+                "decision_config.json: attention_mode {:?} is not one this engine evaluates ({})",
+                self.attention_mode,
+                attention_modes.join(", ")
+            ));
+        }
+        if let Some(t) = self.question_types.iter().find(|t| !QUESTION_TYPES.contains(&t.as_str())) {
+            return Err(format!("decision_config.json: unknown question type {t:?} in question_types"));
+        }
+        if !(0.0..=1.0).contains(&self.set_threshold) {
+            return Err(format!(
+                "decision_config.json: set_threshold must be in [0, 1], not {}",
+                self.set_threshold
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(edit: impl FnOnce(&mut DecisionConfig)) -> Result<(), String> {
+        let mut c = DecisionConfig::default();
+        edit(&mut c);
+        c.validate(TREE_LAYOUTS, TREE_ATTENTION_MODES)
+    }
+
+    #[test]
+    fn configs_that_cannot_act_are_refused() {
+        assert_eq!(check(|_| {}), Ok(()));
+        let e = check(|c| c.temperature.noul = 0.0).unwrap_err();
+        assert!(e.contains("temperature.noul"), "{e}");
+        assert!(check(|c| c.temperature.choice = f64::NAN).is_err());
+        assert!(check(|c| c.temperature.score = -1.0).is_err());
+        let e = check(|c| {
+            c.temperature_by_questions = Some(TemperatureByQuestions {
+                max_questions: vec![1, 4],
+                temperature: vec![1.0, 1.2],
+            })
+        })
+        .unwrap_err();
+        assert!(e.contains("one entry more"), "{e}");
+        assert!(check(|c| {
+            c.temperature_by_questions = Some(TemperatureByQuestions {
+                max_questions: vec![1, 4],
+                temperature: vec![1.0, 1.2, 1.4],
+            })
+        })
+        .is_ok());
+        assert!(check(|c| {
+            c.temperature_by_questions = Some(TemperatureByQuestions {
+                max_questions: vec![4, 1],
+                temperature: vec![1.0, 1.2, 1.4],
+            })
+        })
+        .is_err());
+        let e = check(|c| c.prompt_layout = "question-first-v9".into()).unwrap_err();
+        assert!(e.contains("prompt_layout") && e.contains("question-first-v9"), "{e}");
+        let e = check(|c| c.attention_mode = "full".into()).unwrap_err();
+        assert!(e.contains("attention_mode"), "{e}");
+        assert!(check(|c| c.question_types.push("poll".into())).is_err());
+        assert!(check(|c| c.set_threshold = 1.5).is_err());
     }
 }
 

@@ -204,6 +204,10 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     };
     if let Some(dir) = resolved.dir.as_deref() {
         config = read_json(&dir.join("decision_config.json"))?;
+        config.validate(
+            engine::package::TREE_LAYOUTS,
+            engine::package::TREE_ATTENTION_MODES,
+        )?;
         if o.max_scan_tokens.is_some() {
             config.max_scan_tokens = o.max_scan_tokens;
         }

@@ -39,6 +39,8 @@ async fn compressed_bombs_are_413_without_holding_the_inflated_bytes() {
     assert!(gz.len() < limit, "gzip bomb is {} bytes", gz.len());
     for (enc, body) in [("gzip", gz), ("zstd", zs)] {
         let idle = rss_bytes();
+        // Without /proc the measurement below would pass on zeros.
+        assert!(idle > 0, "resident memory cannot be read here");
         let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(idle));
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sampler = {

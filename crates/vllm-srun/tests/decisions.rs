@@ -245,11 +245,14 @@ async fn answers_do_not_depend_on_ids_order_or_other_questions() {
     let alone = json!({"state": TICKET, "questions": {"team": team()}});
     let renamed = json!({"state": TICKET, "questions": {"zz-renamed.1": team()}});
     let crowded = json!({"state": TICKET, "questions": {"a": anger(), "b": noul("Urgent?"), "team": team(), "c": noul("Polite?")}});
-    let (_, _, a) = post(&s.url("/v1/systemone"), &alone).await;
-    let (_, _, b) = post(&s.url("/v1/systemone"), &renamed).await;
-    let (_, _, c) = post(&s.url("/v1/systemone"), &crowded).await;
+    let (sa, _, a) = post(&s.url("/v1/systemone"), &alone).await;
+    let (sb, _, b) = post(&s.url("/v1/systemone"), &renamed).await;
+    let (sc, _, c) = post(&s.url("/v1/systemone"), &crowded).await;
+    // Two failures would compare equal: every answer is a 200 with probabilities.
+    assert_eq!((sa, sb, sc), (200, 200, 200), "{a} {b} {c}");
     // numerics: exact -- the same bits alone, renamed, or beside other questions.
     let pa = &a["answers"]["team"];
+    assert!(pa["probabilities"].is_object() && pa["choice"].is_string(), "{a}");
     assert_eq!(pa, &b["answers"]["zz-renamed.1"]);
     assert_eq!(pa, &c["answers"]["team"]);
     // And beside other requests sharing the worker at the same time.
@@ -259,6 +262,7 @@ async fn answers_do_not_depend_on_ids_order_or_other_questions() {
         post(&url, &crowded),
         post(&url, &renamed)
     );
+    assert_eq!((x.0, y.0, z.0), (200, 200, 200));
     assert_eq!(&x.2["answers"]["team"], pa);
     assert_eq!(&y.2["answers"]["team"], pa);
     assert_eq!(&z.2["answers"]["zz-renamed.1"], pa);
