@@ -136,7 +136,9 @@ impl DecisionConfig {
             if t.is_finite() && t > 0.0 {
                 Ok(())
             } else {
-                Err(format!("decision_config.json: {name} must be a positive number, not {t}"))
+                Err(format!(
+                    "decision_config.json: {name} must be a positive number, not {t}"
+                ))
             }
         };
         positive("temperature.choice", self.temperature.choice)?;
@@ -153,7 +155,8 @@ impl DecisionConfig {
             }
             if t.max_questions.windows(2).any(|w| w[0] >= w[1]) {
                 return Err(
-                    "decision_config.json: temperature_by_questions.max_questions must increase".into(),
+                    "decision_config.json: temperature_by_questions.max_questions must increase"
+                        .into(),
                 );
             }
             for (i, x) in t.temperature.iter().enumerate() {
@@ -174,8 +177,14 @@ impl DecisionConfig {
                 attention_modes.join(", ")
             ));
         }
-        if let Some(t) = self.question_types.iter().find(|t| !QUESTION_TYPES.contains(&t.as_str())) {
-            return Err(format!("decision_config.json: unknown question type {t:?} in question_types"));
+        if let Some(t) = self
+            .question_types
+            .iter()
+            .find(|t| !QUESTION_TYPES.contains(&t.as_str()))
+        {
+            return Err(format!(
+                "decision_config.json: unknown question type {t:?} in question_types"
+            ));
         }
         if !(0.0..=1.0).contains(&self.set_threshold) {
             return Err(format!(
@@ -227,7 +236,10 @@ mod tests {
         })
         .is_err());
         let e = check(|c| c.prompt_layout = "question-first-v9".into()).unwrap_err();
-        assert!(e.contains("prompt_layout") && e.contains("question-first-v9"), "{e}");
+        assert!(
+            e.contains("prompt_layout") && e.contains("question-first-v9"),
+            "{e}"
+        );
         let e = check(|c| c.attention_mode = "full".into()).unwrap_err();
         assert!(e.contains("attention_mode"), "{e}");
         assert!(check(|c| c.question_types.push("poll".into())).is_err());

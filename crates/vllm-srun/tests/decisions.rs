@@ -252,7 +252,10 @@ async fn answers_do_not_depend_on_ids_order_or_other_questions() {
     assert_eq!((sa, sb, sc), (200, 200, 200), "{a} {b} {c}");
     // numerics: exact -- the same bits alone, renamed, or beside other questions.
     let pa = &a["answers"]["team"];
-    assert!(pa["probabilities"].is_object() && pa["choice"].is_string(), "{a}");
+    assert!(
+        pa["probabilities"].is_object() && pa["choice"].is_string(),
+        "{a}"
+    );
     assert_eq!(pa, &b["answers"]["zz-renamed.1"]);
     assert_eq!(pa, &c["answers"]["team"]);
     // And beside other requests sharing the worker at the same time.

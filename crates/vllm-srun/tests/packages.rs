@@ -76,13 +76,20 @@ async fn a_package_temperature_changes_the_answer_as_it_says() {
         json!({"question_types": ["choice", "noul"], "temperature": {"choice": 2.0}}),
     );
     let mut o = options();
-    o.models = vec![plain.to_string_lossy().into_owned(), warm.to_string_lossy().into_owned()];
+    o.models = vec![
+        plain.to_string_lossy().into_owned(),
+        warm.to_string_lossy().into_owned(),
+    ];
     let s = start(o);
     let q = json!({"team": {"type": "choice", "instructions": "Which team should handle this ticket?",
         "criteria": {"billing": "Payments and refunds", "engineering": "Outages and bugs", "sales": "New contracts"}}});
     let mut probs = Vec::new();
     for m in ["plain", "warm"] {
-        let (st, _, v) = post(&s.url("/v1/systemone"), &json!({"model": m, "state": TICKET, "questions": q})).await;
+        let (st, _, v) = post(
+            &s.url("/v1/systemone"),
+            &json!({"model": m, "state": TICKET, "questions": q}),
+        )
+        .await;
         assert_eq!(st, 200, "{v}");
         probs.push(v["answers"]["team"]["probabilities"].clone());
     }
@@ -116,7 +123,10 @@ async fn a_package_config_that_cannot_act_fails_the_load() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let (_, m) = get(&s.url("/v1/models")).await;
-    let err = m["models"][0]["last_error"]["message"].as_str().unwrap_or_default().to_string();
+    let err = m["models"][0]["last_error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(err.contains("temperature.noul"), "{m}");
     std::fs::remove_dir_all(bad.parent().unwrap()).unwrap();
 }
