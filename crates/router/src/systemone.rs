@@ -104,7 +104,6 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
     let deadline = Duration::from_millis(deadline);
     if dep.schema == Schema::V5 {
         return call(
-            rt,
             dep,
             pool,
             ep.path(dep.schema),
@@ -120,12 +119,11 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
         return e.response(flavor);
     }
     if ep == Endpoint::Batch {
-        return split_batch(rt, dep, pool, headers, req, deadline).await;
+        return split_batch(dep, pool, headers, req, deadline).await;
     }
     match serde_json::to_vec(&req) {
         Ok(b) => {
             call(
-                rt,
                 dep,
                 pool,
                 ep.path(dep.schema),
@@ -189,7 +187,6 @@ fn standardize(req: &mut Map<String, Value>) -> Result<(), RouterError> {
 /// A batch to a target without one: each entry its own request, at once; answered in the
 /// batch's shape with the usage summed.
 async fn split_batch(
-    rt: &Runtime,
     dep: &Deployment,
     pool: &Arc<Pool>,
     headers: &HeaderMap,
@@ -212,7 +209,6 @@ async fn split_batch(
             one.insert("model".into(), model);
             let body = serde_json::to_vec(&one).unwrap_or_default();
             let r = call(
-                rt,
                 dep,
                 pool,
                 "/v1/systemone",
@@ -262,7 +258,6 @@ async fn split_batch(
 /// the runtime's private messages can be replaced.
 #[allow(clippy::too_many_arguments)]
 async fn call(
-    rt: &Runtime,
     dep: &Deployment,
     pool: &Arc<Pool>,
     path: &str,
@@ -271,7 +266,6 @@ async fn call(
     deadline: Duration,
     flavor: Flavor,
 ) -> Response<Body> {
-    let _ = rt;
     let lease = match pool.pick_checked().await {
         Ok(l) => l,
         Err(PickError::Busy) => return RouterError::Overloaded.response(flavor),
