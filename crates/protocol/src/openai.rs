@@ -507,8 +507,10 @@ impl SieGenerateRequest {
     }
 }
 
-/// Token counts of a request.
+/// Token counts of a request. (Named apart in the OpenAPI document: the decision
+/// endpoints' `Usage` is another shape.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
+#[schema(as = OpenAiUsage)]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,

@@ -82,4 +82,17 @@ mod tests {
         }
         assert!(doc.contains("DecisionResponse"));
     }
+
+    /// Two wire types of one name would share one schema, and one endpoint's answers would
+    /// be documented with the other's shape (the decision `Usage` once carried OpenAI's).
+    #[test]
+    fn schemas_of_the_same_name_are_not_merged() {
+        use utoipa::OpenApi;
+        let doc = super::ApiDoc::openapi();
+        let schemas = &doc.components.as_ref().unwrap().schemas;
+        let usage = serde_json::to_value(&schemas["Usage"]).unwrap();
+        assert!(usage["properties"]["input_tokens"].is_object(), "{usage}");
+        let openai = serde_json::to_value(&schemas["OpenAiUsage"]).unwrap();
+        assert!(openai["properties"]["prompt_tokens"].is_object(), "{openai}");
+    }
 }
