@@ -93,6 +93,9 @@ mod tests {
         let usage = serde_json::to_value(&schemas["Usage"]).unwrap();
         assert!(usage["properties"]["input_tokens"].is_object(), "{usage}");
         let openai = serde_json::to_value(&schemas["OpenAiUsage"]).unwrap();
-        assert!(openai["properties"]["prompt_tokens"].is_object(), "{openai}");
+        assert!(
+            openai["properties"]["prompt_tokens"].is_object(),
+            "{openai}"
+        );
     }
 }
