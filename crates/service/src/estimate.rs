@@ -1,0 +1,120 @@
+//! The conservative input-token estimate the limits count (System Duo, Limits): per
+//! question, the NFC UTF-8 bytes of its state plus the bytes of the question's JSON, plus
+//! 1,650 per image, 3,200 per video and 40. A state-once model counts the state once.
+
+use serde_json::{Map, Value};
+use unicode_normalization::UnicodeNormalization;
+
+pub const PER_IMAGE: u64 = 1_650;
+pub const PER_VIDEO: u64 = 3_200;
+pub const PER_QUESTION: u64 = 40;
+
+/// NFC UTF-8 bytes of a state: a string as it is, an object state as its JSON text.
+fn state_bytes(state: Option<&Value>) -> u64 {
+    match state {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(s)) => s.nfc().map(char::len_utf8).sum::<usize>() as u64,
+        Some(v) => {
+            let text = v.to_string();
+            text.nfc().map(char::len_utf8).sum::<usize>() as u64
+        }
+    }
+}
+
+fn count(v: Option<&Value>) -> u64 {
+    v.and_then(Value::as_array).map_or(0, |a| a.len() as u64)
+}
+
+/// The estimate of one standard request (a state, its media and its questions).
+fn entry(e: &Map<String, Value>, extra_images: u64, state_once: bool) -> u64 {
+    let state = state_bytes(e.get("state"));
+    let media =
+        (count(e.get("images")) + extra_images) * PER_IMAGE + count(e.get("videos")) * PER_VIDEO;
+    let questions: Vec<&Value> = match e.get("questions") {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(Value::Object(m)) => m.values().collect(),
+        _ => Vec::new(),
+    };
+    let own: u64 = questions
+        .iter()
+        .map(|q| q.to_string().len() as u64 + PER_QUESTION)
+        .sum();
+    if state_once {
+        state + media + own
+    } else {
+        (state + media) * questions.len() as u64 + own
+    }
+}
+
+/// The estimate of a System One request body (a standard request or a batch in `states`).
+/// Top-level image assets count as images of every entry.
+pub fn input_tokens(body: &Map<String, Value>, state_once: bool) -> u64 {
+    let assets = body
+        .get("assets")
+        .and_then(Value::as_object)
+        .map_or(0, |a| {
+            a.values()
+                .filter(|v| v.get("type").and_then(Value::as_str) == Some("image"))
+                .count() as u64
+        });
+    match body.get("states").and_then(Value::as_object) {
+        Some(states) => states
+            .values()
+            .filter_map(Value::as_object)
+            .map(|e| entry(e, assets, state_once))
+            .sum(),
+        None => entry(body, assets, state_once),
+    }
+}
+
+/// A System Two estimate: the bytes of the messages' JSON (tokens are never more than
+/// bytes), plus `max_tokens` when asked for.
+pub fn chat_tokens(body: &Map<String, Value>) -> u64 {
+    let messages = body
+        .get("messages")
+        .map_or(0, |m| m.to_string().len() as u64);
+    let out = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|k| body.get(*k).and_then(Value::as_u64))
+        .unwrap_or(0);
+    messages + out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn per_question_state_media_and_forty() {
+        let q = json!({"id": "a", "type": "noul", "instructions": "Is it?"});
+        let qlen = q.to_string().len() as u64;
+        let body = obj(
+            json!({"model": "m", "state": "héllo", "images": ["x"], "questions": [q.clone(), q.clone()]}),
+        );
+        // "héllo" is 6 UTF-8 bytes.
+        assert_eq!(input_tokens(&body, false), 2 * (6 + 1_650 + qlen + 40));
+        assert_eq!(input_tokens(&body, true), 6 + 1_650 + 2 * (qlen + 40));
+        // NFC: "e" + combining acute is counted as "é" (2 bytes, not 3).
+        let body = obj(json!({"state": "he\u{301}", "questions": []}));
+        assert_eq!(input_tokens(&body, true), 3);
+    }
+
+    #[test]
+    fn batches_add_their_entries() {
+        let q = json!({"id": "a", "type": "noul", "instructions": "x"});
+        let qlen = q.to_string().len() as u64;
+        let body = obj(json!({"states": {
+            "one": {"state": "ab", "questions": [q.clone()]},
+            "two": {"state": "abcd", "videos": ["v"], "questions": [q.clone()]},
+        }}));
+        assert_eq!(
+            input_tokens(&body, true),
+            (2 + qlen + 40) + (4 + 3_200 + qlen + 40)
+        );
+    }
+}
