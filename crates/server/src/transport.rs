@@ -29,6 +29,7 @@ use hyper_util::service::TowerToHyperService;
 use protocol::error::{reason, ErrorCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
+use tower::ServiceExt;
 
 use crate::body::Coding;
 use crate::error::{ApiError, Flavor};
@@ -259,7 +260,14 @@ pub(crate) async fn serve(
         };
         let _ = stream.set_nodelay(true);
         tracing::trace!(%remote, "connection");
-        let service = TowerToHyperService::new(app.clone());
+        // Handlers that count work per network address read the peer from ConnectInfo.
+        let service = TowerToHyperService::new(app.clone().map_request(
+            move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(remote));
+                req
+            },
+        ));
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let first_byte = t.header_timeout;
