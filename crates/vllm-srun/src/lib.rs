@@ -54,6 +54,71 @@ pub struct ServeOptions {
     /// The router in front of the worker on the same port (System Two, System One
     /// published); `None`: the worker alone.
     pub router: Option<router::RouterConfig>,
+    /// The keys service in front of the router (keys, limits, admission); only with a
+    /// router.
+    pub service: Option<ServiceOptions>,
+}
+
+/// The keys service's settings and where it stores its data.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    pub config: service::ServiceConfig,
+    /// `sqlite://…` or `postgres://…`.
+    pub database_url: String,
+}
+
+impl ServiceOptions {
+    /// Defaults on a SQLite file in `dir` (created if needed).
+    pub fn in_dir(dir: &std::path::Path) -> Result<ServiceOptions, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
+        Ok(ServiceOptions {
+            config: service::ServiceConfig::default(),
+            database_url: service::Store::sqlite_url(dir),
+        })
+    }
+}
+
+/// The data directory of a user: `$XDG_DATA_HOME/vllm-srun`, else
+/// `~/.local/share/vllm-srun`.
+pub fn default_data_dir() -> std::path::PathBuf {
+    std::env::var_os("XDG_DATA_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".local/share")))
+        .unwrap_or_else(|| std::path::PathBuf::from("."))
+        .join("vllm-srun")
+}
+
+/// The names the service counts and lists: every published System One name and
+/// `vllm-sr/auto`.
+fn service_models(rc: &router::RouterConfig) -> Vec<String> {
+    let mut names = vec![router::config::AUTO_MODEL.to_string()];
+    for d in &rc.deployments {
+        for m in &d.models {
+            if !names.contains(m) {
+                names.push(m.clone());
+            }
+        }
+    }
+    names
+}
+
+/// Put the keys service in front of a router's app.
+async fn with_service(
+    app: axum::Router,
+    rc: &router::RouterConfig,
+    o: &ServiceOptions,
+) -> Result<axum::Router, String> {
+    let store = service::Store::open(&o.database_url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let svc = service::Service::new(
+        o.config.clone(),
+        store,
+        Arc::new(service::clock::SystemClock),
+        service_models(rc),
+    );
+    Ok(service::http::app(svc, app))
 }
 
 impl Default for ServeOptions {
@@ -79,6 +144,7 @@ impl Default for ServeOptions {
             generate: Some(engine::GenerateConfig::default()),
             no_generate: Vec::new(),
             router: None,
+            service: None,
         }
     }
 }
@@ -331,7 +397,11 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
             let rt = router::Runtime::new(rc.clone(), Some(worker.clone()), None)?;
             let checks = rt.clone();
             tokio::spawn(async move { checks.start_health_checks().await });
-            router::app(rt, false).fallback_service(worker)
+            let app = router::app(rt, false).fallback_service(worker);
+            match &o.service {
+                Some(so) => with_service(app, rc, so).await?,
+                None => app,
+            }
         }
     };
     let o = Arc::new(o);
@@ -377,10 +447,15 @@ impl BoundRouter {
 /// Bind a router alone on `host:port` (port 0: a free one) and start its health checks.
 pub async fn bind_router(
     config: router::RouterConfig,
+    service: Option<&ServiceOptions>,
     host: &str,
     port: u16,
 ) -> Result<BoundRouter, String> {
-    let runtime = router::Runtime::new(config, None, Some(server::prometheus()))?;
+    let runtime = router::Runtime::new(config.clone(), None, Some(server::prometheus()))?;
+    let mut app = router::app(runtime.clone(), true);
+    if let Some(so) = service {
+        app = with_service(app, &config, so).await?;
+    }
     let addr = format!("{host}:{port}");
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -390,6 +465,6 @@ pub async fn bind_router(
     Ok(BoundRouter {
         addr: listener.local_addr().map_err(|e| e.to_string())?,
         listener,
-        app: router::app(runtime, true),
+        app,
     })
 }

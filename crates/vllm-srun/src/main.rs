@@ -19,7 +19,7 @@ enum Command {
     /// Serve models over HTTP. With no --model (or with --config), the whole service: the
     /// worker and, on the same port, the router (System Two `vllm-sr/auto`, System One
     /// published) on its built-in config.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run a router alone, in front of workers and chat backends reached over HTTP.
     Router(RouterArgs),
     /// Fetch and list models.
@@ -56,6 +56,10 @@ enum Command {
         /// (each phase --runs seconds).
         #[arg(long)]
         router: bool,
+        /// The keys service's own costs: key verification on SQLite, admission decisions
+        /// with 10,000 requests waiting.
+        #[arg(long)]
+        service: bool,
         /// Requests per second of --router.
         #[arg(long, default_value_t = 200)]
         rate: usize,
@@ -73,11 +77,62 @@ enum ModelsCommand {
     List,
 }
 
+/// The keys service (API keys, limits, fair admission) that the router process serves.
+#[derive(clap::Args)]
+struct ServiceArgs {
+    /// Every /v1 request needs an API key (a public service). Default: keys are optional
+    /// (a private worker); a request that sends one is still checked and counted.
+    #[arg(long)]
+    require_keys: bool,
+    /// Where keys and usage live: sqlite://FILE or postgres://USER@HOST/DB. Default: a
+    /// SQLite file in --data-dir.
+    #[arg(long, env = "VLLM_SRUN_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Default: $XDG_DATA_HOME/vllm-srun, else ~/.local/share/vllm-srun.
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// Service settings (YAML): budgets, key creation, proof of work, each model's limits
+    /// and admission (the fields of /api/info).
+    #[arg(long)]
+    service_config: Option<std::path::PathBuf>,
+    /// No keys service: no /api/keys, no limits, no admission.
+    #[arg(long)]
+    no_service: bool,
+}
+
+fn service_options(a: &ServiceArgs) -> Result<Option<vllm_srun::ServiceOptions>, String> {
+    if a.no_service {
+        return Ok(None);
+    }
+    let dir = a
+        .data_dir
+        .clone()
+        .unwrap_or_else(vllm_srun::default_data_dir);
+    let mut o = match &a.database_url {
+        Some(url) => vllm_srun::ServiceOptions {
+            config: service::ServiceConfig::default(),
+            database_url: url.clone(),
+        },
+        None => vllm_srun::ServiceOptions::in_dir(&dir)?,
+    };
+    if let Some(path) = &a.service_config {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        o.config = serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if a.require_keys {
+        o.config.require_keys = true;
+    }
+    Ok(Some(o))
+}
+
 #[derive(Parser)]
 struct RouterArgs {
     /// The router config (YAML).
     #[arg(long)]
     config: std::path::PathBuf,
+    #[command(flatten)]
+    service: ServiceArgs,
     /// Default: the config's first listener, else 127.0.0.1.
     #[arg(long)]
     host: Option<String>,
@@ -91,6 +146,8 @@ struct ServeArgs {
     /// A router config (YAML) to serve in front of the worker instead of the built-in one.
     #[arg(long)]
     config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    service: ServiceArgs,
     /// The worker alone, without the router (the default when --model is given).
     #[arg(long)]
     no_router: bool,
@@ -179,7 +236,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Models { command } => models(command),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Router(args) => router_alone(args),
         Command::Bench {
             url,
@@ -192,9 +249,12 @@ fn main() {
             generate,
             max_tokens,
             router,
+            service,
             rate,
         } => {
-            if router {
+            if service {
+                bench_service()
+            } else if router {
                 bench_router(runs.clamp(1, 600), rate.max(1))
             } else if generate {
                 bench_generate(&model, runs.max(1), max_tokens.max(2))
@@ -322,6 +382,19 @@ fn bench_router(seconds: usize, rate: usize) -> i32 {
     }
 }
 
+fn bench_service() -> i32 {
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    match rt.block_on(vllm_srun::bench::service_costs()) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            1
+        }
+    }
+}
+
 fn bench_long(model: &str, runs: usize) -> i32 {
     let Some(rt) = runtime() else {
         return 1;
@@ -371,11 +444,18 @@ fn router_alone(args: RouterArgs) -> i32 {
         .or_else(|| listener.as_ref().map(|l| l.address.clone()))
         .unwrap_or_else(|| "127.0.0.1".into());
     let port = args.port.or(listener.map(|l| l.port)).unwrap_or(8080);
+    let service = match service_options(&args.service) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return 2;
+        }
+    };
     let Some(rt) = runtime() else {
         return 1;
     };
     rt.block_on(async move {
-        match vllm_srun::bind_router(config, &host, port).await {
+        match vllm_srun::bind_router(config, service.as_ref(), &host, port).await {
             Ok(b) => listen(b.addr, b.run()).await,
             Err(e) => {
                 eprintln!("{e}");
@@ -423,7 +503,19 @@ fn serve(args: ServeArgs) -> i32 {
     } else {
         None
     };
+    let service = if router.is_some() {
+        match service_options(&args.service) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{e}");
+                return 2;
+            }
+        }
+    } else {
+        None
+    };
     let mut options = ServeOptions {
+        service,
         models: if !args.models.is_empty() {
             args.models
         } else if router.is_some() {
