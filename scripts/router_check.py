@@ -1,13 +1,14 @@
 """System Two through the official OpenAI Python SDK, against `vllm-srun router` in front of
 a running worker: the model list, routed answers with their headers (with_raw_response),
 streams, a tool call, and errors. Usage: router_check.py ROUTER_URL MODEL"""
+import os
 import sys
 
 import openai
 from openai import OpenAI
 
 base, model = sys.argv[1], sys.argv[2]
-client = OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=300)
+client = OpenAI(base_url=base + "/v1", api_key=os.environ.get("VLLM_SR_API_KEY", "unused"), max_retries=0, timeout=300)
 passed = failed = 0
 
 

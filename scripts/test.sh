@@ -17,6 +17,11 @@ cargo build --workspace --all-targets
 ./target/debug/vllm-srun models pull sparrow-nano
 ./target/debug/vllm-srun models pull sparrow-nano-robot
 
+# The keys service's storage tests run on SQLite, and on PostgreSQL when
+# VSR_TEST_POSTGRES_URL names a server (`.ci/run` starts Debian's; CI must have it).
+if [ -n "${CI:-}" ] && [ -z "${VSR_TEST_POSTGRES_URL:-}" ]; then
+    echo "CI: VSR_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)"; exit 1
+fi
 cargo test --workspace
 
 # Conformance: the System One suite must pass every MUST.
@@ -100,7 +105,10 @@ decisions:
 default_decision: chat
 YAML
 router_log="$(mktemp)"
-./target/debug/vllm-srun router --config "$router_cfg" --port 0 >"$router_log" 2>&1 &
+router_data="$(mktemp -d)"
+# As a public service: keys required, kept in a SQLite file.
+./target/debug/vllm-srun router --config "$router_cfg" --port 0 --require-keys \
+    --data-dir "$router_data" >"$router_log" 2>&1 &
 router=$!
 trap 'kill "$server" "$router" 2>/dev/null || true' EXIT
 rurl=""
@@ -112,4 +120,8 @@ for _ in $(seq 1 100); do
     sleep 0.2
 done
 [ -n "$rurl" ] || { cat "$router_log"; echo "router did not start"; exit 1; }
+# Keys: the spec's terminal recipe, usage, limits' headers, revoke; the key it prints last
+# is the one the SDK checks use.
+VLLM_SR_API_KEY="$(python3 scripts/keys_check.py "$rurl" sparrow-nano "$router_data/service.sqlite")"
+export VLLM_SR_API_KEY
 python3 scripts/router_check.py "$rurl" "$MODEL"
