@@ -839,6 +839,14 @@ mod tests {
             .map(|n| got.get(n).copied().unwrap_or(0.0))
             .collect();
         let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+        eprintln!(
+            "shares {:?}, Jain {:.4}",
+            names
+                .iter()
+                .zip(xs.iter().map(|x| (x / mean * 1000.0).round() / 1000.0))
+                .collect::<Vec<_>>(),
+            jain(&xs)
+        );
         for (n, x) in names.iter().zip(&xs) {
             assert!(
                 (x - mean).abs() <= 0.1 * mean,

@@ -587,33 +587,38 @@ impl Ctx {
             .svc
             .limiter
             .minute_state(&s, &b, self.svc.clock.now_ms());
-        let mut put = |name: &'static str, v: Option<String>| {
+        let reset = reset_text(st.reset_ms);
+        let values = [
+            (
+                "x-ratelimit-limit-requests",
+                st.limit_requests.map(|v| v.to_string()),
+            ),
+            (
+                "x-ratelimit-remaining-requests",
+                st.remaining_requests.map(|v| v.to_string()),
+            ),
+            (
+                "x-ratelimit-reset-requests",
+                st.limit_requests.map(|_| reset.clone()),
+            ),
+            (
+                "x-ratelimit-limit-tokens",
+                st.limit_tokens.map(|v| v.to_string()),
+            ),
+            (
+                "x-ratelimit-remaining-tokens",
+                st.remaining_tokens.map(|v| v.to_string()),
+            ),
+            (
+                "x-ratelimit-reset-tokens",
+                st.limit_tokens.map(|_| reset.clone()),
+            ),
+        ];
+        for (name, v) in values {
             if let Some(v) = v.and_then(|v| HeaderValue::from_str(&v).ok()) {
                 h.insert(HeaderName::from_static(name), v);
             }
-        };
-        let reset = Some(reset_text(st.reset_ms));
-        put(
-            "x-ratelimit-limit-requests",
-            st.limit_requests.map(|v| v.to_string()),
-        );
-        put(
-            "x-ratelimit-remaining-requests",
-            st.remaining_requests.map(|v| v.to_string()),
-        );
-        put(
-            "x-ratelimit-reset-requests",
-            st.limit_requests.and(reset.clone()),
-        );
-        put(
-            "x-ratelimit-limit-tokens",
-            st.limit_tokens.map(|v| v.to_string()),
-        );
-        put(
-            "x-ratelimit-remaining-tokens",
-            st.remaining_tokens.map(|v| v.to_string()),
-        );
-        put("x-ratelimit-reset-tokens", st.limit_tokens.and(reset));
+        }
     }
 
     /// Write a request's outcome to the key's usage and request log.

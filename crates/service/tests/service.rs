@@ -180,6 +180,13 @@ fn cheap() -> ServiceConfig {
     }
 }
 
+/// The status of one System One request with `key`.
+async fn ask_status(app: &Router, key: &str) -> StatusCode {
+    call(app, "POST", "/v1/systemone", Some(key), Some(ask()))
+        .await
+        .0
+}
+
 fn ask() -> Value {
     json!({"model": "m1", "state": "hello", "questions": {"q": {"type": "noul", "instructions": "Is it?"}}})
 }
@@ -445,12 +452,7 @@ async fn budgets_admit_exactly_their_value_and_headers_follow(db: Db) {
     // and leaves the minute budget untouched.
     e.clock.advance(30_000);
     for _ in 0..2 {
-        assert_eq!(
-            call(&e.app, "POST", "/v1/systemone", Some(&key), Some(ask()))
-                .await
-                .0,
-            200
-        );
+        assert_eq!(ask_status(&e.app, &key).await, 200);
     }
     let (s, h, _) = call(&e.app, "POST", "/v1/systemone", Some(&key), Some(ask())).await;
     assert_eq!(s, 429);
@@ -458,12 +460,7 @@ async fn budgets_admit_exactly_their_value_and_headers_follow(db: Db) {
     assert_eq!(h["x-ratelimit-remaining-requests"], "1");
     // 00:00 UTC: the quota resets.
     e.clock.advance(60_000);
-    assert_eq!(
-        call(&e.app, "POST", "/v1/systemone", Some(&key), Some(ask()))
-            .await
-            .0,
-        200
-    );
+    assert_eq!(ask_status(&e.app, &key).await, 200);
     // The usage counts five answered and two refused yesterday, one today.
     let (_, _, u) = call(&e.app, "GET", "/api/keys/self/usage", Some(&key), None).await;
     let days = u["days"].as_array().unwrap();
@@ -536,24 +533,9 @@ async fn keys_of_one_address_within_a_day_share_a_budget(db: Db) {
     .await;
     let a = new_key(&e.app).await;
     let b = new_key(&e.app).await;
-    assert_eq!(
-        call(&e.app, "POST", "/v1/systemone", Some(&a), Some(ask()))
-            .await
-            .0,
-        200
-    );
-    assert_eq!(
-        call(&e.app, "POST", "/v1/systemone", Some(&b), Some(ask()))
-            .await
-            .0,
-        200
-    );
-    assert_eq!(
-        call(&e.app, "POST", "/v1/systemone", Some(&b), Some(ask()))
-            .await
-            .0,
-        429
-    );
+    assert_eq!(ask_status(&e.app, &a).await, 200);
+    assert_eq!(ask_status(&e.app, &b).await, 200);
+    assert_eq!(ask_status(&e.app, &b).await, 429);
 }
 
 async fn daily_counts_survive_a_restart(db: Db) {
@@ -565,18 +547,8 @@ async fn daily_counts_survive_a_restart(db: Db) {
     let key = {
         let e = env_on(cfg.clone(), &url, None).await;
         let key = new_key(&e.app).await;
-        assert_eq!(
-            call(&e.app, "POST", "/v1/systemone", Some(&key), Some(ask()))
-                .await
-                .0,
-            200
-        );
-        assert_eq!(
-            call(&e.app, "POST", "/v1/systemone", Some(&key), Some(ask()))
-                .await
-                .0,
-            200
-        );
+        assert_eq!(ask_status(&e.app, &key).await, 200);
+        assert_eq!(ask_status(&e.app, &key).await, 200);
         key
     };
     // A new process on the same database: today's two requests still count.
