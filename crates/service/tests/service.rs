@@ -27,6 +27,13 @@ fn inner() -> Router {
             }),
         )
         .route(
+            "/v1/decisions",
+            post(|| async {
+                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                axum::Json(json!({"model": "m1", "answers": {}, "usage": {"input_tokens": 7}}))
+            }),
+        )
+        .route(
             "/v1/chat/completions",
             post(|| async {
                 let body = "data: {\"choices\":[]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":5}}\n\ndata: [DONE]\n\n";
@@ -605,6 +612,27 @@ async fn info_lists_limits_and_admission(db: Db) {
     assert_eq!(m1["limits"]["max_request_tokens"], 200_000);
 }
 
+async fn a_request_past_its_time_limit_gets_504_and_keeps_its_estimate(db: Db) {
+    let mut cfg = ServiceConfig {
+        per_key: budgets(None, Some(10_000), None, None),
+        ..cheap()
+    };
+    cfg.default_model.limits.timeout_seconds = 1;
+    let e = env_with(cfg, &db).await;
+    let key = new_key(&e.app).await;
+    // The stand-in's /v1/decisions takes 3 s.
+    let (s, h, v) = call(&e.app, "POST", "/v1/decisions", Some(&key), Some(ask())).await;
+    assert_eq!(
+        (s.as_u16(), v["error"]["code"].as_str()),
+        (504, Some("timeout"))
+    );
+    let estimate = service::estimate::input_tokens(ask().as_object().unwrap(), true);
+    assert_eq!(
+        h["x-ratelimit-remaining-tokens"],
+        (10_000 - estimate).to_string()
+    );
+}
+
 /// Every scenario runs on SQLite, and on PostgreSQL when a server is given.
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
@@ -626,6 +654,7 @@ macro_rules! on_both {
 }
 
 on_both!(
+    a_request_past_its_time_limit_gets_504_and_keeps_its_estimate,
     a_key_is_made_used_revoked_and_refused,
     keys_are_required_when_the_service_says_so,
     forget_leaves_no_row,
