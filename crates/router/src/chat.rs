@@ -20,6 +20,8 @@ use crate::Runtime;
 
 /// The routing headers of one answer.
 struct Routed {
+    /// The decision that chose the models (`none` for a concrete model).
+    decision: String,
     headers: Vec<(String, String)>,
 }
 
@@ -61,6 +63,7 @@ pub async fn chat_completions(
             return RouterError::ModelNotFound(model).response(Flavor::OpenAi);
         }
         let routed = Routed {
+            decision: "none".into(),
             headers: vec![
                 ("x-vsr-selected-model".into(), model.clone()),
                 ("x-vsr-selected-decision".into(), "none".into()),
@@ -143,7 +146,11 @@ pub async fn chat_completions(
             }),
         }
         .response(Flavor::OpenAi);
-        Routed { headers: hs }.apply(r.headers_mut());
+        Routed {
+            decision: decision.name.clone(),
+            headers: hs,
+        }
+        .apply(r.headers_mut());
         return r;
     }
 
@@ -162,7 +169,10 @@ pub async fn chat_completions(
             }
         }
     }
-    let routed = Routed { headers: hs };
+    let routed = Routed {
+        decision: decision.name.clone(),
+        headers: hs,
+    };
     forward(
         &rt,
         &headers,
@@ -229,7 +239,7 @@ async fn forward(
             Ok(mut resp) if !resp.status().is_server_error() => {
                 rt.record_ttft(&r.model, sent.elapsed().as_secs_f64());
                 metrics::counter!("vsr_routing_decisions_total",
-                    "decision" => routed.headers.iter().find(|(k, _)| k == "x-vsr-selected-decision").map(|(_, v)| v.clone()).unwrap_or_default(),
+                    "decision" => routed.decision.clone(),
                     "model" => r.model.clone())
                 .increment(1);
                 let waited = sent.elapsed();
@@ -373,16 +383,16 @@ fn apply_reasoning(m: &mut Map<String, Value>, kind: ReasoningKind, parameter: &
 fn matched_groups(defs: &[Signal], values: &Signals) -> BTreeMap<String, String> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in defs {
+        // A known value whose own condition holds: the chosen option, or yes.
         let item = match values.get(&s.name) {
-            Some(SignalValue::Options {
-                chosen,
-                probabilities,
-            }) if probabilities.get(chosen).copied().unwrap_or(0.0)
-                >= s.threshold.unwrap_or(0.0) =>
+            Some(v @ SignalValue::Options { chosen, .. })
+                if rules::condition(s, v, Some(chosen)).matched =>
             {
                 Some(format!("{}:{chosen}", s.name))
             }
-            Some(SignalValue::Yes(p)) if *p >= s.threshold.unwrap_or(0.5) => Some(s.name.clone()),
+            Some(v @ SignalValue::Yes(_)) if rules::condition(s, v, None).matched => {
+                Some(s.name.clone())
+            }
             _ => None,
         };
         if let Some(item) = item {
@@ -395,29 +405,21 @@ fn matched_groups(defs: &[Signal], values: &Signals) -> BTreeMap<String, String>
 /// Ask every signal the rules read: one call per deployment and model, all at once, each
 /// bounded by the signal deadline. A call that fails leaves its signals unknown.
 async fn ask_signals(rt: &Runtime, req: &Map<String, Value>) -> Signals {
-    let used = rt.config.used_signals();
-    if used.is_empty() {
+    if rt.signal_groups.is_empty() {
         return Signals::new();
     }
     let (routing_text, whole_text) = signals::conversation(req);
     let timeout = Duration::from_millis(rt.config.global.model_catalog.signal_timeout_ms);
-    // Group by deployment and model.
-    let mut groups: BTreeMap<(String, String), Vec<&Signal>> = BTreeMap::new();
-    for s in used {
-        let Some((d, _)) = rt.deployments.iter().find(|(d, _)| d.name == s.deployment) else {
-            continue;
-        };
-        let model = s.model.clone().unwrap_or_else(|| d.models[0].clone());
-        groups.entry((d.name.clone(), model)).or_default().push(s);
-    }
-    let tasks = groups.iter().map(|((dep, model), sigs)| {
+    let tasks = rt.signal_groups.iter().map(|(di, model, members)| {
+        let sigs: Vec<&Signal> = members.iter().map(|i| &rt.config.signals[*i]).collect();
         let routing_text = &routing_text;
         let whole_text = &whole_text;
         async move {
-            let Some((d, pool)) = rt.deployments.iter().find(|(d, _)| &d.name == dep) else {
+            let Some((d, pool)) = rt.deployments.get(*di) else {
                 return Signals::new();
             };
-            let calls = signals::calls(d, model, sigs, routing_text, whole_text, timeout.as_millis() as u64);
+            let dep = &d.name;
+            let calls = signals::calls(d, model, &sigs, routing_text, whole_text, timeout.as_millis() as u64);
             let started = Instant::now();
             let answers = futures_util::future::join_all(calls.iter().map(|c| async {
                 let lease = pool.pick_checked().await.ok()?;
@@ -442,7 +444,7 @@ async fn ask_signals(rt: &Runtime, req: &Map<String, Value>) -> Signals {
             if answers.iter().any(Option::is_none) {
                 tracing::warn!(deployment = %dep, "a signal call failed or timed out; its signals are unknown");
             }
-            signals::read(sigs, &calls, &answers)
+            signals::read(&sigs, &calls, &answers)
         }
     });
     let mut out = Signals::new();

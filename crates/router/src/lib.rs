@@ -49,6 +49,9 @@ pub struct Runtime {
     backends: HashMap<String, ChatBackend>,
     /// Measured latency per model (exponentially averaged).
     latency: Mutex<HashMap<String, Latency>>,
+    /// The signals the rules read, grouped by deployment (index) and model: one decisions
+    /// call per group.
+    signal_groups: Vec<(usize, String, Vec<usize>)>,
     max_request_bytes: usize,
     deadline_ms: u64,
     max_deadline_ms: u64,
@@ -110,6 +113,28 @@ impl Runtime {
                 );
             }
         }
+        let mut groups: std::collections::BTreeMap<(usize, String), Vec<usize>> =
+            std::collections::BTreeMap::new();
+        let used: std::collections::HashSet<&str> = config
+            .used_signals()
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        for (i, s) in config.signals.iter().enumerate() {
+            if !used.contains(s.name.as_str()) {
+                continue;
+            }
+            let Some(d) = deployments.iter().position(|(d, _)| d.name == s.deployment) else {
+                continue;
+            };
+            let model = s
+                .model
+                .clone()
+                .or_else(|| deployments[d].0.models.first().cloned())
+                .unwrap_or_default();
+            groups.entry((d, model)).or_default().push(i);
+        }
+        let signal_groups = groups.into_iter().map(|((d, m), v)| (d, m, v)).collect();
         let listener = config.listeners.first();
         let api = listener
             .map(|l| l.apis.systemone.clone())
@@ -122,6 +147,7 @@ impl Runtime {
             deployments,
             backends,
             latency: Mutex::new(HashMap::new()),
+            signal_groups,
             metrics,
         }))
     }

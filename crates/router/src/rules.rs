@@ -88,52 +88,59 @@ pub fn evaluate(rule: &Rule, signals: &Signals, defs: &HashMap<&str, &Signal>) -
                 confidence: 1.0 - inner.confidence,
             }
         }
-        Rule::Condition { signal, name } => {
-            let Some(def) = defs.get(signal.as_str()) else {
-                return Outcome {
-                    matched: false,
-                    confidence: 0.0,
-                };
-            };
-            let want_yes = name.as_deref() != Some("no");
-            match signals
-                .get(signal.as_str())
-                .unwrap_or(&SignalValue::Unknown)
-            {
-                SignalValue::Options {
-                    chosen,
-                    probabilities,
-                } => {
-                    let n = name.as_deref().unwrap_or_default();
-                    let p = probabilities.get(n).copied().unwrap_or(0.0);
-                    Outcome {
-                        matched: chosen == n && p >= def.threshold.unwrap_or(0.0),
-                        confidence: p,
-                    }
+        Rule::Condition { signal, name } => match defs.get(signal.as_str()) {
+            Some(def) => condition(
+                def,
+                signals
+                    .get(signal.as_str())
+                    .unwrap_or(&SignalValue::Unknown),
+                name.as_deref(),
+            ),
+            None => Outcome {
+                matched: false,
+                confidence: 0.0,
+            },
+        },
+    }
+}
+
+/// One condition `{type: <signal>, name}` on a signal's value: an option's name, or `yes`
+/// (also `None`) and `no` for a yes/no signal.
+pub fn condition(def: &Signal, value: &SignalValue, name: Option<&str>) -> Outcome {
+    let want_yes = name != Some("no");
+    match value {
+        SignalValue::Options {
+            chosen,
+            probabilities,
+        } => {
+            let n = name.unwrap_or_default();
+            let p = probabilities.get(n).copied().unwrap_or(0.0);
+            Outcome {
+                matched: chosen == n && p >= def.threshold.unwrap_or(0.0),
+                confidence: p,
+            }
+        }
+        SignalValue::Yes(p) => {
+            let t = def.threshold.unwrap_or(0.5);
+            if want_yes {
+                Outcome {
+                    matched: *p >= t,
+                    confidence: *p,
                 }
-                SignalValue::Yes(p) => {
-                    let t = def.threshold.unwrap_or(0.5);
-                    if want_yes {
-                        Outcome {
-                            matched: *p >= t,
-                            confidence: *p,
-                        }
-                    } else {
-                        Outcome {
-                            matched: *p < t,
-                            confidence: 1.0 - p,
-                        }
-                    }
+            } else {
+                Outcome {
+                    matched: *p < t,
+                    confidence: 1.0 - p,
                 }
-                SignalValue::Unknown => {
-                    let guard_yes = def.usage == SignalUse::Guard
-                        && matches!(def.kind, SignalType::Noul | SignalType::Span)
-                        && want_yes;
-                    Outcome {
-                        matched: guard_yes && def.on_unknown == OnUnknown::Match,
-                        confidence: 0.0,
-                    }
-                }
+            }
+        }
+        SignalValue::Unknown => {
+            let guard_yes = def.usage == SignalUse::Guard
+                && matches!(def.kind, SignalType::Noul | SignalType::Span)
+                && want_yes;
+            Outcome {
+                matched: guard_yes && def.on_unknown == OnUnknown::Match,
+                confidence: 0.0,
             }
         }
     }
