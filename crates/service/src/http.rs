@@ -712,10 +712,17 @@ async fn guard(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Res
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let model = if svc.models.contains(&model) || svc.config.is_system_two(&model) {
-        model
-    } else {
-        "*".to_string()
+    // What the request is counted as: every chat is System Two's (a concrete backend name
+    // counts as the first System Two model); System One names as published, others as `*`.
+    let model = match family {
+        Family::Two if !svc.config.is_system_two(&model) => svc
+            .config
+            .system_two_models
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "*".to_string()),
+        _ if svc.models.contains(&model) || svc.config.is_system_two(&model) => model,
+        _ => "*".to_string(),
     };
     let settings = svc.config.model(&model).clone();
     // A body that is not plain JSON (compressed, or malformed) counts its bytes.

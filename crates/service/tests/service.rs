@@ -591,6 +591,21 @@ async fn streamed_chats_are_charged_when_they_end(db: Db) {
         .parse()
         .unwrap();
     assert!(left <= 100 - 16, "{left}");
+    // A chat to a concrete backend model is System Two's too, on the same budget.
+    let (_, h2, _) = call(
+        &e.app,
+        "POST",
+        "/v1/chat/completions",
+        Some(&key),
+        Some(json!({"model": "some-backend", "messages": [], "stream": true})),
+    )
+    .await;
+    let left2: u64 = h2["x-ratelimit-remaining-tokens"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(left2 < left, "{left2} {left}");
     // System Two usage stays out of System One's usage_today.
     let (_, _, me) = call(&e.app, "GET", "/api/keys/self", Some(&key), None).await;
     assert_eq!(me["usage_today"]["requests"], 0);
