@@ -178,6 +178,23 @@ async fn new_key(app: &Router) -> String {
     k["api_key"].as_str().unwrap().to_string()
 }
 
+/// A challenge and a nonce that solves it.
+async fn solved(app: &Router) -> (String, String) {
+    let (_, _, c) = call(app, "POST", "/api/keys/challenge", None, None).await;
+    let ch = c["challenge"].as_str().unwrap().to_string();
+    let d = c["difficulty"].as_u64().unwrap() as u32;
+    let nonce = (0u64..)
+        .find(|n| service::keys::solves(&ch, &n.to_string(), d))
+        .unwrap();
+    (ch, nonce.to_string())
+}
+
+/// `POST /api/keys` with the terms accepted.
+async fn create(app: &Router, ch: &str, nonce: &str) -> (StatusCode, axum::http::HeaderMap, Value) {
+    let body = json!({"challenge": ch, "nonce": nonce, "accept_terms": true});
+    call(app, "POST", "/api/keys", None, Some(body)).await
+}
+
 fn cheap() -> ServiceConfig {
     ServiceConfig {
         difficulty: 8,
@@ -269,12 +286,7 @@ async fn forget_leaves_no_row(db: Db) {
 
 async fn challenges_are_single_use_limited_and_checked(db: Db) {
     let e = env_with(cheap(), &db).await;
-    let (_, _, c) = call(&e.app, "POST", "/api/keys/challenge", None, None).await;
-    let ch = c["challenge"].as_str().unwrap().to_string();
-    let nonce = (0u64..)
-        .find(|n| service::keys::solves(&ch, &n.to_string(), 8))
-        .unwrap()
-        .to_string();
+    let (ch, nonce) = solved(&e.app).await;
     let (s, _, v) = call(
         &e.app,
         "POST",
@@ -287,23 +299,9 @@ async fn challenges_are_single_use_limited_and_checked(db: Db) {
         (s.as_u16(), v["error"]["code"].as_str()),
         (400, Some("terms_not_accepted"))
     );
-    let (s, _, _) = call(
-        &e.app,
-        "POST",
-        "/api/keys",
-        None,
-        Some(json!({"challenge": ch, "nonce": nonce, "accept_terms": true})),
-    )
-    .await;
+    let (s, _, _) = create(&e.app, &ch, &nonce).await;
     assert_eq!(s, 201);
-    let (s, _, v) = call(
-        &e.app,
-        "POST",
-        "/api/keys",
-        None,
-        Some(json!({"challenge": ch, "nonce": nonce, "accept_terms": true})),
-    )
-    .await;
+    let (s, _, v) = create(&e.app, &ch, &nonce).await;
     assert_eq!(
         (s.as_u16(), v["error"]["code"].as_str()),
         (400, Some("invalid_challenge"))
@@ -328,21 +326,9 @@ async fn challenges_are_single_use_limited_and_checked(db: Db) {
         (400, Some("invalid_proof"))
     );
     // Expired after ten minutes.
-    let (_, _, c) = call(&e.app, "POST", "/api/keys/challenge", None, None).await;
-    let ch = c["challenge"].as_str().unwrap().to_string();
-    let nonce = (0u64..)
-        .find(|n| service::keys::solves(&ch, &n.to_string(), 8))
-        .unwrap()
-        .to_string();
+    let (ch, nonce) = solved(&e.app).await;
     e.clock.advance(600_001);
-    let (s, _, _) = call(
-        &e.app,
-        "POST",
-        "/api/keys",
-        None,
-        Some(json!({"challenge": ch, "nonce": nonce, "accept_terms": true})),
-    )
-    .await;
+    let (s, _, _) = create(&e.app, &ch, &nonce).await;
     assert_eq!(s, 400);
     // Twenty challenges a minute per address, then 429 with Retry-After.
     e.clock.set(T0 + 3_600_000);
@@ -375,12 +361,7 @@ async fn key_creation_is_limited_per_address(db: Db) {
     .await;
     new_key(&e.app).await;
     new_key(&e.app).await;
-    let (_, _, c) = call(&e.app, "POST", "/api/keys/challenge", None, None).await;
-    let ch = c["challenge"].as_str().unwrap().to_string();
-    let nonce = (0u64..)
-        .find(|n| service::keys::solves(&ch, &n.to_string(), 4))
-        .unwrap()
-        .to_string();
+    let (ch, nonce) = solved(&e.app).await;
     let body = json!({"challenge": ch, "nonce": nonce, "accept_terms": true});
     let (s, h, v) = call(&e.app, "POST", "/api/keys", None, Some(body.clone())).await;
     assert_eq!(
@@ -400,20 +381,8 @@ async fn key_creation_is_limited_per_address(db: Db) {
     // the next.
     e.clock.advance(3_540_000);
     new_key(&e.app).await;
-    let (_, _, c) = call(&e.app, "POST", "/api/keys/challenge", None, None).await;
-    let ch = c["challenge"].as_str().unwrap().to_string();
-    let nonce = (0u64..)
-        .find(|n| service::keys::solves(&ch, &n.to_string(), 4))
-        .unwrap()
-        .to_string();
-    let (s, h, _) = call(
-        &e.app,
-        "POST",
-        "/api/keys",
-        None,
-        Some(json!({"challenge": ch, "nonce": nonce, "accept_terms": true})),
-    )
-    .await;
+    let (ch, nonce) = solved(&e.app).await;
+    let (s, h, _) = create(&e.app, &ch, &nonce).await;
     assert_eq!(s, 429);
     assert_eq!(h["retry-after"], (86_400 - 3_600).to_string());
 }
