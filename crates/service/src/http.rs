@@ -750,11 +750,7 @@ async fn guard(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Res
     // Limits: the key's budget on the model and the address, all checked before any is
     // charged.
     let mut taken: Option<Taken> = None;
-    if let Some(k) = &ctx.key {
-        let subject = Subject::Budget {
-            id: k.budget.clone(),
-            model: model.clone(),
-        };
+    if let (Some(k), Some((subject, budgets))) = (&ctx.key, ctx.subject()) {
         if let Err(e) = seed(&svc, &subject, &k.budget, &model, ctx.at).await {
             return e.response();
         }
@@ -763,10 +759,7 @@ async fn guard(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Res
                 subject: Subject::Address(addr.clone()),
                 budgets: svc.config.per_address,
             },
-            Check {
-                subject,
-                budgets: svc.config.budgets(&model),
-            },
+            Check { subject, budgets },
         ];
         match svc.limiter.take(&checks, estimate, ctx.at) {
             Ok(t) => taken = Some(t),
@@ -774,7 +767,7 @@ async fn guard(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Res
                 let b = if r.subject_is_address {
                     svc.config.per_address
                 } else {
-                    svc.config.budgets(&model)
+                    budgets
                 };
                 tracing::debug!(which = ?r.which, limit = ?limit_of(r.which, &b), "rate limited");
                 return ctx

@@ -188,15 +188,15 @@ impl Limiter {
         Ok(Taken { charged, tokens })
     }
 
-    /// Replace a charge's estimate with the tokens the request really used, in the windows
-    /// it was charged in (a window that has passed is left alone).
-    pub fn settle(&self, taken: &Taken, actual_tokens: u64) {
+    /// Change every window a charge went to, if it is still the current one (a window that
+    /// has passed is left alone).
+    fn adjust(&self, taken: &Taken, mut f: impl FnMut(&mut Window)) {
         if let Ok(mut c) = self.counters.lock() {
             for (s, m, d) in &taken.charged {
                 if let Some(e) = c.get_mut(s) {
                     for (w, start) in [(&mut e.minute, *m), (&mut e.day, *d)] {
                         if w.start == start {
-                            w.tokens = (w.tokens + actual_tokens).saturating_sub(taken.tokens);
+                            f(w);
                         }
                     }
                 }
@@ -204,20 +204,19 @@ impl Limiter {
         }
     }
 
+    /// Replace a charge's estimate with the tokens the request really used.
+    pub fn settle(&self, taken: &Taken, actual_tokens: u64) {
+        self.adjust(taken, |w| {
+            w.tokens = (w.tokens + actual_tokens).saturating_sub(taken.tokens)
+        });
+    }
+
     /// Give a charge back (the request was refused after it: no place for it).
     pub fn refund(&self, taken: &Taken) {
-        if let Ok(mut c) = self.counters.lock() {
-            for (s, m, d) in &taken.charged {
-                if let Some(e) = c.get_mut(s) {
-                    for (w, start) in [(&mut e.minute, *m), (&mut e.day, *d)] {
-                        if w.start == start {
-                            w.requests = w.requests.saturating_sub(1);
-                            w.tokens = w.tokens.saturating_sub(taken.tokens);
-                        }
-                    }
-                }
-            }
-        }
+        self.adjust(taken, |w| {
+            w.requests = w.requests.saturating_sub(1);
+            w.tokens = w.tokens.saturating_sub(taken.tokens);
+        });
     }
 
     /// The per-minute state of a subject under its budgets, for the headers.
@@ -366,6 +365,10 @@ mod tests {
         l.seed(&c[0].subject, T0, 5, 50);
         l.seed(&c[0].subject, T0, 5, 50);
         assert!(!l.needs_seed(&c[0].subject, T0));
+        assert_eq!(l.today(&c[0].subject, T0), (6, 150));
+        // A refund takes back the request and its tokens.
+        let t = l.take(&c, 30, T0).unwrap();
+        l.refund(&t);
         assert_eq!(l.today(&c[0].subject, T0), (6, 150));
     }
 
