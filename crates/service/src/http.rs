@@ -23,6 +23,7 @@ use crate::error::ServiceError;
 use crate::estimate;
 use crate::keys::{self, Secret};
 use crate::limits::{reset_text, Budgets, Check, Exceeded, Subject, Taken};
+use crate::live::percentile;
 use crate::store::{DayRow, KeyRow, RequestRow};
 use crate::Service;
 
@@ -33,8 +34,15 @@ const MAX_ANSWER: usize = 64 * 1024 * 1024;
 
 /// The service's routes around `inner` (the router's app, with the worker behind it).
 pub fn app(svc: Arc<Service>, inner: Router) -> Router {
+    let status_inner = inner.clone();
+    let status_svc = svc.clone();
     let guarded = inner.layer(axum::middleware::from_fn_with_state(svc.clone(), guard));
     Router::new()
+        .route(
+            "/api/status",
+            get(move || status(status_svc.clone(), status_inner.clone())),
+        )
+        .route("/pt/api/keys/self/usage", get(usage_two))
         .route("/api/keys/challenge", post(challenge))
         .route("/api/keys", post(create_key))
         .route("/api/keys/self", get(key_self).delete(revoke_self))
@@ -358,15 +366,6 @@ async fn forget(State(svc): State<Arc<Service>>, headers: HeaderMap) -> Response
     }
 }
 
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1])
-}
-
 fn recent_summary(rows: &[&RequestRow]) -> Value {
     let mut answered: Vec<i64> = rows
         .iter()
@@ -389,6 +388,15 @@ fn recent_summary(rows: &[&RequestRow]) -> Value {
 }
 
 async fn usage(State(svc): State<Arc<Service>>, req: Request) -> Response {
+    usage_of_system(svc, req, false).await
+}
+
+/// The same for System Two (`vllm-sr/auto`), which the Keys page shows beside it.
+async fn usage_two(State(svc): State<Arc<Service>>, req: Request) -> Response {
+    usage_of_system(svc, req, true).await
+}
+
+async fn usage_of_system(svc: Arc<Service>, req: Request, two: bool) -> Response {
     let addr = address(&svc, req.headers(), peer(&req));
     let k = match required_key(&svc, req.headers()).await {
         Ok(k) => k,
@@ -398,13 +406,14 @@ async fn usage(State(svc): State<Arc<Service>>, req: Request) -> Response {
     if let Err(e) = api_limit(&svc, "usage", per_minute, &addr, Some(&k.id)) {
         return e.response();
     }
-    match usage_body(&svc, &k).await {
+    match usage_body(&svc, &k, two).await {
         Ok(v) => json_response(StatusCode::OK, v),
         Err(e) => e.response(),
     }
 }
 
-async fn usage_body(svc: &Service, k: &KeyRow) -> Result<Value, ServiceError> {
+async fn usage_body(svc: &Service, k: &KeyRow, two: bool) -> Result<Value, ServiceError> {
+    let of_system = |m: &str| svc.config.is_system_two(m) == two;
     let now = svc.clock.now_ms();
     let today = day_of(now);
     let first = today - 29;
@@ -413,7 +422,7 @@ async fn usage_body(svc: &Service, k: &KeyRow) -> Result<Value, ServiceError> {
         .days(&k.id, first)
         .await?
         .into_iter()
-        .filter(|d| !svc.config.is_system_two(&d.model))
+        .filter(|d| of_system(&d.model))
         .collect();
     let mut days = Vec::with_capacity(30);
     for day in first..=today {
@@ -442,10 +451,7 @@ async fn usage_body(svc: &Service, k: &KeyRow) -> Result<Value, ServiceError> {
         a
     });
     let recent_rows = svc.store.recent(&k.id, now - 7 * DAY_MS, 10_000).await?;
-    let one: Vec<&RequestRow> = recent_rows
-        .iter()
-        .filter(|r| !svc.config.is_system_two(&r.model))
-        .collect();
+    let one: Vec<&RequestRow> = recent_rows.iter().filter(|r| of_system(&r.model)).collect();
     let mut recent = recent_summary(&one);
     let mut by_model: BTreeMap<&str, Vec<&RequestRow>> = BTreeMap::new();
     for r in &one {
@@ -470,11 +476,7 @@ async fn usage_body(svc: &Service, k: &KeyRow) -> Result<Value, ServiceError> {
         );
     }
     let mut quota = Vec::new();
-    for model in svc
-        .models
-        .iter()
-        .filter(|m| !svc.config.is_system_two(m) && *m != "*")
-    {
+    for model in svc.models.iter().filter(|m| of_system(m) && *m != "*") {
         let b = svc.config.budgets(model);
         let subject = Subject::Budget {
             id: k.budget.clone(),
@@ -498,6 +500,36 @@ async fn usage_body(svc: &Service, k: &KeyRow) -> Result<Value, ServiceError> {
         "recent": recent,
         "quota": {"resets_at": rfc3339((today + 1) * DAY_MS), "models": quota},
     }))
+}
+
+/// The router's live model states, each with its recent server times (p50 and p90 of the
+/// answered requests of the last minutes, the wait for a place included).
+async fn status(svc: Arc<Service>, inner: Router) -> Response {
+    use tower::ServiceExt;
+    let mut req = Request::new(Body::empty());
+    *req.uri_mut() = axum::http::Uri::from_static("/api/status");
+    let Ok(resp) = inner.oneshot(req).await;
+    let (parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, 4 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    let now = svc.clock.now_ms();
+    if let Some(models) = v.get_mut("models").and_then(Value::as_array_mut) {
+        for m in models.iter_mut() {
+            let id = m.get("id").and_then(Value::as_str).unwrap_or_default();
+            let live = svc.live.summary(id, now);
+            if let (Value::Object(o), Ok(Value::Object(l))) = (m, serde_json::to_value(live)) {
+                o.extend(l);
+            }
+        }
+    }
+    if let Value::Object(o) = &mut v {
+        o.insert("generated_at".into(), json!(rfc3339(now)));
+    }
+    json_response(parts.status, v)
 }
 
 async fn info(State(svc): State<Arc<Service>>) -> Response {
@@ -630,6 +662,10 @@ impl Ctx {
         output: u64,
         rate_limited: bool,
     ) {
+        let server_ms = self.started.elapsed().as_millis() as u64;
+        self.svc
+            .live
+            .record(&self.model, self.at, server_ms, status);
         let Some(k) = &self.key else { return };
         let charged = !rate_limited && status != 429;
         let day = DayRow {
@@ -646,7 +682,7 @@ impl Ctx {
             model: self.model.clone(),
             status: status as i64,
             code: code.map(str::to_string),
-            server_ms: self.started.elapsed().as_millis() as i64,
+            server_ms: server_ms as i64,
             input_tokens: input as i64,
         };
         if let Err(e) = self

@@ -14,6 +14,7 @@ pub mod estimate;
 pub mod http;
 pub mod keys;
 pub mod limits;
+pub mod live;
 pub mod store;
 
 use std::collections::HashMap;
@@ -37,6 +38,8 @@ pub struct Service {
     gates: Mutex<HashMap<String, Arc<Gate>>>,
     /// The models `/api/info` lists.
     models: Vec<String>,
+    /// Recent server times per model, for the status page.
+    pub live: live::Live,
 }
 
 impl Service {
@@ -54,6 +57,7 @@ impl Service {
             api_limiter: Limiter::new(),
             gates: Mutex::new(HashMap::new()),
             models,
+            live: live::Live::default(),
         })
     }
 

@@ -155,7 +155,8 @@ impl Store {
         since: Millis,
     ) -> Result<Vec<Millis>, StoreError> {
         let rows = sqlx::query(
-            "SELECT created_at FROM keys WHERE address = $1 AND created_at >= $2 ORDER BY created_at",
+            "SELECT created_at FROM key_creations WHERE address = $1 AND created_at >= $2 \
+             ORDER BY created_at",
         )
         .bind(address)
         .bind(since)
@@ -174,7 +175,8 @@ impl Store {
         since: Millis,
     ) -> Result<Option<String>, StoreError> {
         let row = sqlx::query(
-            "SELECT budget FROM keys WHERE address = $1 AND created_at >= $2 ORDER BY created_at LIMIT 1",
+            "SELECT budget FROM key_creations WHERE address = $1 AND created_at >= $2 \
+             ORDER BY created_at LIMIT 1",
         )
         .bind(address)
         .bind(since)
@@ -183,7 +185,19 @@ impl Store {
         Ok(row.and_then(|r| r.try_get("budget").ok()))
     }
 
+    /// Store a key, and its creation in the address's log (pruning entries over two days old).
     pub async fn insert_key(&self, k: &KeyRow) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM key_creations WHERE created_at < $1")
+            .bind(k.created_at - 2 * crate::clock::DAY_MS)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO key_creations (address, budget, created_at) VALUES ($1, $2, $3)")
+            .bind(&k.address)
+            .bind(&k.budget)
+            .bind(k.created_at)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(
             "INSERT INTO keys (id, hash, prefix, label, budget, address, status, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -196,8 +210,9 @@ impl Store {
         .bind(&k.address)
         .bind(&k.status)
         .bind(k.created_at)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -34,6 +34,14 @@ fn inner() -> Router {
             }),
         )
         .route(
+            "/api/status",
+            axum::routing::get(|| async {
+                axum::Json(json!({"status": "ready", "models": [
+                    {"id": "vllm-sr/auto", "system": "two", "state": "ready"},
+                    {"id": "m1", "system": "one", "state": "ready"}]}))
+            }),
+        )
+        .route(
             "/v1/chat/completions",
             post(|| async {
                 let body = "data: {\"choices\":[]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":5}}\n\ndata: [DONE]\n\n";
@@ -387,6 +395,109 @@ async fn key_creation_is_limited_per_address(db: Db) {
     assert_eq!(h["retry-after"], (86_400 - 3_600).to_string());
 }
 
+async fn deleting_a_key_gives_back_neither_a_creation_nor_a_budget(db: Db) {
+    let e = env_with(
+        ServiceConfig {
+            difficulty: 4,
+            keys_per_hour: 2,
+            per_key: budgets(Some(2), None, None, None),
+            ..ServiceConfig::default()
+        },
+        &db,
+    )
+    .await;
+    let first = new_key(&e.app).await;
+    for _ in 0..2 {
+        assert_eq!(ask_status(&e.app, &first).await, 200);
+    }
+    let (s, _, _) = call(&e.app, "POST", "/api/keys/self/forget", Some(&first), None).await;
+    assert_eq!(s, 202);
+    // The second key of the hour: it shares the deleted key's minute budget, already spent.
+    let second = new_key(&e.app).await;
+    assert_eq!(ask_status(&e.app, &second).await, 429);
+    // And the deleted key still counts: a third creation within the hour is refused.
+    let (ch, nonce) = solved(&e.app).await;
+    let (s, _, v) = create(&e.app, &ch, &nonce).await;
+    assert_eq!(
+        (s.as_u16(), v["error"]["code"].as_str()),
+        (429, Some("key_creation_limited"))
+    );
+}
+
+async fn status_adds_live_server_times_to_the_router_states(db: Db) {
+    let e = env_with(cheap(), &db).await;
+    let key = new_key(&e.app).await;
+    for _ in 0..3 {
+        assert_eq!(ask_status(&e.app, &key).await, 200);
+    }
+    // A request without a key counts too: the status page is about the models.
+    call(&e.app, "POST", "/v1/systemone", None, Some(ask())).await;
+    let (s, _, v) = call(&e.app, "GET", "/api/status", None, None).await;
+    assert_eq!(s, 200, "{v}");
+    let m1 = v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "m1")
+        .unwrap();
+    assert_eq!(m1["state"], "ready");
+    assert_eq!(
+        (m1["requests"].as_u64(), m1["answered"].as_u64()),
+        (Some(4), Some(4))
+    );
+    assert!(
+        m1["latency_ms"]["p50"].is_u64() && m1["latency_ms"]["p90"].is_u64(),
+        "{m1}"
+    );
+    assert_eq!(m1["window_seconds"], 300);
+    let auto = &v["models"][0];
+    assert_eq!(
+        (auto["id"].as_str(), auto["requests"].as_u64()),
+        (Some("vllm-sr/auto"), Some(0))
+    );
+    assert!(auto["latency_ms"]["p50"].is_null());
+}
+
+async fn system_two_usage_is_read_apart(db: Db) {
+    let e = env_with(cheap(), &db).await;
+    let key = new_key(&e.app).await;
+    let chat = json!({"model": "vllm-sr/auto", "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]});
+    let (s, _, _) = call(
+        &e.app,
+        "POST",
+        "/v1/chat/completions",
+        Some(&key),
+        Some(chat),
+    )
+    .await;
+    assert_eq!(s, 200);
+    assert_eq!(ask_status(&e.app, &key).await, 200);
+    // The stream's usage is written when its body is dropped, on a task of its own.
+    for _ in 0..100 {
+        let (_, _, two) = call(&e.app, "GET", "/pt/api/keys/self/usage", Some(&key), None).await;
+        if two["totals"]["requests"] == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (s, _, two) = call(&e.app, "GET", "/pt/api/keys/self/usage", Some(&key), None).await;
+    assert_eq!(s, 200, "{two}");
+    assert_eq!(two["totals"]["requests"], 1, "{two}");
+    assert_eq!(two["totals"]["input_tokens"], 11);
+    assert_eq!(two["models"][0]["id"], "vllm-sr/auto");
+    assert_eq!(two["quota"]["models"][0]["id"], "vllm-sr/auto");
+    let (_, _, one) = call(&e.app, "GET", "/api/keys/self/usage", Some(&key), None).await;
+    assert_eq!(
+        (
+            one["totals"]["requests"].as_u64(),
+            one["models"][0]["id"].as_str()
+        ),
+        (Some(1), Some("m1"))
+    );
+    assert_eq!(one["days"].as_array().unwrap().len(), 30);
+}
+
 fn budgets(
     rpm: Option<u64>,
     tpm: Option<u64>,
@@ -650,4 +761,7 @@ on_both!(
     daily_counts_survive_a_restart,
     streamed_chats_are_charged_when_they_end,
     info_lists_limits_and_admission,
+    deleting_a_key_gives_back_neither_a_creation_nor_a_budget,
+    status_adds_live_server_times_to_the_router_states,
+    system_two_usage_is_read_apart,
 );
