@@ -11,6 +11,7 @@ pub mod error;
 pub mod pool;
 pub mod rules;
 pub mod signals;
+pub mod status;
 mod systemone;
 pub mod upstream;
 
@@ -160,6 +161,25 @@ impl Runtime {
         }
     }
 
+    /// The state of every published model and of `vllm-sr/auto`.
+    pub fn model_status(&self) -> Vec<status::ModelStatus> {
+        let seen: Vec<(&Deployment, Vec<pool::Seen>)> = self
+            .deployments
+            .iter()
+            .map(|(d, p)| (d, p.seen()))
+            .collect();
+        let mut one = status::system_one(&seen);
+        let signals: Vec<String> = self
+            .signal_groups
+            .iter()
+            .map(|(_, m, _)| m.clone())
+            .collect();
+        let chat = status::in_process_chat(&self.config.backends);
+        let two = status::system_two(&one, &signals, &chat);
+        one.insert(0, two);
+        one
+    }
+
     /// The deployment that publishes a model name: one that lists it, else one with `*`.
     fn deployment(&self, model: &str) -> Option<&(Deployment, Arc<Pool>)> {
         self.deployments
@@ -218,7 +238,8 @@ pub fn app(rt: Arc<Runtime>, standalone: bool) -> Router {
         .route("/v1/systemone", post(systemone::systemone))
         .route("/v1/decisions", post(systemone::decisions))
         .route("/v1/systemone/batch", post(systemone::batch))
-        .route("/v1/systemone/models", get(systemone::models));
+        .route("/v1/systemone/models", get(systemone::models))
+        .route("/api/status", get(status_page_data));
     if standalone {
         r = r
             .route("/health", get(health))
@@ -354,6 +375,20 @@ async fn health(State(rt): State<Arc<Runtime>>) -> Response {
             StatusCode::SERVICE_UNAVAILABLE
         },
         &json!({"status": if ready { "ready" } else { "degraded" }, "deployments": deployments}),
+    )
+}
+
+/// Every published model's live state, from the workers' last health answers.
+async fn status_page_data(State(rt): State<Arc<Runtime>>) -> Response {
+    let models = rt.model_status();
+    let overall = if models.iter().all(|m| m.state == status::State::Ready) {
+        "ready"
+    } else {
+        "degraded"
+    };
+    json_response(
+        StatusCode::OK,
+        &json!({"status": overall, "models": models}),
     )
 }
 

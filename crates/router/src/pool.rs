@@ -2,7 +2,7 @@
 //! outstanding requests; a worker whose `/health` is not ready gets none.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -14,6 +14,48 @@ pub struct Worker {
     pub upstream: Arc<dyn Upstream>,
     outstanding: AtomicUsize,
     ready: AtomicBool,
+    /// What its last `/health` said, for the status page.
+    seen: Mutex<Seen>,
+}
+
+/// A worker's last health answer: `None` when it could not be reached; else its overall
+/// status word and each model's state word (a worker that serves several models lists them).
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub answer: Option<Health>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    pub ready: bool,
+    pub status: String,
+    pub models: Vec<(String, String)>,
+}
+
+impl Health {
+    /// Read a `/health` answer: its `status` word and its `models` map, if any.
+    fn read(ready: bool, body: &[u8]) -> Health {
+        let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let status = v
+            .get("status")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or(if ready { "ready" } else { "unavailable" })
+            .to_string();
+        let models = v
+            .get("models")
+            .and_then(serde_json::Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Health {
+            ready,
+            status,
+            models,
+        }
+    }
 }
 
 /// Why no worker was picked.
@@ -55,6 +97,7 @@ impl Pool {
                         upstream,
                         outstanding: AtomicUsize::new(0),
                         ready: AtomicBool::new(false),
+                        seen: Mutex::new(Seen::default()),
                     })
                 })
                 .collect(),
@@ -127,17 +170,32 @@ impl Pool {
         self.workers.iter().any(|w| w.ready.load(Ordering::Acquire))
     }
 
+    /// What each worker's last `/health` said.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.workers
+            .iter()
+            .map(|w| w.seen.lock().map(|s| s.clone()).unwrap_or_default())
+            .collect()
+    }
+
     /// Ask every worker's `/health` once.
     pub async fn check(&self) {
         let checks = self.workers.iter().map(|w| async move {
-            let req = Request::get("/health").body(Body::empty());
-            let ok = match req {
-                Ok(req) => matches!(
-                    tokio::time::timeout(Duration::from_secs(2), w.upstream.call(req)).await,
-                    Ok(Ok(r)) if r.status() == StatusCode::OK
-                ),
-                Err(_) => false,
+            let answer = async {
+                let req = Request::get("/health").body(Body::empty()).ok()?;
+                let r = w.upstream.call(req).await.ok()?;
+                let ready = r.status() == StatusCode::OK;
+                let body = axum::body::to_bytes(r.into_body(), 64 * 1024).await;
+                Some(Health::read(ready, &body.unwrap_or_default()))
             };
+            let answer = tokio::time::timeout(Duration::from_secs(2), answer)
+                .await
+                .ok()
+                .flatten();
+            let ok = answer.as_ref().is_some_and(|h| h.ready);
+            if let Ok(mut s) = w.seen.lock() {
+                s.answer = answer;
+            }
             let was = w.ready.swap(ok, Ordering::AcqRel);
             if was != ok {
                 tracing::info!(
