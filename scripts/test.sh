@@ -125,3 +125,29 @@ done
 VLLM_SR_API_KEY="$(python3 scripts/keys_check.py "$rurl" sparrow-nano "$router_data/service.sqlite")"
 export VLLM_SR_API_KEY
 python3 scripts/router_check.py "$rurl" "$MODEL"
+
+# The web pages in a real browser (Debian's chromium, driven by Playwright's Python package):
+# a router of their own on a fresh data directory, as a public service. Screenshots go to
+# target/pages.
+if [ ! -x /usr/bin/chromium ]; then
+    [ -n "${CI:-}" ] && { echo "CI: /usr/bin/chromium is missing (.ci/run installs it)"; exit 1; }
+    echo "pages: skipped (no /usr/bin/chromium; apt-get install chromium)"; exit 0
+fi
+python3 -c 'import playwright' 2>/dev/null \
+    || python3 -m pip install -q --disable-pip-version-check "playwright==1.65.2"
+pages_log="$(mktemp)"
+pages_data="$(mktemp -d)"
+./target/debug/vllm-srun router --config "$router_cfg" --port 0 --require-keys \
+    --data-dir "$pages_data" >"$pages_log" 2>&1 &
+pages=$!
+trap 'kill "$server" "$router" "$pages" 2>/dev/null || true' EXIT
+purl=""
+for _ in $(seq 1 100); do
+    purl="$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$pages_log" | head -n1)"
+    if [ -n "$purl" ] && curl -fsS "$purl/health" >/dev/null 2>&1; then
+        break
+    fi
+    sleep 0.2
+done
+[ -n "$purl" ] || { cat "$pages_log"; echo "router for the pages did not start"; exit 1; }
+python3 scripts/pages_check.py "$purl" sparrow-nano target/pages

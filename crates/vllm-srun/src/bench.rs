@@ -1133,7 +1133,7 @@ default_decision: other
 "#
     );
     let cfg = router::RouterConfig::from_yaml(&config, "bench").map_err(|e| e.to_string())?;
-    let bound = crate::bind_router(cfg, None, "127.0.0.1", 0).await?;
+    let bound = crate::bind_router(cfg, None, false, "127.0.0.1", 0).await?;
     let router = format!("http://{}", bound.addr);
     tokio::spawn(bound.run());
     let client = reqwest::Client::new();

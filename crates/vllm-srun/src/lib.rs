@@ -57,6 +57,8 @@ pub struct ServeOptions {
     /// The keys service in front of the router (keys, limits, admission); only with a
     /// router.
     pub service: Option<ServiceOptions>,
+    /// The web pages (home, Keys, status) beside the router's routes; only with a router.
+    pub pages: bool,
 }
 
 /// The keys service's settings and where it stores its data.
@@ -90,23 +92,43 @@ pub fn default_data_dir() -> std::path::PathBuf {
 }
 
 /// The names the service counts and lists: every published System One name and
-/// `vllm-sr/auto`.
-fn service_models(rc: &router::RouterConfig) -> Vec<String> {
+/// `vllm-sr/auto`. A deployment of this process's worker that publishes `*` publishes the
+/// names of `local` (its models and aliases); a remote one is counted as `*`.
+fn service_models(rc: &router::RouterConfig, local: &[String]) -> Vec<String> {
     let mut names = vec![router::config::AUTO_MODEL.to_string()];
     for d in &rc.deployments {
+        let in_process = d.workers.iter().all(|w| w == router::config::IN_PROCESS);
         for m in &d.models {
-            if !names.contains(m) {
-                names.push(m.clone());
+            let each: Vec<String> = if m == "*" && in_process {
+                local.to_vec()
+            } else {
+                vec![m.clone()]
+            };
+            for m in each {
+                if !names.contains(&m) {
+                    names.push(m);
+                }
             }
         }
     }
     names
 }
 
+/// The pages, when asked for, beside `app`.
+fn with_pages(app: axum::Router, pages: bool) -> Result<axum::Router, String> {
+    if !pages {
+        return Ok(app);
+    }
+    Ok(web::app(&web::Site::default())
+        .map_err(|e| e.to_string())?
+        .merge(app))
+}
+
 /// Put the keys service in front of a router's app.
 async fn with_service(
     app: axum::Router,
     rc: &router::RouterConfig,
+    local: &[String],
     o: &ServiceOptions,
 ) -> Result<axum::Router, String> {
     let store = service::Store::open(&o.database_url)
@@ -116,7 +138,7 @@ async fn with_service(
         o.config.clone(),
         store,
         Arc::new(service::clock::SystemClock),
-        service_models(rc),
+        service_models(rc, local),
     );
     Ok(service::http::app(svc, app))
 }
@@ -145,6 +167,7 @@ impl Default for ServeOptions {
             no_generate: Vec::new(),
             router: None,
             service: None,
+            pages: true,
         }
     }
 }
@@ -397,9 +420,15 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
             let rt = router::Runtime::new(rc.clone(), Some(worker.clone()), None)?;
             let checks = rt.clone();
             tokio::spawn(async move { checks.start_health_checks().await });
-            let app = router::app(rt, false).fallback_service(worker);
+            let app = with_pages(router::app(rt, false), o.pages)?.fallback_service(worker);
+            let local: Vec<String> = registry
+                .slots()
+                .iter()
+                .map(|s| s.meta().name.clone())
+                .chain(o.aliases.iter().map(|(a, _)| a.clone()))
+                .collect();
             match &o.service {
-                Some(so) => with_service(app, rc, so).await?,
+                Some(so) => with_service(app, rc, &local, so).await?,
                 None => app,
             }
         }
@@ -444,17 +473,19 @@ impl BoundRouter {
     }
 }
 
-/// Bind a router alone on `host:port` (port 0: a free one) and start its health checks.
+/// Bind a router alone on `host:port` (port 0: a free one) and start its health checks; with
+/// `pages`, the web pages too.
 pub async fn bind_router(
     config: router::RouterConfig,
     service: Option<&ServiceOptions>,
+    pages: bool,
     host: &str,
     port: u16,
 ) -> Result<BoundRouter, String> {
     let runtime = router::Runtime::new(config.clone(), None, Some(server::prometheus()))?;
-    let mut app = router::app(runtime.clone(), true);
+    let mut app = with_pages(router::app(runtime.clone(), true), pages)?;
     if let Some(so) = service {
-        app = with_service(app, &config, so).await?;
+        app = with_service(app, &config, &[], so).await?;
     }
     let addr = format!("{host}:{port}");
     let listener = tokio::net::TcpListener::bind(&addr)

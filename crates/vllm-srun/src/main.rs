@@ -98,6 +98,9 @@ struct ServiceArgs {
     /// No keys service: no /api/keys, no limits, no admission.
     #[arg(long)]
     no_service: bool,
+    /// No web pages (home, Keys, status): the APIs alone.
+    #[arg(long)]
+    no_pages: bool,
 }
 
 fn service_options(a: &ServiceArgs) -> Result<Option<vllm_srun::ServiceOptions>, String> {
@@ -455,7 +458,15 @@ fn router_alone(args: RouterArgs) -> i32 {
         return 1;
     };
     rt.block_on(async move {
-        match vllm_srun::bind_router(config, service.as_ref(), &host, port).await {
+        match vllm_srun::bind_router(
+            config,
+            service.as_ref(),
+            !args.service.no_pages,
+            &host,
+            port,
+        )
+        .await
+        {
             Ok(b) => listen(b.addr, b.run()).await,
             Err(e) => {
                 eprintln!("{e}");
@@ -516,6 +527,7 @@ fn serve(args: ServeArgs) -> i32 {
     };
     let mut options = ServeOptions {
         service,
+        pages: !args.service.no_pages,
         models: if !args.models.is_empty() {
             args.models
         } else if router.is_some() {

@@ -105,7 +105,7 @@ fn stack() -> &'static Stack {
                 .build()
                 .expect("runtime");
             rt.block_on(async move {
-                let bound = vllm_srun::bind_router(cfg, None, "127.0.0.1", 0)
+                let bound = vllm_srun::bind_router(cfg, None, true, "127.0.0.1", 0)
                     .await
                     .expect("bind");
                 tx.send(bound.addr).expect("send");

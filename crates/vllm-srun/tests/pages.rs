@@ -1,0 +1,130 @@
+//! The pages and the status data in one `serve` process: worker, router (publishing every
+//! model of the process through `*`), the keys service and the pages, as `vllm-srun serve`
+//! runs them. The browser test of the pages themselves is `scripts/pages_check.py`.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+const SIGNALS: &str = "sparrow-nano";
+
+fn serve(pages: bool, dir: &std::path::Path) -> TestServer {
+    let small = test_model();
+    let yaml = format!(
+        r#"
+deployments:
+  - {{name: local, workers: [in-process], models: ["*"]}}
+backends:
+  - {{name: local, url: in-process, models: [{small}]}}
+signals:
+  - {{name: task, deployment: local, model: {SIGNALS}, type: choice, instructions: What is it?,
+      criteria: {{math: A math problem, chat: Anything else}}}}
+decisions:
+  - name: math
+    rules: {{operator: AND, conditions: [{{type: task, name: math}}]}}
+    modelRefs: [{{model: {small}}}]
+default_decision: math
+"#
+    );
+    let mut o = options();
+    o.models = vec![small, SIGNALS.into()];
+    o.router = Some(router::RouterConfig::from_yaml(&yaml, "pages.yaml").expect("config"));
+    o.service = Some(vllm_srun::ServiceOptions::in_dir(dir).expect("service"));
+    o.pages = pages;
+    start(o)
+}
+
+async fn status(s: &TestServer) -> Value {
+    // The router sees the worker's health every two seconds.
+    for _ in 0..100 {
+        let v: Value = client()
+            .get(s.url("/api/status"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["status"] == "ready" {
+            return v;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the status never became ready");
+}
+
+fn model<'a>(v: &'a Value, id: &str) -> &'a Value {
+    v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("{id} is not listed: {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_every_model_of_the_process_with_its_server_times() {
+    let dir = std::env::temp_dir().join(format!("vsr-pages-{}", std::process::id()));
+    let s = serve(true, &dir);
+    let v = status(&s).await;
+    for id in [test_model().as_str(), SIGNALS, "vllm-sr/auto"] {
+        assert_eq!(model(&v, id)["state"], "ready", "{id}: {v}");
+    }
+    assert_eq!(model(&v, "vllm-sr/auto")["system"], "two");
+    assert_eq!(model(&v, SIGNALS)["requests"], 0);
+    // A System One request counts under the model's own name (not `*`).
+    let r = client()
+        .post(s.url("/v1/systemone"))
+        .json(&json!({"model": SIGNALS, "state": "What is 2 + 2?",
+               "questions": {"q": {"type": "noul", "instructions": "Is this math?"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v = status(&s).await;
+    let m = model(&v, SIGNALS);
+    assert_eq!(
+        (m["requests"].as_u64(), m["answered"].as_u64()),
+        (Some(1), Some(1)),
+        "{m}"
+    );
+    assert!(m["latency_ms"]["p50"].is_u64(), "{m}");
+    // /api/info names the process's models too.
+    let info: Value = client()
+        .get(s.url("/api/info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = info["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert!(ids.contains(&SIGNALS) && !ids.contains(&"*"), "{ids:?}");
+    // The pages, with their policy.
+    for path in ["/", "/keys", "/status", "/assets/pow.js"] {
+        let r = client().get(s.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(
+            r.headers().contains_key("content-security-policy"),
+            "{path}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_pages_leaves_the_apis_alone() {
+    let dir = std::env::temp_dir().join(format!("vsr-nopages-{}", std::process::id()));
+    let s = serve(false, &dir);
+    let r = client().get(s.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = client().get(s.url("/api/info")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
