@@ -29,20 +29,27 @@ if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator, openai,
     python3 -m pip install -q --disable-pip-version-check "jevcompat==0.1.1" \
         "schemathesis==4.32.5" "openapi-spec-validator==0.9.0" "openai==3.57.0" "msgpack==1.2.4"
 fi
+# The URL a server printed in its log, once its /health answers 200 (at most TRIES × 0.2 s).
+wait_listening() {
+    local log="$1" tries="$2" u=""
+    for _ in $(seq 1 "$tries"); do
+        u="$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$log" | head -n1)"
+        if [ -n "$u" ] && curl -fsS "$u/health" >/dev/null 2>&1; then
+            echo "$u"
+            return 0
+        fi
+        sleep 0.2
+    done
+    cat "$log" >&2
+    return 1
+}
+
 log="$(mktemp)"
 ./target/debug/vllm-srun serve --model "$MODEL" --model minilm-l6 --model sparrow-nano --port 0 \
     --no-pull >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
-url=""
-for _ in $(seq 1 600); do
-    url="$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$log" | head -n1)"
-    if [ -n "$url" ] && curl -fsS "$url/health" >/dev/null 2>&1; then
-        break
-    fi
-    sleep 0.5
-done
-[ -n "$url" ] || { cat "$log"; echo "server did not start"; exit 1; }
+url="$(wait_listening "$log" 1500)" || { echo "server did not start"; exit 1; }
 report="$(mktemp --suffix=.json)"
 # Every MUST against the causal LM and against the Sparrow model.
 for m in "$MODEL" sparrow-nano; do
@@ -104,22 +111,17 @@ decisions:
     modelRefs: [{model: $MODEL}]
 default_decision: chat
 YAML
+# A router as a public service: keys required, kept in a SQLite file in DATA; it logs to LOG.
+public_router() {
+    ./target/debug/vllm-srun router --config "$router_cfg" --port 0 --require-keys \
+        --data-dir "$1" >"$2" 2>&1 &
+}
 router_log="$(mktemp)"
 router_data="$(mktemp -d)"
-# As a public service: keys required, kept in a SQLite file.
-./target/debug/vllm-srun router --config "$router_cfg" --port 0 --require-keys \
-    --data-dir "$router_data" >"$router_log" 2>&1 &
+public_router "$router_data" "$router_log"
 router=$!
 trap 'kill "$server" "$router" 2>/dev/null || true' EXIT
-rurl=""
-for _ in $(seq 1 100); do
-    rurl="$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$router_log" | head -n1)"
-    if [ -n "$rurl" ] && curl -fsS "$rurl/health" >/dev/null 2>&1; then
-        break
-    fi
-    sleep 0.2
-done
-[ -n "$rurl" ] || { cat "$router_log"; echo "router did not start"; exit 1; }
+rurl="$(wait_listening "$router_log" 100)" || { echo "router did not start"; exit 1; }
 # Keys: the spec's terminal recipe, usage, limits' headers, revoke; the key it prints last
 # is the one the SDK checks use.
 VLLM_SR_API_KEY="$(python3 scripts/keys_check.py "$rurl" sparrow-nano "$router_data/service.sqlite")"
@@ -137,17 +139,8 @@ python3 -c 'import playwright' 2>/dev/null \
     || python3 -m pip install -q --disable-pip-version-check "playwright==1.65.2"
 pages_log="$(mktemp)"
 pages_data="$(mktemp -d)"
-./target/debug/vllm-srun router --config "$router_cfg" --port 0 --require-keys \
-    --data-dir "$pages_data" >"$pages_log" 2>&1 &
+public_router "$pages_data" "$pages_log"
 pages=$!
 trap 'kill "$server" "$router" "$pages" 2>/dev/null || true' EXIT
-purl=""
-for _ in $(seq 1 100); do
-    purl="$(sed -n 's/^listening on \(http:\/\/[0-9.:]*\).*/\1/p' "$pages_log" | head -n1)"
-    if [ -n "$purl" ] && curl -fsS "$purl/health" >/dev/null 2>&1; then
-        break
-    fi
-    sleep 0.2
-done
-[ -n "$purl" ] || { cat "$pages_log"; echo "router for the pages did not start"; exit 1; }
+purl="$(wait_listening "$pages_log" 100)" || { echo "router for the pages did not start"; exit 1; }
 python3 scripts/pages_check.py "$purl" sparrow-nano target/pages

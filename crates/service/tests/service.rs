@@ -434,12 +434,7 @@ async fn status_adds_live_server_times_to_the_router_states(db: Db) {
     call(&e.app, "POST", "/v1/systemone", None, Some(ask())).await;
     let (s, _, v) = call(&e.app, "GET", "/api/status", None, None).await;
     assert_eq!(s, 200, "{v}");
-    let m1 = v["models"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["id"] == "m1")
-        .unwrap();
+    let m1 = model_of(&v, "m1");
     assert_eq!(m1["state"], "ready");
     assert_eq!(
         (m1["requests"].as_u64(), m1["answered"].as_u64()),
@@ -496,6 +491,16 @@ async fn system_two_usage_is_read_apart(db: Db) {
         (Some(1), Some("m1"))
     );
     assert_eq!(one["days"].as_array().unwrap().len(), 30);
+}
+
+/// The entry of `models` with this id.
+fn model_of<'a>(v: &'a Value, id: &str) -> &'a Value {
+    v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("{id} is not listed: {v}"))
 }
 
 fn budgets(
@@ -697,12 +702,7 @@ async fn info_lists_limits_and_admission(db: Db) {
     assert_eq!(s, 200);
     assert_eq!(v["keys"]["difficulty"], 8);
     assert_eq!(v["rate_limits"]["per_key"]["requests_per_minute"], 60);
-    let m1 = v["models"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["id"] == "m1")
-        .unwrap();
+    let m1 = model_of(&v, "m1");
     assert_eq!(m1["admission"]["places"], 8);
     assert_eq!(m1["limits"]["max_request_tokens"], 200_000);
 }

@@ -11,41 +11,29 @@ const SIGNALS: &str = "sparrow-nano";
 
 fn serve(pages: bool, dir: &std::path::Path) -> TestServer {
     let small = test_model();
-    let yaml = format!(
-        r#"
-deployments:
-  - {{name: local, workers: [in-process], models: ["*"]}}
-backends:
-  - {{name: local, url: in-process, models: [{small}]}}
-signals:
-  - {{name: task, deployment: local, model: {SIGNALS}, type: choice, instructions: What is it?,
-      criteria: {{math: A math problem, chat: Anything else}}}}
-decisions:
-  - name: math
-    rules: {{operator: AND, conditions: [{{type: task, name: math}}]}}
-    modelRefs: [{{model: {small}}}]
-default_decision: math
-"#
-    );
     let mut o = options();
+    o.router = Some(in_process_router(&small, SIGNALS));
     o.models = vec![small, SIGNALS.into()];
-    o.router = Some(router::RouterConfig::from_yaml(&yaml, "pages.yaml").expect("config"));
     o.service = Some(vllm_srun::ServiceOptions::in_dir(dir).expect("service"));
     o.pages = pages;
     start(o)
 }
 
+async fn get_json(url: &str) -> Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 async fn status(s: &TestServer) -> Value {
     // The router sees the worker's health every two seconds.
     for _ in 0..100 {
-        let v: Value = client()
-            .get(s.url("/api/status"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = get_json(&s.url("/api/status")).await;
         if v["status"] == "ready" {
             return v;
         }
@@ -91,14 +79,7 @@ async fn status_lists_every_model_of_the_process_with_its_server_times() {
     );
     assert!(m["latency_ms"]["p50"].is_u64(), "{m}");
     // /api/info names the process's models too.
-    let info: Value = client()
-        .get(s.url("/api/info"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = get_json(&s.url("/api/info")).await;
     let ids: Vec<&str> = info["models"]
         .as_array()
         .unwrap()

@@ -512,23 +512,9 @@ async fn models_and_info_name_the_pool() {
 async fn one_process_serves_the_router_in_front_of_its_worker() {
     let _g = SERIAL.lock().await;
     let small = test_model();
-    let cfg = format!(
-        r#"
-deployments:
-  - {{name: local, workers: [in-process], models: ["*"]}}
-backends:
-  - {{name: local, url: in-process, models: [{small}]}}
-signals:
-  - {{name: task, deployment: local, model: {SIGNALS}, type: choice, instructions: Is this message a math problem or small talk?, criteria: {{math: A math problem, chat: Small talk}}}}
-decisions:
-  - {{name: math, rules: {{operator: AND, conditions: [{{type: task, name: math}}]}}, modelRefs: [{{model: {small}}}]}}
-  - {{name: chat, modelRefs: [{{model: {small}}}]}}
-default_decision: chat
-"#
-    );
     let mut o = options();
     o.models = vec![small.clone(), SIGNALS.into()];
-    o.router = Some(router::RouterConfig::from_yaml(&cfg, "one.yaml").expect("config"));
+    o.router = Some(in_process_router(&small, SIGNALS));
     o.generate = Some(engine::GenerateConfig {
         sequences: 1,
         context_tokens: 512,

@@ -190,3 +190,24 @@ pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
         seed
     }
 }
+
+/// A router config for `serve`: every model of the process published through `*`, chat on
+/// `small`, one `task` signal (math or small talk) asked of `signals`, decisions `math` and
+/// `chat` (the default).
+pub fn in_process_router(small: &str, signals: &str) -> router::RouterConfig {
+    let yaml = format!(
+        r#"
+deployments:
+  - {{name: local, workers: [in-process], models: ["*"]}}
+backends:
+  - {{name: local, url: in-process, models: [{small}]}}
+signals:
+  - {{name: task, deployment: local, model: {signals}, type: choice, instructions: Is this message a math problem or small talk?, criteria: {{math: A math problem, chat: Small talk}}}}
+decisions:
+  - {{name: math, rules: {{operator: AND, conditions: [{{type: task, name: math}}]}}, modelRefs: [{{model: {small}}}]}}
+  - {{name: chat, modelRefs: [{{model: {small}}}]}}
+default_decision: chat
+"#
+    );
+    router::RouterConfig::from_yaml(&yaml, "in-process.yaml").expect("the config loads")
+}
