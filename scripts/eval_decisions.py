@@ -1,0 +1,102 @@
+"""Accuracy of a served decision model on a labelled manifest (sys1bench's format).
+
+    python3 scripts/eval_decisions.py URL MODEL MANIFEST.jsonl [MANIFEST.jsonl ...]
+
+Each item goes to URL/v1/decisions as one request (its state and every question). Per
+question: accuracy, Brier score, ECE over 15 bins, and the majority prior's accuracy on the
+same items. Develop on manifests from `sys1bench generate` with your own seed; the packaged
+canary is held out.
+"""
+import collections
+import json
+import math
+import os
+import sys
+import urllib.request
+
+url, model, files = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3:]
+
+
+def ask(item):
+    questions = {}
+    for qid, q in item["questions"].items():
+        out = {"type": q["type"], "instructions": q["instructions"]}
+        if q["type"] == "choice":
+            out["criteria"] = {c["key"]: c.get("description") or c["key"] for c in q["criteria"]}
+        elif q["type"] == "score":
+            out["criteria"] = [c["description"] for c in sorted(q["criteria"], key=lambda c: c["level"])]
+        questions[qid] = out
+    body = {"model": model, "state": item["state"], "questions": questions}
+    req = urllib.request.Request(url + "/v1/decisions", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=600))["answers"]
+
+
+def outcome(q, a):
+    """(predicted, truth, probability of the truth, probability of the prediction)."""
+    truth = q["ground_truth"]
+    if q["type"] == "noul":
+        p = a["noul"]
+        pred = p >= 0.5
+        return pred, truth, p if truth else 1 - p, max(p, 1 - p)
+    probs = a["probabilities"]
+    key = str(truth)
+    pred = max(probs, key=probs.get)
+    return pred, key, probs.get(key, 0.0), probs[pred]
+
+
+CF = os.environ.get("CF")
+cf_cache = {}
+
+
+def calibrated(item, answers):
+    """Content-free calibration, emulated: each answer divided by the same question's answer
+    about an empty text."""
+    key = json.dumps(item["questions"], sort_keys=True)
+    if key not in cf_cache:
+        cf_cache[key] = ask(dict(item, state=CF))
+    cf = cf_cache[key]
+    out = {}
+    for qid, a in answers.items():
+        c = cf.get(qid, {})
+        if "noul" in a and "noul" in c:
+            y, n = a["noul"] / c["noul"], (1 - a["noul"]) / (1 - c["noul"])
+            out[qid] = dict(a, noul=y / (y + n))
+        elif "probabilities" in a and "probabilities" in c:
+            r = {k: v / c["probabilities"][k] for k, v in a["probabilities"].items()}
+            z = sum(r.values())
+            out[qid] = dict(a, probabilities={k: v / z for k, v in r.items()})
+        else:
+            out[qid] = a
+    return out
+
+
+rows = collections.defaultdict(list)
+for f in files:
+    for line in open(f):
+        item = json.loads(line)
+        answers = ask(item)
+        if CF is not None:
+            answers = calibrated(item, answers)
+        for qid, q in item["questions"].items():
+            a = answers.get(qid, {})
+            if "error" in a or not a:
+                continue
+            pred, truth, p_truth, p_pred = outcome(q, a)
+            rows[(f.split("/")[-1], qid)].append((pred, truth, p_truth, p_pred))
+
+print(f"{'question':40} {'n':>4} {'acc':>6} {'prior':>6} {'brier':>6} {'ece':>6}")
+accs, priors = [], []
+for (f, qid), rs in sorted(rows.items()):
+    n = len(rs)
+    acc = sum(p == t for p, t, _, _ in rs) / n
+    prior = collections.Counter(t for _, t, _, _ in rs).most_common(1)[0][1] / n
+    brier = sum((1 - pt) ** 2 for _, _, pt, _ in rs) / n
+    bins = collections.defaultdict(list)
+    for p, t, _, pp in rs:
+        bins[min(14, int(pp * 15))].append((pp, p == t))
+    ece = sum(len(b) / n * abs(sum(x for x, _ in b) / len(b) - sum(y for _, y in b) / len(b)) for b in bins.values())
+    accs.append(acc)
+    priors.append(prior)
+    print(f"{f + ':' + qid:40} {n:4} {acc:6.3f} {prior:6.3f} {brier:6.3f} {ece:6.3f}")
+print(f"{'mean':40} {'':4} {sum(accs) / len(accs):6.3f} {sum(priors) / len(priors):6.3f}")
