@@ -6,6 +6,10 @@ Each item goes to URL/v1/decisions as one request (its state and every question)
 question: accuracy, Brier score, ECE over 15 bins, and the majority prior's accuracy on the
 same items. Develop on manifests from `sys1bench generate` with your own seed; the packaged
 canary is held out.
+
+ORDERS=k also asks every choice question with its options rotated by 1..k-1 places, in the
+same request, and prints the option-order sensitivity: per question, the largest change of
+any option's probability between orders; its mean and max over the manifest's questions.
 """
 import collections
 import json
@@ -17,12 +21,20 @@ import urllib.request
 url, model, files = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3:]
 
 
+ORDERS = int(os.environ.get("ORDERS", "1"))
+
+
 def ask(item):
     questions = {}
     for qid, q in item["questions"].items():
         out = {"type": q["type"], "instructions": q["instructions"]}
         if q["type"] == "choice":
-            out["criteria"] = {c["key"]: c.get("description") or c["key"] for c in q["criteria"]}
+            crit = q["criteria"]
+            out["criteria"] = {c["key"]: c.get("description") or c["key"] for c in crit}
+            for r in range(1, ORDERS):
+                turned = crit[r % len(crit):] + crit[:r % len(crit)]
+                questions[f"{qid}__order{r}"] = dict(
+                    out, criteria={c["key"]: c.get("description") or c["key"] for c in turned})
         elif q["type"] == "score":
             out["criteria"] = [c["description"] for c in sorted(q["criteria"], key=lambda c: c["level"])]
         questions[qid] = out
@@ -72,6 +84,7 @@ def calibrated(item, answers):
 
 
 rows = collections.defaultdict(list)
+order_shift = []
 for f in files:
     for line in open(f):
         item = json.loads(line)
@@ -79,6 +92,10 @@ for f in files:
         if CF is not None:
             answers = calibrated(item, answers)
         for qid, q in item["questions"].items():
+            turns = [answers.get(f"{qid}__order{r}", {}) for r in range(1, ORDERS)]
+            if q["type"] == "choice" and ORDERS > 1 and all("probabilities" in a for a in turns):
+                ps = [answers[qid]["probabilities"]] + [a["probabilities"] for a in turns]
+                order_shift.append(max(max(p[k] for p in ps) - min(p[k] for p in ps) for k in ps[0]))
             a = answers.get(qid, {})
             if "error" in a or not a:
                 continue
@@ -100,3 +117,6 @@ for (f, qid), rs in sorted(rows.items()):
     priors.append(prior)
     print(f"{f + ':' + qid:40} {n:4} {acc:6.3f} {prior:6.3f} {brier:6.3f} {ece:6.3f}")
 print(f"{'mean':40} {'':4} {sum(accs) / len(accs):6.3f} {sum(priors) / len(priors):6.3f}")
+if order_shift:
+    print(f"option order ({ORDERS} orders, {len(order_shift)} choice questions): largest change of an "
+          f"option's probability, mean {sum(order_shift) / len(order_shift):.3f}, max {max(order_shift):.3f}")
