@@ -58,7 +58,7 @@ check("stream text and usage", text != "" and usage is not None and usage.comple
 tools = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
                          "required": ["city"]}}}]
-resp = client.chat.completions.create(model="vllm-sr/auto", tools=tools, tool_choice="required", max_tokens=80,
+resp = client.chat.completions.create(model="vllm-sr/auto", tools=tools, tool_choice="required", max_tokens=80, temperature=0,
                                       messages=[{"role": "user", "content": "Do I need an umbrella in San Jose today?"}])
 calls = resp.choices[0].message.tool_calls or []
 check("tool call", len(calls) == 1 and calls[0].function.name == "get_weather", resp)
