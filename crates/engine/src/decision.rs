@@ -1172,29 +1172,47 @@ impl DecisionModel {
         match &q.kind {
             QuestionKind::Choice { options } => {
                 let n = options.len();
-                let paths = if n <= 26 {
-                    &t.letters[..n]
-                } else {
-                    &t.codes[..n]
-                };
-                let trie = label_trie(paths)?;
-                let mut block = format!(
-                    "Question: {}\nOptions:\n",
-                    instr.unwrap_or("Which option describes the text best?")
-                );
-                for (i, (key, desc)) in options.iter().enumerate() {
-                    match desc {
-                        Some(d) => {
-                            block.push_str(&format!("{}. {}: {}\n", option_code(i, n), key, d))
+                let question = instr.unwrap_or("Which option describes the text best?");
+                // The model answers with an option's own name where the names can be read
+                // apart (a small model maps meaning to a word far better than to a letter);
+                // otherwise with its letter or code.
+                let (trie, block) = match self.named_options(t, options) {
+                    Some(trie) => {
+                        let mut block = format!("Question: {question}\nOptions:\n");
+                        for (key, desc) in options {
+                            match desc {
+                                Some(d) => block.push_str(&format!("- {key}: {d}\n")),
+                                None => block.push_str(&format!("- {key}\n")),
+                            }
                         }
-                        None => block.push_str(&format!("{}. {}\n", option_code(i, n), key)),
+                        block.push_str("Answer with the name of the best option.");
+                        (trie, block)
                     }
-                }
-                block.push_str(if n <= 26 {
-                    "Answer with the letter of the best option."
-                } else {
-                    "Answer with the code of the best option."
-                });
+                    None => {
+                        let paths = if n <= 26 {
+                            &t.letters[..n]
+                        } else {
+                            &t.codes[..n]
+                        };
+                        let trie = label_trie(paths)?;
+                        let mut block = format!("Question: {question}\nOptions:\n");
+                        for (i, (key, desc)) in options.iter().enumerate() {
+                            match desc {
+                                Some(d) => block
+                                    .push_str(&format!("{}. {}: {}\n", option_code(i, n), key, d)),
+                                None => {
+                                    block.push_str(&format!("{}. {}\n", option_code(i, n), key))
+                                }
+                            }
+                        }
+                        block.push_str(if n <= 26 {
+                            "Answer with the letter of the best option."
+                        } else {
+                            "Answer with the code of the best option."
+                        });
+                        (trie, block)
+                    }
+                };
                 let node = trie.node(self.question_tokens(t, &block, limit)?);
                 Ok((
                     Plan::Choice {
@@ -1291,6 +1309,31 @@ impl DecisionModel {
                 ))
             }
         }
+    }
+
+    /// The trie of a choice's option names, when the model can answer with them: every name
+    /// a short word-like key (letters, digits, `_`, `-`, spaces; at most 32 bytes and 8
+    /// tokens), and no name's tokens a prefix of another's.
+    fn named_options(&self, t: &Tree, options: &[(String, Option<String>)]) -> Option<Trie> {
+        let word_like = |k: &str| {
+            !k.is_empty()
+                && k.len() <= 32
+                && k.trim() == k
+                && k.chars().any(char::is_alphabetic)
+                && k.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+        };
+        if options.len() > 64 || !options.iter().all(|(k, _)| word_like(k)) {
+            return None;
+        }
+        let mut paths = Vec::with_capacity(options.len());
+        for (k, _) in options {
+            let p = t.backend.tokenize(k, false).ok()?;
+            if p.is_empty() || p.len() > 8 {
+                return None;
+            }
+            paths.push(p);
+        }
+        Trie::build(&paths).ok()
     }
 
     /// Read one plan's probability groups from one root's logits: one distribution for a

@@ -1,0 +1,138 @@
+//! Answers that must be right, on real weights (`qwen2.5-0.5b`, which CI fetches): plain
+//! cases of every decision type, each asked both ways, so that a readout that swapped Yes and
+//! No, mixed up options or reversed score levels fails here. Shapes and sums are checked
+//! elsewhere; this file checks the answers themselves.
+//!
+//! Choice and set answers must pick the right option. Noul and score answers must order the
+//! two states the right way round; their absolute values are not asked yet: this small
+//! model's yes/no answers lean to one side for every state (its label bias, issue 10).
+
+mod common;
+
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::{json, Value};
+
+const MODEL: &str = "qwen2.5-0.5b";
+
+fn server() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut o = options();
+        o.models = vec![MODEL.into()];
+        o.generate = None;
+        start(o)
+    })
+}
+
+async fn answers(state: &str, questions: Value) -> Value {
+    let body = json!({"model": MODEL, "state": state, "questions": questions});
+    let s = tokio::task::spawn_blocking(server).await.expect("server");
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    v["answers"].clone()
+}
+
+/// A yes/no question that is yes for one state and no for the other: the yes state must get
+/// the higher probability of yes (a swapped Yes/No reverses it).
+async fn noul_both_ways(question: &str, yes_state: &str, no_state: &str) {
+    let q = json!({"q": {"type": "noul", "instructions": question}});
+    let yes = answers(yes_state, q.clone()).await["q"]["noul"]
+        .as_f64()
+        .expect("noul");
+    let no = answers(no_state, q).await["q"]["noul"]
+        .as_f64()
+        .expect("noul");
+    assert!(
+        yes > no,
+        "{question}: p(yes) {yes:.3} for {yes_state:?}, {no:.3} for {no_state:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noul_answers_yes_and_no_where_they_belong() {
+    noul_both_ways(
+        "Is it raining?",
+        "It is raining heavily and everyone outside is getting soaked.",
+        "The sky is clear and the sun is shining; the streets are dry.",
+    )
+    .await;
+    noul_both_ways(
+        "Is the customer happy?",
+        "I love this blender! It works perfectly and I am very happy with it.",
+        "This is the worst blender I have ever bought. I am furious and want my money back.",
+    )
+    .await;
+}
+
+/// Each state's right option sits at a different letter, so a shifted letter fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn choice_picks_the_right_option_whatever_its_letter() {
+    let criteria = json!({
+        "sports": "Sports and games",
+        "cooking": "Cooking and recipes",
+        "finance": "Money, banks and markets"
+    });
+    for (state, want) in [
+        (
+            "The striker scored twice and her team won the championship final.",
+            "sports",
+        ),
+        (
+            "Mix the flour, sugar and eggs, then bake the cake for thirty minutes.",
+            "cooking",
+        ),
+        (
+            "The stock market fell three percent as investors sold bank shares.",
+            "finance",
+        ),
+    ] {
+        let a = answers(
+            state,
+            json!({"topic": {"type": "choice", "instructions": "What is the text about?",
+                             "criteria": criteria}}),
+        )
+        .await;
+        assert_eq!(a["topic"]["choice"], want, "{state}: {}", a["topic"]);
+    }
+}
+
+/// A low and a high case, so reversed levels fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn score_orders_its_levels() {
+    let q = json!({"u": {"type": "score", "instructions": "How urgent is this message?",
+                         "criteria": ["Not urgent at all", "Somewhat urgent", "Extremely urgent"]}});
+    let high = answers(
+        "URGENT!!! The production server is down right now and every customer is affected. Fix it immediately!",
+        q.clone(),
+    )
+    .await["u"]["score"]
+        .as_f64()
+        .expect("score");
+    let low = answers(
+        "No rush at all. Whenever you have a free moment next month, could you glance at this?",
+        q,
+    )
+    .await["u"]["score"]
+        .as_f64()
+        .expect("score");
+    assert!(high > low, "urgent {high:.3}, not urgent {low:.3}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_labels_apply_where_the_text_says_so() {
+    let a = answers(
+        "The stock market fell three percent as investors sold bank shares.",
+        json!({"s": {"type": "set", "instructions": "Which topics does the text mention?",
+                     "labels": {"finance": "Money, banks or markets", "cooking": "Cooking or recipes"}}}),
+    )
+    .await;
+    let p = &a["s"]["probabilities"];
+    let (fin, cook) = (p["finance"].as_f64(), p["cooking"].as_f64());
+    assert!(
+        matches!((fin, cook), (Some(f), Some(c)) if f > c),
+        "{}",
+        a["s"]
+    );
+}
