@@ -305,6 +305,32 @@ fn label_paths(backend: &dyn Backend, labels: &[String]) -> Result<Vec<Vec<Token
         .collect()
 }
 
+/// Yes and No as the model may write them first: the prompt asks for `Yes` or `No`, and each
+/// answer's probability adds up its one-token spellings (`Yes`, `yes`, `YES`, with a leading
+/// space too), so mass the model puts on another spelling of the same word is not lost.
+fn yes_no_trie(backend: &dyn Backend) -> Result<Trie, EngineError> {
+    const SPELLINGS: [[&str; 5]; 2] = [
+        ["Yes", "yes", "YES", " Yes", " yes"],
+        ["No", "no", "NO", " No", " no"],
+    ];
+    // The first spelling of each always counts (in as many tokens as it takes); another only
+    // where it is one token that starts no path kept before, so none is a prefix of another.
+    let mut paths: Vec<(Vec<Token>, usize)> = Vec::new();
+    for (label, words) in SPELLINGS.iter().enumerate() {
+        paths.push((backend.tokenize(words[0], false)?, label));
+    }
+    for (label, words) in SPELLINGS.iter().enumerate() {
+        for w in &words[1..] {
+            let p = backend.tokenize(w, false)?;
+            if p.len() == 1 && !paths.iter().any(|(q, _)| q.first() == p.first()) {
+                paths.push((p, label));
+            }
+        }
+    }
+    let labelled: Vec<(&[Token], usize)> = paths.iter().map(|(p, l)| (p.as_slice(), *l)).collect();
+    Trie::build_spellings(&labelled).map_err(|e| EngineError::Labels(e.to_string()))
+}
+
 /// The trie of a question's label paths; labels the vocabulary cannot tell apart are a
 /// model-output failure of that question.
 fn label_trie(paths: &[Vec<Token>]) -> Result<Trie, QuestionFailure> {
@@ -344,8 +370,7 @@ impl DecisionModel {
             &*backend,
             &(0..10).map(|i| i.to_string()).collect::<Vec<_>>(),
         )?;
-        let yes_no = Trie::build(&label_paths(&*backend, &["Yes".into(), "No".into()])?)
-            .map_err(|e| EngineError::Labels(e.to_string()))?;
+        let yes_no = yes_no_trie(&*backend)?;
         for paths in [&letters, &codes, &digits] {
             Trie::build(paths).map_err(|e| EngineError::Labels(e.to_string()))?;
         }
@@ -1198,8 +1223,12 @@ impl DecisionModel {
                         let mut block = format!("Question: {question}\nOptions:\n");
                         for (i, (key, desc)) in options.iter().enumerate() {
                             match desc {
-                                Some(d) => block
-                                    .push_str(&format!("{}. {}: {}\n", option_code(i, n), key, d)),
+                                Some(d) => block.push_str(&format!(
+                                    "{}. {}: {}\n",
+                                    option_code(i, n),
+                                    key,
+                                    d
+                                )),
                                 None => {
                                     block.push_str(&format!("{}. {}\n", option_code(i, n), key))
                                 }
@@ -1320,7 +1349,8 @@ impl DecisionModel {
                 && k.len() <= 32
                 && k.trim() == k
                 && k.chars().any(char::is_alphabetic)
-                && k.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+                && k.chars()
+                    .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
         };
         if options.len() > 64 || !options.iter().all(|(k, _)| word_like(k)) {
             return None;

@@ -48,10 +48,24 @@ pub enum LabelError {
 impl Trie {
     /// Build from each label's token path.
     pub fn build(paths: &[Vec<Token>]) -> Result<Trie, LabelError> {
+        let labelled: Vec<(&[Token], usize)> = paths
+            .iter()
+            .enumerate()
+            .map(|(l, p)| (p.as_slice(), l))
+            .collect();
+        Trie::build_spellings(&labelled)
+    }
+
+    /// Build from token paths that may spell one label several ways (`Yes`, `yes`): a label's
+    /// probability is the sum over its spellings. A path given twice for one label counts once.
+    pub fn build_spellings(paths: &[(&[Token], usize)]) -> Result<Trie, LabelError> {
         let mut root = Trie::default();
-        for (label, path) in paths.iter().enumerate() {
+        for (i, &(path, label)) in paths.iter().enumerate() {
             if path.is_empty() {
                 return Err(LabelError::Empty(label));
+            }
+            if paths[..i].iter().any(|&(p, l)| p == path && l == label) {
+                continue;
             }
             root.insert(path, label)?;
         }
@@ -208,6 +222,20 @@ mod tests {
             Err(LabelError::Duplicate(0, 1))
         );
         assert_eq!(Trie::build(&[vec![]]), Err(LabelError::Empty(0)));
+    }
+
+    #[test]
+    fn spellings_of_one_label_add_up() {
+        // label 0 spelled [1] or [2], label 1 spelled [3]; [1] given twice counts once
+        let trie = Trie::build_spellings(&[(&[1], 0), (&[2], 0), (&[1], 0), (&[3], 1)]).unwrap();
+        assert_eq!(trie.node(vec![9]).reads[0].candidates, vec![1, 2, 3]);
+        let reads = [vec![0.0f32, 0.0, 0.0]];
+        let p = trie.probabilities(&mut reads.iter(), 2, 1.0).unwrap();
+        assert!((p[0] - 2.0 / 3.0).abs() < 1e-12 && (p[1] - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(
+            Trie::build_spellings(&[(&[1], 0), (&[1], 1)]),
+            Err(LabelError::Duplicate(0, 1))
+        );
     }
 
     #[test]

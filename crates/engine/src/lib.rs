@@ -17,6 +17,9 @@ pub mod registry;
 pub mod scheduler;
 pub mod text;
 
+#[cfg(test)]
+mod readout_tests;
+
 pub use backend::{
     Backend, BackendError, BackendInfo, DirectBackend, DirectKind, DirectQuestion, Feed, Generator,
     Node, Read, Sampled, Sampling, Session, Token,

@@ -1,0 +1,344 @@
+//! The readout on a backend whose logits a test scripts: which token answers which label, how
+//! spellings add up, temperatures and `temperature_by_questions`, choices read by name or by
+//! letter, score levels in order. A swapped Yes/No, a shifted option or reversed levels fail
+//! here without a real model.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use protocol::request::{parse_decision_body, Schema};
+use serde_json::{json, Value};
+
+use crate::backend::{Backend, BackendError, BackendInfo, Node, RootLogits, Session, Token};
+use crate::budget::Vocab;
+use crate::decision::{Decision, DecisionModel};
+use crate::package::{DecisionConfig, ModelMeta, TemperatureByQuestions};
+use crate::scheduler::SchedulerConfig;
+
+/// Logits of `candidates` (their texts) after `context` (the text evaluated so far).
+type Script = Arc<dyn Fn(&str, &[String]) -> Vec<f32> + Send + Sync>;
+
+const SPECIAL: [&str; 2] = ["<|im_start|>", "<|im_end|>"];
+/// Whole-word tokens; every other text is one token per byte.
+const WORDS: [&str; 5] = ["Yes", "yes", " Yes", "No", "no"];
+const WORD_BASE: Token = 258;
+
+struct Fake {
+    info: BackendInfo,
+    script: Script,
+}
+
+impl Fake {
+    fn text_of(&self, t: Token) -> String {
+        match t {
+            0..=255 => (t as u8 as char).to_string(),
+            256 | 257 => SPECIAL[t as usize - 256].to_string(),
+            _ => WORDS[t as usize - WORD_BASE as usize].to_string(),
+        }
+    }
+}
+
+impl Vocab for Fake {
+    fn tokenize_text(&self, text: &str) -> Result<Vec<Token>, BackendError> {
+        self.tokenize(text, false)
+    }
+    fn token_bytes(&self, token: Token) -> Vec<u8> {
+        self.text_of(token).into_bytes()
+    }
+    fn vocab_size(&self) -> usize {
+        WORD_BASE as usize + WORDS.len()
+    }
+}
+
+impl Backend for Fake {
+    fn info(&self) -> &BackendInfo {
+        &self.info
+    }
+    fn tokenize(&self, text: &str, special: bool) -> Result<Vec<Token>, BackendError> {
+        let mut out = Vec::new();
+        let mut rest = text;
+        'next: while let Some(c) = rest.chars().next() {
+            if special {
+                for (i, s) in SPECIAL.iter().enumerate() {
+                    if let Some(r) = rest.strip_prefix(s) {
+                        out.push(256 + i as Token);
+                        rest = r;
+                        continue 'next;
+                    }
+                }
+            }
+            for (i, w) in WORDS.iter().enumerate() {
+                if let Some(r) = rest.strip_prefix(w) {
+                    out.push(WORD_BASE + i as Token);
+                    rest = r;
+                    continue 'next;
+                }
+            }
+            let mut buf = [0u8; 4];
+            out.extend(c.encode_utf8(&mut buf).bytes().map(Token::from));
+            rest = &rest[c.len_utf8()..];
+        }
+        Ok(out)
+    }
+    fn token_text(&self, token: Token) -> String {
+        self.text_of(token)
+    }
+    fn session(&self) -> Result<Box<dyn Session + '_>, BackendError> {
+        Ok(Box::new(FakeSession {
+            fake: self,
+            prefix: Vec::new(),
+        }))
+    }
+}
+
+struct FakeSession<'a> {
+    fake: &'a Fake,
+    prefix: Vec<Token>,
+}
+
+impl FakeSession<'_> {
+    fn walk(&self, node: &Node, context: &mut Vec<Token>, out: &mut RootLogits) {
+        let base = context.len();
+        context.extend_from_slice(&node.tokens);
+        for read in &node.reads {
+            let text: String = context[..base + read.at + 1]
+                .iter()
+                .map(|t| self.fake.text_of(*t))
+                .collect();
+            let candidates: Vec<String> = read
+                .candidates
+                .iter()
+                .map(|t| self.fake.text_of(*t))
+                .collect();
+            out.push((self.fake.script)(&text, &candidates));
+        }
+        for child in &node.children {
+            self.walk(child, context, out);
+        }
+        context.truncate(base);
+    }
+}
+
+impl Session for FakeSession<'_> {
+    fn load_prefix(&mut self, tokens: &[Token]) -> Result<(), BackendError> {
+        self.prefix = tokens.to_vec();
+        Ok(())
+    }
+    fn forward(&mut self, roots: &[&Node]) -> Result<Vec<RootLogits>, BackendError> {
+        Ok(roots
+            .iter()
+            .map(|root| {
+                let mut out = Vec::new();
+                self.walk(root, &mut self.prefix.clone(), &mut out);
+                out
+            })
+            .collect())
+    }
+}
+
+fn model(config: DecisionConfig, script: Script) -> DecisionModel {
+    let fake = Fake {
+        info: BackendInfo {
+            engine: "fake".into(),
+            device: "cpu".into(),
+            dtype: "f32".into(),
+            context_tokens: 65_536,
+            max_sequences: 16,
+            trained_context: 8192,
+            threads: 1,
+        },
+        script,
+    };
+    let meta = ModelMeta {
+        name: "fake".into(),
+        description: String::new(),
+        release_date: String::new(),
+        revision: String::new(),
+        sha256: None,
+        aliases: Vec::new(),
+    };
+    DecisionModel::start(meta, config, Arc::new(fake), SchedulerConfig::default())
+        .expect("the fake model loads")
+}
+
+/// The answers of one request, as the wire shows them.
+fn ask(m: &DecisionModel, state: &str, questions: Value) -> Value {
+    let body = parse_decision_body(
+        &json!({"state": state, "questions": questions}),
+        Schema::Internal,
+    )
+    .expect("a valid body");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    match rt.block_on(m.decide(&body, Instant::now())) {
+        Ok((Decision::Single(r), _)) => serde_json::to_value(r).expect("json")["answers"].clone(),
+        other => panic!("not one answer: {other:?}"),
+    }
+}
+
+/// The logits a table gives each candidate text (absent ones at -200: no share at any
+/// temperature here).
+fn table(entries: &[(&str, f32)]) -> Script {
+    let entries: Vec<(String, f32)> = entries.iter().map(|(s, l)| (s.to_string(), *l)).collect();
+    Arc::new(move |_, candidates| {
+        candidates
+            .iter()
+            .map(|c| {
+                entries
+                    .iter()
+                    .find(|(s, _)| s == c)
+                    .map_or(-200.0, |(_, l)| *l)
+            })
+            .collect()
+    })
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+/// The share of the `yes` logits in a softmax at temperature `t` over both groups.
+fn share(yes: &[f64], no: &[f64], t: f64) -> f64 {
+    let w = |xs: &[f64]| xs.iter().map(|x| (x / t).exp()).sum::<f64>();
+    w(yes) / (w(yes) + w(no))
+}
+
+#[test]
+fn yes_is_yes_and_its_spellings_add_up() {
+    let m = model(
+        DecisionConfig::default(),
+        table(&[("Yes", 2.0), ("yes", 1.0), ("No", 0.5), ("no", -1.0)]),
+    );
+    let a = ask(
+        &m,
+        "It rains.",
+        json!({"q": {"type": "noul", "instructions": "Rain?"}}),
+    );
+    let p = a["q"]["noul"].as_f64().expect("noul");
+    // " Yes" is a candidate too, at -200.
+    let want = share(&[2.0, 1.0], &[0.5, -1.0], 1.0);
+    assert!((p - want).abs() < 1e-8, "p(yes) {p}, want {want}");
+    // The other way round: a model that says No is answered no.
+    let m = model(
+        DecisionConfig::default(),
+        table(&[("Yes", -1.0), ("No", 3.0)]),
+    );
+    let a = ask(
+        &m,
+        "It is dry.",
+        json!({"q": {"type": "noul", "instructions": "Rain?"}}),
+    );
+    assert!(a["q"]["noul"].as_f64().expect("noul") < 0.05, "{a}");
+}
+
+#[test]
+fn temperatures_act_per_type_and_by_question_count() {
+    let mut config = DecisionConfig::default();
+    config.temperature.noul = 2.0;
+    let m = model(config.clone(), table(&[("Yes", 2.0), ("No", 0.0)]));
+    let q = json!({"q": {"type": "noul", "instructions": "Rain?"}});
+    let p = ask(&m, "x", q.clone())["q"]["noul"].as_f64().expect("noul");
+    assert!((p - share(&[2.0], &[0.0], 2.0)).abs() < 1e-8, "{p}");
+
+    // One question reads at 0.5, two or more at 4.
+    config.temperature_by_questions = Some(TemperatureByQuestions {
+        max_questions: vec![1],
+        temperature: vec![0.5, 4.0],
+    });
+    let m = model(config, table(&[("Yes", 2.0), ("No", 0.0)]));
+    let one = ask(&m, "x", q)["q"]["noul"].as_f64().expect("noul");
+    assert!((one - share(&[2.0], &[0.0], 0.5)).abs() < 1e-8, "{one}");
+    let two = ask(
+        &m,
+        "x",
+        json!({"q": {"type": "noul", "instructions": "Rain?"},
+               "r": {"type": "noul", "instructions": "Snow?"}}),
+    );
+    for id in ["q", "r"] {
+        let p = two[id]["noul"].as_f64().expect("noul");
+        assert!((p - share(&[2.0], &[0.0], 4.0)).abs() < 1e-8, "{id}: {p}");
+    }
+}
+
+/// A model that answers a choice with whatever option the text names: by the name's first
+/// letter when the options are read by name, by the option's letter otherwise.
+fn names_what_it_reads() -> Script {
+    Arc::new(|context: &str, candidates: &[String]| {
+        let state = context
+            .split("Text:\n")
+            .nth(1)
+            .and_then(|s| s.split("\n\n").next())
+            .unwrap_or("")
+            .to_string();
+        let block = context.rsplit("Options:\n").next().unwrap_or("");
+        // Each option line's readout token: "- name: ..." → the name's first byte,
+        // "B. name: ..." → the letter.
+        let mut said: Option<String> = None;
+        for line in block.lines() {
+            let (token, name) = if let Some(rest) = line.strip_prefix("- ") {
+                (
+                    rest.get(..1).unwrap_or(""),
+                    rest.split(':').next().unwrap_or(""),
+                )
+            } else if let Some((code, rest)) = line.split_once(". ") {
+                (code, rest.split(':').next().unwrap_or(""))
+            } else {
+                continue;
+            };
+            if !name.is_empty() && state.contains(name) {
+                said = Some(token.to_string());
+            }
+        }
+        candidates
+            .iter()
+            .map(|c| if Some(c) == said.as_ref() { 4.0 } else { 0.0 })
+            .collect()
+    })
+}
+
+#[test]
+fn a_choice_is_answered_with_the_option_the_model_names() {
+    let m = model(DecisionConfig::default(), names_what_it_reads());
+    // Word-like names are read by name; names with other characters by letter.
+    for criteria in [
+        json!({"sports": null, "cooking": null, "finance": null}),
+        json!({"sports!": null, "cooking!": null, "finance!": null}),
+    ] {
+        let keys: Vec<String> = criteria.as_object().expect("map").keys().cloned().collect();
+        for (i, key) in keys.iter().enumerate() {
+            let a = ask(
+                &m,
+                &format!("a text about {key}"),
+                json!({"t": {"type": "choice", "instructions": "Topic?", "criteria": criteria}}),
+            );
+            assert_eq!(a["t"]["choice"], json!(key), "{a}");
+            let p = &a["t"]["probabilities"];
+            let want = 4f64.exp() / (4f64.exp() + 2.0);
+            assert!(close(p[key].as_f64().expect("p"), want), "option {i}: {a}");
+        }
+    }
+}
+
+#[test]
+fn score_levels_keep_their_order() {
+    let m = model(
+        DecisionConfig::default(),
+        table(&[("0", 0.0), ("1", 1.0), ("2", 3.0)]),
+    );
+    let a = ask(
+        &m,
+        "x",
+        json!({"s": {"type": "score", "instructions": "How much?", "criteria": ["low", "mid", "high"]}}),
+    );
+    let p = &a["s"]["probabilities"];
+    let z = 1.0 + 1f64.exp() + 3f64.exp();
+    for (level, logit) in [("0", 0.0f64), ("1", 1.0), ("2", 3.0)] {
+        assert!(close(p[level].as_f64().expect("p"), logit.exp() / z), "{a}");
+    }
+    let expected = (1f64.exp() + 2.0 * 3f64.exp()) / z;
+    assert!(
+        close(a["s"]["score"].as_f64().expect("score"), expected),
+        "{a}"
+    );
+}
