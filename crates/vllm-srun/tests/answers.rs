@@ -26,12 +26,17 @@ fn server() -> &'static TestServer {
     })
 }
 
-async fn answers(state: &str, questions: Value) -> Value {
+/// The whole answer to one request (a set's result is under `sets`, the rest under `answers`).
+async fn decide(state: &str, questions: Value) -> Value {
     let body = json!({"model": MODEL, "state": state, "questions": questions});
     let s = tokio::task::spawn_blocking(server).await.expect("server");
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 200, "{v}");
-    v["answers"].clone()
+    v
+}
+
+async fn answers(state: &str, questions: Value) -> Value {
+    decide(state, questions).await["answers"].clone()
 }
 
 /// A yes/no question that is yes for one state and no for the other: the yes state must get
@@ -66,35 +71,41 @@ async fn noul_answers_yes_and_no_where_they_belong() {
     .await;
 }
 
-/// Each state's right option sits at a different letter, so a shifted letter fails.
+/// Each state's right option sits at a different place, so a shifted option fails. The keys are
+/// word-like, so the model answers with their names. (Keys read by letter are checked on a
+/// scripted backend in `engine`: on this model, with keys `sports & games`, `cooking &
+/// recipes` and `money & markets`, the letter readout gave the finance text to sports — 0.41
+/// against 0.28 — which is why word-like options are read by name.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn choice_picks_the_right_option_whatever_its_letter() {
-    let criteria = json!({
-        "sports": "Sports and games",
-        "cooking": "Cooking and recipes",
-        "finance": "Money, banks and markets"
-    });
-    for (state, want) in [
+async fn choice_picks_the_right_option_whatever_its_place() {
+    let cases = [
         (
             "The striker scored twice and her team won the championship final.",
-            "sports",
+            0,
         ),
         (
             "Mix the flour, sugar and eggs, then bake the cake for thirty minutes.",
-            "cooking",
+            1,
         ),
         (
             "The stock market fell three percent as investors sold bank shares.",
-            "finance",
+            2,
         ),
-    ] {
+    ];
+    let keys = ["sports", "cooking", "finance"];
+    let criteria = json!({
+        keys[0]: "Sports and games",
+        keys[1]: "Cooking and recipes",
+        keys[2]: "Money, banks and markets"
+    });
+    for (state, want) in cases {
         let a = answers(
             state,
             json!({"topic": {"type": "choice", "instructions": "What is the text about?",
                              "criteria": criteria}}),
         )
         .await;
-        assert_eq!(a["topic"]["choice"], want, "{state}: {}", a["topic"]);
+        assert_eq!(a["topic"]["choice"], keys[want], "{state}: {}", a["topic"]);
     }
 }
 
@@ -122,17 +133,14 @@ async fn score_orders_its_levels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn set_labels_apply_where_the_text_says_so() {
-    let a = answers(
+    let v = decide(
         "The stock market fell three percent as investors sold bank shares.",
         json!({"s": {"type": "set", "instructions": "Which topics does the text mention?",
-                     "labels": {"finance": "Money, banks or markets", "cooking": "Cooking or recipes"}}}),
+                     "labels": [{"key": "finance", "description": "Money, banks or markets"},
+                                {"key": "cooking", "description": "Cooking or recipes"}]}}),
     )
     .await;
-    let p = &a["s"]["probabilities"];
+    let p = &v["sets"]["s"]["probabilities"];
     let (fin, cook) = (p["finance"].as_f64(), p["cooking"].as_f64());
-    assert!(
-        matches!((fin, cook), (Some(f), Some(c)) if f > c),
-        "{}",
-        a["s"]
-    );
+    assert!(matches!((fin, cook), (Some(f), Some(c)) if f > c), "{v}");
 }
