@@ -69,7 +69,37 @@ impl Trie {
             }
             root.insert(path, label)?;
         }
+        root.prune();
         Ok(root)
+    }
+
+    /// A subtree that holds one label is decided at its edge: the steps below it would read a
+    /// softmax over one candidate, exactly 1, so they are not evaluated at all. (Option names
+    /// whose first tokens differ are then read in one step, however many tokens they have.)
+    fn prune(&mut self) {
+        for e in &mut self.edges {
+            if let Some(c) = &mut e.child {
+                match c.only_label() {
+                    Some(l) => {
+                        e.label = Some(l);
+                        e.child = None;
+                    }
+                    None => c.prune(),
+                }
+            }
+        }
+    }
+
+    /// The label of a subtree that holds exactly one.
+    fn only_label(&self) -> Option<usize> {
+        match self.edges.as_slice() {
+            [e] => match (&e.label, &e.child) {
+                (Some(l), None) => Some(*l),
+                (None, Some(c)) => c.only_label(),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     fn insert(&mut self, path: &[Token], label: usize) -> Result<(), LabelError> {
@@ -208,6 +238,24 @@ mod tests {
     }
 
     #[test]
+    fn a_path_no_other_label_shares_is_read_at_its_first_token() {
+        // [1,10,12] and [2,20] part at their first token: one read decides both; [3,30] and
+        // [3,31] share theirs and need a second.
+        let trie = Trie::build(&[vec![1, 10, 12], vec![2, 20]]).unwrap();
+        assert_eq!(trie.reads(), 1);
+        assert!(trie.node(vec![7]).children.is_empty());
+        let reads = [vec![0.0f32, 0.0]];
+        let p = trie.probabilities(&mut reads.iter(), 2, 1.0).unwrap();
+        assert_eq!(p, vec![0.5, 0.5]);
+        let trie = Trie::build(&[vec![3, 30, 5], vec![3, 31], vec![4, 40]]).unwrap();
+        assert_eq!(trie.reads(), 2);
+        let node = trie.node(vec![7]);
+        assert_eq!(node.children.len(), 1);
+        assert_eq!(node.children[0].tokens, vec![3]);
+        assert!(node.children[0].children.is_empty());
+    }
+
+    #[test]
     fn prefix_and_duplicate_labels_are_refused() {
         assert_eq!(
             Trie::build(&[vec![1], vec![1, 2]]),
@@ -240,8 +288,8 @@ mod tests {
 
     #[test]
     fn short_reads_are_detected() {
-        let trie = Trie::build(&[vec![1, 10], vec![2]]).unwrap();
+        let trie = Trie::build(&[vec![1, 10], vec![1, 11], vec![2]]).unwrap();
         let reads = [vec![0.0f32, 0.0]];
-        assert!(trie.probabilities(&mut reads.iter(), 2, 1.0).is_none());
+        assert!(trie.probabilities(&mut reads.iter(), 3, 1.0).is_none());
     }
 }
