@@ -1201,47 +1201,32 @@ impl DecisionModel {
                 // The model answers with an option's own name where the names can be read
                 // apart (a small model maps meaning to a word far better than to a letter);
                 // otherwise with its letter or code.
-                let (trie, block) = match self.named_options(t, options) {
-                    Some(trie) => {
-                        let mut block = format!("Question: {question}\nOptions:\n");
-                        for (key, desc) in options {
-                            match desc {
-                                Some(d) => block.push_str(&format!("- {key}: {d}\n")),
-                                None => block.push_str(&format!("- {key}\n")),
-                            }
-                        }
-                        block.push_str("Answer with the name of the best option.");
-                        (trie, block)
-                    }
-                    None => {
-                        let paths = if n <= 26 {
-                            &t.letters[..n]
-                        } else {
-                            &t.codes[..n]
-                        };
-                        let trie = label_trie(paths)?;
-                        let mut block = format!("Question: {question}\nOptions:\n");
-                        for (i, (key, desc)) in options.iter().enumerate() {
-                            match desc {
-                                Some(d) => block.push_str(&format!(
-                                    "{}. {}: {}\n",
-                                    option_code(i, n),
-                                    key,
-                                    d
-                                )),
-                                None => {
-                                    block.push_str(&format!("{}. {}\n", option_code(i, n), key))
-                                }
-                            }
-                        }
-                        block.push_str(if n <= 26 {
-                            "Answer with the letter of the best option."
-                        } else {
-                            "Answer with the code of the best option."
-                        });
-                        (trie, block)
-                    }
+                let named = self.named_options(t, options);
+                let by_name = named.is_some();
+                let (trie, ask) = match named {
+                    Some(trie) => (trie, "Answer with the name of the best option."),
+                    None if n <= 26 => (
+                        label_trie(&t.letters[..n])?,
+                        "Answer with the letter of the best option.",
+                    ),
+                    None => (
+                        label_trie(&t.codes[..n])?,
+                        "Answer with the code of the best option.",
+                    ),
                 };
+                let mut block = format!("Question: {question}\nOptions:\n");
+                for (i, (key, desc)) in options.iter().enumerate() {
+                    let mark = if by_name {
+                        "-".to_string()
+                    } else {
+                        format!("{}.", option_code(i, n))
+                    };
+                    match desc {
+                        Some(d) => block.push_str(&format!("{mark} {key}: {d}\n")),
+                        None => block.push_str(&format!("{mark} {key}\n")),
+                    }
+                }
+                block.push_str(ask);
                 let node = trie.node(self.question_tokens(t, &block, limit)?);
                 Ok((
                     Plan::Choice {
