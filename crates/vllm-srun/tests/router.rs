@@ -334,8 +334,9 @@ async fn a_tool_call_passes_through() {
         "name": "get_weather", "description": "Current weather for a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}},
                        "required": ["city"]}}}]);
-    // The city's maxLength bounds the call the grammar allows and greedy decoding fixes it, so
-    // the call always fits max_tokens (an unbounded, sampled city once ran into the limit in CI).
+    // The city's maxLength bounds the call the grammar allows, so the call always fits
+    // max_tokens (greedy decoding once wrote an unbounded city until max_tokens 40 cut it off
+    // in CI). `chat` already decodes greedily; the temperature is repeated to say so here.
     let (st, h, v) = chat(
         "Hi! Do I need an umbrella in San Jose today?",
         json!({"tools": tools, "tool_choice": "required", "max_tokens": 80, "temperature": 0}),
