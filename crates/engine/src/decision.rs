@@ -95,6 +95,9 @@ pub(crate) enum Plan {
     Choice {
         id: String,
         keys: Vec<String>,
+        /// One entry per branch the choice was asked in: the option each label the readout
+        /// reads stands for (by name, the option itself; by letter, the option shown there).
+        shown: Vec<Vec<usize>>,
         temperature: f64,
         complete: bool,
     },
@@ -1214,28 +1217,44 @@ impl DecisionModel {
                         "Answer with the code of the best option.",
                     ),
                 };
-                let mut block = format!("Question: {question}\nOptions:\n");
-                for (i, (key, desc)) in options.iter().enumerate() {
-                    let mark = if by_name {
-                        "-".to_string()
-                    } else {
-                        format!("{}.", option_code(i, n))
-                    };
-                    match desc {
-                        Some(d) => block.push_str(&format!("{mark} {key}: {d}\n")),
-                        None => block.push_str(&format!("{mark} {key}\n")),
+                // The options are shown in one order, sorted by name, whatever order the
+                // client listed them in, so that order cannot move the answer; and in
+                // `choice_orders` turns of it, so that no option keeps a place the model
+                // favours. The answer is the geometric mean of the turns' distributions.
+                let mut canonical: Vec<usize> = (0..n).collect();
+                canonical.sort_by(|&a, &b| options[a].0.cmp(&options[b].0));
+                let turns = self.config.choice_orders.clamp(1, n.max(1));
+                let mut nodes = Vec::with_capacity(turns);
+                let mut shown = Vec::with_capacity(turns);
+                for turn in 0..turns {
+                    let shift = turn * n / turns;
+                    let order: Vec<usize> = (0..n).map(|i| canonical[(i + shift) % n]).collect();
+                    let mut block = format!("Question: {question}\nOptions:\n");
+                    for (place, &i) in order.iter().enumerate() {
+                        let (key, desc) = &options[i];
+                        let mark = if by_name {
+                            "-".to_string()
+                        } else {
+                            format!("{}.", option_code(place, n))
+                        };
+                        match desc {
+                            Some(d) => block.push_str(&format!("{mark} {key}: {d}\n")),
+                            None => block.push_str(&format!("{mark} {key}\n")),
+                        }
                     }
+                    block.push_str(ask);
+                    nodes.push(trie.node(self.question_tokens(t, &block, limit)?));
+                    shown.push(if by_name { (0..n).collect() } else { order });
                 }
-                block.push_str(ask);
-                let node = trie.node(self.question_tokens(t, &block, limit)?);
                 Ok((
                     Plan::Choice {
                         id,
                         keys: options.iter().map(|(k, _)| k.clone()).collect(),
+                        shown,
                         temperature,
                         complete,
                     },
-                    vec![node],
+                    nodes,
                     Some(trie),
                 ))
             }
@@ -1364,10 +1383,24 @@ impl DecisionModel {
             (Plan::Failed { .. }, _) => Some(Vec::new()),
             (
                 Plan::Choice {
-                    keys, temperature, ..
+                    keys,
+                    shown,
+                    temperature,
+                    ..
                 },
                 Some(trie),
-            ) => Some(vec![trie.probabilities(reads, keys.len(), *temperature)?]),
+            ) => {
+                let mut turns = Vec::with_capacity(shown.len());
+                for options in shown {
+                    let read = trie.probabilities(reads, keys.len(), *temperature)?;
+                    let mut p = vec![0.0; keys.len()];
+                    for (label, &option) in options.iter().enumerate() {
+                        *p.get_mut(option)? = *read.get(label)?;
+                    }
+                    turns.push(p);
+                }
+                Some(vec![geometric_mean(&turns)?])
+            }
             (Plan::Noul { temperature, .. }, _) => {
                 Some(vec![t.yes_no.probabilities(reads, 2, *temperature)?])
             }
@@ -1565,6 +1598,28 @@ impl DecisionModel {
             meta: None,
         }
     }
+}
+
+/// The normalised geometric mean of distributions over the same options: a bias that
+/// multiplies each place's probability cancels when every place is visited once.
+fn geometric_mean(ps: &[Vec<f64>]) -> Option<Vec<f64>> {
+    if let [one] = ps {
+        return Some(one.clone());
+    }
+    let n = ps.first()?.len();
+    let k = ps.len() as f64;
+    let logs: Vec<f64> = (0..n)
+        .map(|i| {
+            ps.iter()
+                .map(|p| p.get(i).copied().unwrap_or(0.0).max(1e-300).ln())
+                .sum::<f64>()
+                / k
+        })
+        .collect();
+    let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = logs.iter().map(|l| (l - top).exp()).collect();
+    let z: f64 = w.iter().sum();
+    Some(w.into_iter().map(|x| x / z).collect())
 }
 
 /// Combine the answers of a question read in windows. A noul (and each label of a set) takes

@@ -358,6 +358,7 @@ fn direct_question(
             Plan::Choice {
                 id,
                 keys: options.iter().map(|(k, _)| k.clone()).collect(),
+                shown: vec![(0..options.len()).collect()],
                 temperature,
                 complete,
             },

@@ -94,6 +94,10 @@ pub struct DecisionConfig {
     /// Tokens a truncating question reads (card `limits.truncate_tokens`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncate_tokens: Option<usize>,
+    /// How many orders of its options a choice is asked in (turns of one canonical order,
+    /// spread evenly; the answer is their geometric mean). 1 asks once; more cancel the
+    /// favour a model shows some places in a list, at the cost of one branch each.
+    pub choice_orders: usize,
 }
 
 impl Default for DecisionConfig {
@@ -113,6 +117,7 @@ impl Default for DecisionConfig {
             validated_input_tokens: None,
             max_scan_tokens: None,
             truncate_tokens: None,
+            choice_orders: 1,
         }
     }
 }
@@ -121,6 +126,8 @@ impl Default for DecisionConfig {
 /// branches from the state's cache (the state read once, the question attending to it).
 pub const TREE_LAYOUTS: &[&str] = &["question-last-v1"];
 pub const TREE_ATTENTION_MODES: &[&str] = &["prefix_causal", "state_once"];
+/// The most orders a choice may be asked in (each is one more branch per choice question).
+pub const MAX_CHOICE_ORDERS: usize = 8;
 /// The question types a package may declare.
 const QUESTION_TYPES: &[&str] = &["choice", "noul", "score", "set", "span", "box", "track"];
 
@@ -186,6 +193,12 @@ impl DecisionConfig {
                 "decision_config.json: unknown question type {t:?} in question_types"
             ));
         }
+        if !(1..=MAX_CHOICE_ORDERS).contains(&self.choice_orders) {
+            return Err(format!(
+                "decision_config.json: choice_orders must be 1 to {MAX_CHOICE_ORDERS}, not {}",
+                self.choice_orders
+            ));
+        }
         if !(0.0..=1.0).contains(&self.set_threshold) {
             return Err(format!(
                 "decision_config.json: set_threshold must be in [0, 1], not {}",
@@ -244,6 +257,9 @@ mod tests {
         assert!(e.contains("attention_mode"), "{e}");
         assert!(check(|c| c.question_types.push("poll".into())).is_err());
         assert!(check(|c| c.set_threshold = 1.5).is_err());
+        assert!(check(|c| c.choice_orders = 0).is_err());
+        assert!(check(|c| c.choice_orders = MAX_CHOICE_ORDERS + 1).is_err());
+        assert!(check(|c| c.choice_orders = 3).is_ok());
     }
 }
 

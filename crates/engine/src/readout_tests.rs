@@ -342,3 +342,93 @@ fn score_levels_keep_their_order() {
         "{a}"
     );
 }
+
+/// A model that knows nothing but the places of a list: the option shown first gets logit 3,
+/// the second 1, the rest 0, whether it answers by name or by letter.
+fn favours_places() -> Script {
+    Arc::new(|context: &str, candidates: &[String]| {
+        let block = context.rsplit("Options:\n").next().unwrap_or("");
+        let tokens: Vec<String> = block
+            .lines()
+            .filter_map(|line| match line.strip_prefix("- ") {
+                Some(rest) => rest.get(..1).map(str::to_string),
+                None => line.split_once(". ").map(|(code, _)| code.to_string()),
+            })
+            .collect();
+        candidates
+            .iter()
+            .map(|c| match tokens.iter().position(|t| t == c) {
+                Some(0) => 3.0,
+                Some(1) => 1.0,
+                Some(_) => 0.0,
+                None => -200.0,
+            })
+            .collect()
+    })
+}
+
+fn choice_probabilities(m: &DecisionModel, criteria: Value) -> Vec<(String, f64)> {
+    let a = ask(
+        m,
+        "x",
+        json!({"t": {"type": "choice", "instructions": "Which?", "criteria": criteria}}),
+    );
+    let p = a["t"]["probabilities"].as_object().expect("probabilities");
+    let mut out: Vec<(String, f64)> = p
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_f64().expect("p")))
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+#[test]
+fn the_order_options_come_in_does_not_move_a_choice() {
+    let m = model(DecisionConfig::default(), favours_places());
+    for names in [["cat", "dog", "eel"], ["cat!", "dog!", "eel!"]] {
+        let [a, b, c] = names;
+        let one = choice_probabilities(&m, json!({a: null, b: null, c: null}));
+        for other in [
+            json!({c: null, b: null, a: null}),
+            json!({b: null, c: null, a: null}),
+        ] {
+            assert_eq!(choice_probabilities(&m, other), one, "{names:?}");
+        }
+        // One order only: the favoured place still shows.
+        assert!(one[0].1 > 0.5, "{one:?}");
+    }
+}
+
+#[test]
+fn a_full_turn_of_orders_cancels_a_place_bias() {
+    let config = DecisionConfig {
+        choice_orders: 3,
+        ..DecisionConfig::default()
+    };
+    let m = model(config, favours_places());
+    for criteria in [
+        json!({"cat": null, "dog": null, "eel": null}),
+        json!({"cat!": null, "dog!": null, "eel!": null}),
+    ] {
+        for (k, p) in choice_probabilities(&m, criteria) {
+            assert!((p - 1.0 / 3.0).abs() < 1e-9, "{k}: {p}");
+        }
+    }
+    // Two turns of three places: each option is seen at two places, and the answer is the
+    // geometric mean of the two readings (renormalised).
+    let config = DecisionConfig {
+        choice_orders: 2,
+        ..DecisionConfig::default()
+    };
+    let m = model(config, favours_places());
+    let got = choice_probabilities(&m, json!({"cat!": null, "dog!": null, "eel!": null}));
+    let z = 3f64.exp() + 1f64.exp() + 1.0;
+    let first = [3f64.exp() / z, 1f64.exp() / z, 1.0 / z];
+    // Turn 0 shows cat, dog, eel; turn 1 (shift 1) shows dog, eel, cat.
+    let second = [1.0 / z, 3f64.exp() / z, 1f64.exp() / z];
+    let g: Vec<f64> = (0..3).map(|i| (first[i] * second[i]).sqrt()).collect();
+    let s: f64 = g.iter().sum();
+    for (i, (k, p)) in got.iter().enumerate() {
+        assert!(close(*p, g[i] / s), "{k}: {p} vs {}", g[i] / s);
+    }
+}
