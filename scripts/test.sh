@@ -13,6 +13,8 @@ cargo build --workspace --all-targets
 # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
 ./target/debug/vllm-srun models pull minilm-l6
 ./target/debug/vllm-srun models pull qwen2.5-0.5b
+# Span questions need the 1.5B decision backbone (tests/spans.rs).
+./target/debug/vllm-srun models pull qwen2.5-1.5b
 # The Sparrow static decision models (one package carries both).
 ./target/debug/vllm-srun models pull sparrow-nano
 ./target/debug/vllm-srun models pull sparrow-nano-robot

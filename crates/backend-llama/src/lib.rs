@@ -331,6 +331,17 @@ struct Item<'n> {
     seq: i32,
 }
 
+/// A node growing one token per step.
+struct Growing {
+    item: usize,
+    /// Where the logits of its next step are in the last decode.
+    batch_index: i32,
+    picked: Vec<Token>,
+    log: Vec<Vec<f32>>,
+    /// The candidates of its next step (`None` once it has ended).
+    next: Option<Vec<Token>>,
+}
+
 /// A llama.cpp context owned by the model's worker thread.
 pub struct LlamaSession<'m> {
     ctx: LlamaContext<'m>,
@@ -408,6 +419,7 @@ impl LlamaSession<'_> {
         items: &mut [Item<'_>],
         level: &[usize],
         out: &mut [RootLogits],
+        grown: &mut Vec<(usize, Vec<Vec<f32>>)>,
     ) -> Result<(), BackendError> {
         let reserve = level.iter().map(|&i| items[i].height).max().unwrap_or(0);
         let mut next = 0;
@@ -436,6 +448,7 @@ impl LlamaSession<'_> {
             }
             // Give each node a sequence sharing its parent's cells, and queue its tokens.
             self.batch.clear();
+            let mut growing: Vec<Growing> = Vec::new();
             let mut read_slots: Vec<(usize, usize, i32)> = Vec::new(); // (item, read idx, batch idx)
             for &it in &chunk {
                 let seq = self
@@ -451,13 +464,38 @@ impl LlamaSession<'_> {
                 if node.tokens.is_empty() {
                     return Err(BackendError::Forward("a node has no tokens".into()));
                 }
+                if let Some(g) = &node.grow {
+                    let end = items[it].pos + node.tokens.len() + g.0.max_tokens();
+                    if end > self.per_seq {
+                        return Err(BackendError::OutOfMemory(format!(
+                            "a growing sequence of up to {end} tokens exceeds the context of {}",
+                            self.per_seq
+                        )));
+                    }
+                }
+                let last = node.tokens.len() - 1;
                 for (k, tok) in node.tokens.iter().enumerate() {
                     let read = node.reads.iter().position(|r| r.at == k);
                     let bi = self.batch.n_tokens();
                     let pos = i32::try_from(items[it].pos + k)
                         .map_err(|_| BackendError::Forward("position overflow".into()))?;
+                    let grows = k == last && node.grow.is_some();
+                    if grows {
+                        growing.push(Growing {
+                            item: it,
+                            batch_index: bi,
+                            picked: Vec::new(),
+                            log: Vec::new(),
+                            next: None,
+                        });
+                    }
                     self.batch
-                        .add(LlamaToken(*tok as i32), pos, &[seq], read.is_some())
+                        .add(
+                            LlamaToken(*tok as i32),
+                            pos,
+                            &[seq],
+                            read.is_some() || grows,
+                        )
                         .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
                     if read.is_some() {
                         for (ri, r) in node.reads.iter().enumerate() {
@@ -470,28 +508,21 @@ impl LlamaSession<'_> {
             }
             self.decode()?;
             for (it, ri, bi) in read_slots {
-                let logits = self.ctx.get_logits_ith(bi);
-                let read = &items[it].node.reads[ri];
-                let mut picked = Vec::with_capacity(read.candidates.len());
-                for c in &read.candidates {
-                    let idx = *c as usize;
-                    if idx >= self.n_vocab {
-                        return Err(BackendError::Forward(format!(
-                            "token {c} is outside the vocabulary"
-                        )));
-                    }
-                    picked.push(logits.get(idx).copied().unwrap_or(f32::NEG_INFINITY));
-                }
+                let picked = self.candidate_logits(bi, &items[it].node.reads[ri].candidates)?;
                 let slot = items[it].read_base + ri;
                 let root = items[it].root;
                 out[root][slot] = picked;
+            }
+            if !growing.is_empty() {
+                self.grow(items, &mut growing)?;
+                grown.extend(growing.into_iter().map(|g| (g.item, g.log)));
             }
             let children: Vec<usize> = chunk
                 .iter()
                 .flat_map(|&i| items[i].children.clone())
                 .collect();
             if !children.is_empty() {
-                self.process(items, &children, out)?;
+                self.process(items, &children, out, grown)?;
             }
             for &it in &chunk {
                 let seq = items[it].seq;
@@ -500,6 +531,74 @@ impl LlamaSession<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The candidate logits at batch index `bi` of the last decode.
+    fn candidate_logits(&self, bi: i32, candidates: &[Token]) -> Result<Vec<f32>, BackendError> {
+        let logits = self.ctx.get_logits_ith(bi);
+        candidates
+            .iter()
+            .map(|c| {
+                let idx = *c as usize;
+                if idx >= self.n_vocab {
+                    return Err(BackendError::Forward(format!(
+                        "token {c} is outside the vocabulary"
+                    )));
+                }
+                Ok(logits.get(idx).copied().unwrap_or(f32::NEG_INFINITY))
+            })
+            .collect()
+    }
+
+    /// Grow the growing nodes of the last decode together: one decode per step holds the
+    /// picked token of every node still growing.
+    fn grow(&mut self, items: &[Item<'_>], growing: &mut [Growing]) -> Result<(), BackendError> {
+        for g in growing.iter_mut() {
+            if let Some(steer) = &items[g.item].node.grow {
+                g.next = steer.0.candidates(&[]).filter(|c| !c.is_empty());
+            }
+        }
+        loop {
+            let mut queued = Vec::new();
+            for (gi, g) in growing.iter_mut().enumerate() {
+                let (Some(candidates), Some(steer)) = (g.next.take(), &items[g.item].node.grow)
+                else {
+                    continue;
+                };
+                let logits = self.candidate_logits(g.batch_index, &candidates)?;
+                let Some(best) = engine::backend::pick(&logits) else {
+                    continue;
+                };
+                g.log.push(logits);
+                g.picked.push(candidates[best]);
+                if g.picked.len() > steer.0.max_tokens() {
+                    return Err(BackendError::Forward(
+                        "a growing node passed its token limit".into(),
+                    ));
+                }
+                g.next = steer.0.candidates(&g.picked).filter(|c| !c.is_empty());
+                if g.next.is_some() {
+                    queued.push(gi);
+                }
+            }
+            if queued.is_empty() {
+                return Ok(());
+            }
+            self.batch.clear();
+            for gi in queued {
+                let g = &mut growing[gi];
+                let item = &items[g.item];
+                let pos = item.pos + item.node.tokens.len() + g.picked.len() - 1;
+                let pos = i32::try_from(pos)
+                    .map_err(|_| BackendError::Forward("position overflow".into()))?;
+                g.batch_index = self.batch.n_tokens();
+                let token = g.picked[g.picked.len() - 1];
+                self.batch
+                    .add(LlamaToken(token as i32), pos, &[item.seq], true)
+                    .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+            }
+            self.decode()?;
+        }
     }
 
     fn reset_sequences(&mut self) {
@@ -529,9 +628,16 @@ impl Session for LlamaSession<'_> {
     fn forward(&mut self, roots: &[&Node]) -> Result<Vec<RootLogits>, BackendError> {
         let (mut items, top, counts) = Self::arena(roots, self.prefix_len);
         let mut out: Vec<RootLogits> = counts.iter().map(|n| vec![Vec::new(); *n]).collect();
-        let result = self.process(&mut items, &top, &mut out);
+        let mut grown = Vec::new();
+        let result = self.process(&mut items, &top, &mut out, &mut grown);
         if result.is_err() {
             self.reset_sequences();
+        }
+        // Growth steps follow the fixed reads, growing node by growing node in depth-first
+        // (arena) order.
+        grown.sort_by_key(|(item, _)| *item);
+        for (item, log) in grown {
+            out[items[item].root].extend(log);
         }
         result.map(|()| out)
     }

@@ -23,6 +23,43 @@ pub struct Node {
     pub tokens: Vec<Token>,
     pub reads: Vec<Read>,
     pub children: Vec<Node>,
+    /// Tokens that grow after `tokens`, one step at a time, as `grow` steers them (a node
+    /// that grows has no children).
+    pub grow: Option<Grow>,
+}
+
+/// What a growing node may continue with. At each step the backend asks for the candidates
+/// after the tokens picked so far, reads their logits at the node's last token, and picks the
+/// candidate with the highest logit (the first such in candidate order), until `candidates`
+/// says the growth is over. Each step's candidate logits are returned, after the root's
+/// fixed reads, so the engine can replay the same picks.
+pub trait Steer: Send + Sync + std::fmt::Debug {
+    /// The candidates for the token after `picked`, or `None` when the growth ends.
+    fn candidates(&self, picked: &[Token]) -> Option<Vec<Token>>;
+    /// The most tokens the growth may pick (the sequence must have room for them).
+    fn max_tokens(&self) -> usize;
+}
+
+/// A shared [`Steer`]; two are equal when they are the same steer.
+#[derive(Debug, Clone)]
+pub struct Grow(pub std::sync::Arc<dyn Steer>);
+
+impl PartialEq for Grow {
+    fn eq(&self, other: &Grow) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// The candidate a growth step picks: the highest logit, the first in candidate order on a tie
+/// (`None` when there are no candidates).
+pub fn pick(logits: &[f32]) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, l) in logits.iter().enumerate() {
+        if best.is_none_or(|b| *l > logits[b]) {
+            best = Some(i);
+        }
+    }
+    best
 }
 
 impl Node {
@@ -37,7 +74,8 @@ impl Node {
 }
 
 /// The logits read for one root, flattened in depth-first order: a node's reads in order, then
-/// each child's subtree in order. Each entry holds one logit per candidate.
+/// each child's subtree in order; then the steps of each growing node, in depth-first order.
+/// Each entry holds one logit per candidate.
 pub type RootLogits = Vec<Vec<f32>>;
 
 /// Facts about a loaded backend.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use protocol::answer::{
     AnswerEntry, BatchResponse, ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer, SetResult,
+    SpanFound,
 };
 use protocol::confidence::{argmax, choice_confidence, expected_level, score_confidence};
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
@@ -16,12 +17,13 @@ use protocol::request::{
 };
 use protocol::{text, Answer, Ordered, ProtocolError, Usage};
 
-use crate::backend::{Backend, BackendInfo, DirectBackend, Node, RootLogits, Token};
+use crate::backend::{Backend, BackendInfo, DirectBackend, Grow, Node, RootLogits, Token};
 use crate::budget::{self, Cutter};
 use crate::error::EngineError;
 use crate::labels::{option_code, Trie};
 use crate::package::{DecisionConfig, ModelMeta};
 use crate::scheduler::{JobError, SchedulerConfig, Worker};
+use crate::span::{CopySteer, SpanVocab};
 
 /// Token limits of a decision model (its card's `limits`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -119,6 +121,18 @@ pub(crate) enum Plan {
         temperature: f64,
         complete: bool,
     },
+    /// One growing branch per label on each root; spans are read from their growth.
+    Span {
+        id: String,
+        labels: Vec<String>,
+        threshold: f64,
+        complete: bool,
+        /// The text the question read (offsets count into it).
+        text: String,
+        /// Per root: the copy constraint the branches grew under, and where the bytes that
+        /// root read start in `text`.
+        reads: Vec<(Arc<CopySteer>, usize)>,
+    },
 }
 
 /// One request, rendered and tokenized, ready for the queue.
@@ -181,6 +195,32 @@ impl Views<'_> {
         }
     }
 
+    /// Per root of `key`: where the bytes it reads start in the view's text, and those bytes.
+    pub fn root_bytes(&self, vocab: &dyn budget::Vocab, key: RootKey) -> Vec<(usize, Vec<u8>)> {
+        let bytes = |tokens: &[Token]| -> Vec<u8> {
+            tokens.iter().flat_map(|t| vocab.token_bytes(*t)).collect()
+        };
+        match key {
+            RootKey::Whole(_) | RootKey::Truncated(..) => self
+                .roots(key)
+                .into_iter()
+                .map(|ts| (0, bytes(ts)))
+                .collect(),
+            RootKey::Windows(v, w) => {
+                let tokens = self.scanned(v).unwrap_or(&[]);
+                let mut offset = 0;
+                let mut done = 0;
+                let mut out = Vec::new();
+                for (a, b) in windows(tokens.len(), w) {
+                    offset += bytes(&tokens[done..a]).len();
+                    done = a;
+                    out.push((offset, bytes(&tokens[a..b])));
+                }
+                out
+            }
+        }
+    }
+
     fn scanned(&self, v: usize) -> Option<&[Token]> {
         match &self.scans[v] {
             Some(Some(scan)) => Some(&scan.tokens),
@@ -239,6 +279,8 @@ pub(crate) struct Tree {
     /// The state block's header (`Text:`) and separator tokens.
     header: Vec<Token>,
     sep: Vec<Token>,
+    /// What span branches may copy from (`None` when the vocabulary cannot steer them).
+    spans: Option<Arc<SpanVocab>>,
 }
 
 /// The index of the view of the state question `q` reads (the whole state, or the keys its
@@ -388,6 +430,21 @@ impl DecisionModel {
         let header = backend.tokenize("Text:\n", false)?;
         let sep = backend.tokenize("\n\n", false)?;
         let cutter = Cutter::calibrate(&*backend)?;
+        // A vocabulary that cannot steer a copy (no one-token newline, no `None`) serves no
+        // span questions, and its card says so.
+        let spans = if config.answers("span") {
+            SpanVocab::build(&*backend, &t.user_end).ok().map(Arc::new)
+        } else {
+            None
+        };
+        let mut config = config;
+        match spans {
+            Some(_) if !config.presets.iter().any(|p| p == protocol::PII_PRESET) => {
+                config.presets.push(protocol::PII_PRESET.into());
+            }
+            Some(_) => {}
+            None => config.question_types.retain(|t| t != "span"),
+        }
         let worker = Worker::start(&meta.name, backend.clone(), prefix.clone(), scheduler)?;
         let tree = Tree {
             backend,
@@ -400,6 +457,7 @@ impl DecisionModel {
             turn_end,
             header,
             sep,
+            spans,
         };
         let mut model = DecisionModel {
             meta,
@@ -654,6 +712,7 @@ impl DecisionModel {
             model: self.meta.name.clone(),
             answers,
             sets: Ordered::new(),
+            spans: Ordered::new(),
             thresholds: Ordered::new(),
             usage: Usage::default(),
             meta: None,
@@ -748,8 +807,7 @@ impl DecisionModel {
         all.extend_from_slice(&t.sep);
         Node {
             tokens: all,
-            reads: Vec::new(),
-            children: Vec::new(),
+            ..Node::default()
         }
     }
 
@@ -833,7 +891,13 @@ impl DecisionModel {
             }
             match plan {
                 Ok((plan, nodes, trie)) => {
-                    let longest = nodes.iter().map(|n| n.tokens.len()).max().unwrap_or(0);
+                    // A span branch grows its answer in the same sequence.
+                    let grows = if matches!(plan, Plan::Span { .. }) {
+                        crate::span::MAX_SPAN_TOKENS
+                    } else {
+                        0
+                    };
+                    let longest = nodes.iter().map(|n| n.tokens.len()).max().unwrap_or(0) + grows;
                     planned.push(Ok(Planned {
                         index: i,
                         view,
@@ -860,6 +924,8 @@ impl DecisionModel {
         // 3. Place each question on its roots.
         let mut roots: Vec<Node> = Vec::new();
         let mut keyed: Vec<(RootKey, Vec<usize>)> = Vec::new();
+        let mut steers: std::collections::HashMap<usize, Arc<CopySteer>> =
+            std::collections::HashMap::new();
         let mut plans: Vec<(Vec<usize>, Plan, Option<Trie>)> =
             Vec::with_capacity(r.questions.len());
         let mut usage = Usage {
@@ -917,10 +983,35 @@ impl DecisionModel {
             };
             let own: usize = p.nodes.iter().map(|n| n.tokens.len()).sum();
             usage.input_tokens += (own * at.len()) as u64;
-            for &root in &at {
-                roots[root].children.extend(p.nodes.iter().cloned());
+            let mut plan = p.plan;
+            match (&mut plan, &t.spans) {
+                (Plan::Span { text, reads, .. }, Some(vocab)) => {
+                    // Each root's span branches copy from the bytes that root read.
+                    *text = views.texts[p.view].to_string();
+                    for (&root, (offset, bytes)) in
+                        at.iter().zip(views.root_bytes(&*t.backend, key))
+                    {
+                        let steer = steers
+                            .entry(root)
+                            .or_insert_with(|| {
+                                Arc::new(CopySteer::new(vocab.clone(), t.backend.clone(), bytes))
+                            })
+                            .clone();
+                        reads.push((steer.clone(), offset));
+                        for node in &p.nodes {
+                            let mut node = node.clone();
+                            node.grow = Some(Grow(steer.clone()));
+                            roots[root].children.push(node);
+                        }
+                    }
+                }
+                _ => {
+                    for &root in &at {
+                        roots[root].children.extend(p.nodes.iter().cloned());
+                    }
+                }
             }
-            plans.push((at, p.plan, p.trie));
+            plans.push((at, plan, p.trie));
         }
         views.count(&mut usage, t.header.len() + t.sep.len());
         let total: usize = roots
@@ -1332,8 +1423,38 @@ impl DecisionModel {
                     None,
                 ))
             }
-            // Span, box and track are refused above unless a package declares them, and no
-            // text backend here reads them.
+            QuestionKind::Span { labels, threshold } if t.spans.is_some() => {
+                let labels = span_labels(labels, q.preset.as_deref())?;
+                let question = instr.unwrap_or("Find the parts of the text that the label names.");
+                let mut nodes = Vec::with_capacity(labels.len());
+                for (key, desc) in &labels {
+                    let (label, what) = match desc {
+                        Some(d) => (format!("{key}: {d}"), d.as_str()),
+                        None => (key.clone(), key.as_str()),
+                    };
+                    let block = format!(
+                        "Question: {question}\nLabel: {label}\nDoes the text contain {what}? If it does, copy each one exactly as it is written, one per line. If it does not, answer None."
+                    );
+                    nodes.push(Node {
+                        tokens: self.question_tokens(t, &block, limit)?,
+                        ..Node::default()
+                    });
+                }
+                Ok((
+                    Plan::Span {
+                        id,
+                        labels: labels.into_iter().map(|(k, _)| k).collect(),
+                        threshold: threshold.unwrap_or(self.config.span_threshold),
+                        complete,
+                        text: String::new(),
+                        reads: Vec::new(),
+                    },
+                    nodes,
+                    None,
+                ))
+            }
+            // Box and track are refused above unless a package declares them, and no text
+            // backend here reads them.
             QuestionKind::Span { .. } | QuestionKind::Box | QuestionKind::Track => {
                 Err(QuestionFailure::new(
                     QuestionErrorKind::InvalidQuestion,
@@ -1428,6 +1549,8 @@ impl DecisionModel {
                 .map(|_| t.yes_no.probabilities(reads, 2, *temperature))
                 .collect(),
             (Plan::Choice { .. } | Plan::Score { .. }, None) => None,
+            // Spans are read from growth steps (`read_spans`), not from fixed reads.
+            (Plan::Span { .. }, _) => None,
         }
     }
 
@@ -1443,7 +1566,12 @@ impl DecisionModel {
             .map(|l| l.map(|l| l.iter()).unwrap_or_default())
             .collect();
         let mut read = Vec::with_capacity(p.plans.len());
+        let mut usage = p.usage;
         for (roots, plan, trie) in &p.plans {
+            if matches!(plan, Plan::Span { .. }) {
+                read.push((plan, None));
+                continue;
+            }
             // Every root (window) the question read, then the windows combined.
             let mut per_window = Vec::with_capacity(roots.len());
             for &at in roots {
@@ -1457,7 +1585,28 @@ impl DecisionModel {
                 .and_then(|w| combine_windows(plan, w));
             read.push((plan, groups));
         }
-        self.response(read, failure, p.usage)
+        // A root's growth steps follow all its fixed reads, branch by branch in the order the
+        // span questions were placed.
+        let mut spans = Vec::new();
+        for (roots, plan, _) in &p.plans {
+            if let Plan::Span {
+                labels,
+                text,
+                reads,
+                ..
+            } = plan
+            {
+                spans.push(read_spans(
+                    roots,
+                    labels,
+                    text,
+                    reads,
+                    &mut per_root,
+                    &mut usage,
+                ));
+            }
+        }
+        self.response(read, spans, failure, usage)
     }
 
     /// The response to one request from each question's plan and probability groups (`None`
@@ -1465,11 +1614,14 @@ impl DecisionModel {
     pub(crate) fn response(
         &self,
         read: Vec<(&Plan, Option<Vec<Vec<f64>>>)>,
+        spans: Vec<Option<Vec<SpanFound>>>,
         failure: Option<&QuestionFailure>,
         usage: Usage,
     ) -> DecisionResponse {
+        let mut spans = spans.into_iter();
         let mut answers = Ordered::new();
         let mut sets = Ordered::new();
+        let mut found = Ordered::new();
         let mut thresholds = Ordered::new();
         let broken = |type_word: &str| Answer::Failed {
             type_word: type_word.to_string(),
@@ -1587,16 +1739,89 @@ impl DecisionModel {
                         }
                     }
                 },
+                Plan::Span {
+                    id,
+                    threshold,
+                    complete,
+                    ..
+                } => match spans.next().flatten().filter(|_| failure.is_none()) {
+                    Some(all) => {
+                        let best = all.iter().map(|s| s.probability).fold(0.0, f64::max);
+                        answers.push(
+                            id.clone(),
+                            entry(Answer::Noul(NoulAnswer { noul: best }), *complete),
+                        );
+                        found.push(
+                            id.clone(),
+                            all.into_iter()
+                                .filter(|s| s.probability >= *threshold)
+                                .collect(),
+                        );
+                        thresholds.push(id.clone(), *threshold);
+                    }
+                    None => answers.push(id.clone(), entry(broken("span"), false)),
+                },
             }
         }
         DecisionResponse {
             model: self.meta.name.clone(),
             answers,
             sets,
+            spans: found,
             thresholds,
             usage,
             meta: None,
         }
+    }
+}
+
+/// Read one span question's spans from the growth steps of its branches (one per label on each
+/// root it read), adding the tokens the growth fed back to `usage`; `None` when the steps do
+/// not fit.
+fn read_spans(
+    roots: &[usize],
+    labels: &[String],
+    text: &str,
+    reads: &[(Arc<CopySteer>, usize)],
+    per_root: &mut [std::slice::Iter<'_, Vec<f32>>],
+    usage: &mut Usage,
+) -> Option<Vec<SpanFound>> {
+    let mut per_label: Vec<Vec<(usize, usize, Vec<crate::span::Copied>)>> =
+        vec![Vec::new(); labels.len()];
+    for (&at, (steer, offset)) in roots.iter().zip(reads) {
+        let steps = per_root.get_mut(at)?;
+        for found in per_label.iter_mut() {
+            let (copies, picked) = crate::span::replay(steer, steps)?;
+            // Every picked token but the last was fed back and read.
+            usage.input_tokens += picked.saturating_sub(1) as u64;
+            found.push((*offset, steer.text_len(), copies));
+        }
+    }
+    let all: Vec<SpanFound> = labels
+        .iter()
+        .zip(per_label)
+        .flat_map(|(label, found)| crate::span::locate(label, text, &found))
+        .collect();
+    Some(crate::span::one_label_per_place(all))
+}
+
+/// A span question's labels: its own, or with none, those of the preset it names.
+fn span_labels(
+    labels: &[(String, Option<String>)],
+    preset: Option<&str>,
+) -> Result<Vec<(String, Option<String>)>, QuestionFailure> {
+    if !labels.is_empty() {
+        return Ok(labels.to_vec());
+    }
+    match preset {
+        Some(protocol::PII_PRESET) => Ok(protocol::PII_LABELS
+            .iter()
+            .map(|(k, d)| (k.to_string(), Some(d.to_string())))
+            .collect()),
+        Some(other) => Err(QuestionFailure::malformed(format!(
+            "preset {other:?} is not one this model answers (it answers pii); name the labels in criteria"
+        ))),
+        None => Err(QuestionFailure::malformed("a span takes 1 or more labels in criteria")),
     }
 }
 

@@ -182,7 +182,7 @@ fn answer_body(
                     .iter()
                     .map(|(_, plan, _)| (plan, groups.next().flatten()))
                     .collect();
-                model.response(read, failure, p.usage)
+                model.response(read, Vec::new(), failure, p.usage)
             }
             Err(e) => model.refused(r, &e),
         };
@@ -486,6 +486,6 @@ fn temperature(plan: &Plan) -> f64 {
         | Plan::Noul { temperature, .. }
         | Plan::Score { temperature, .. }
         | Plan::Set { temperature, .. } => *temperature,
-        Plan::Failed { .. } => 1.0,
+        Plan::Failed { .. } | Plan::Span { .. } => 1.0,
     }
 }

@@ -150,6 +150,7 @@ impl Trie {
                 .filter_map(|e| e.child.as_ref().map(|c| c.node(vec![e.token])))
                 .collect(),
             tokens,
+            grow: None,
         }
     }
 

@@ -15,6 +15,7 @@ pub mod labels;
 pub mod package;
 pub mod registry;
 pub mod scheduler;
+pub mod span;
 pub mod text;
 
 #[cfg(test)]

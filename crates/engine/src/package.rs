@@ -85,6 +85,8 @@ pub struct DecisionConfig {
     pub presets: Vec<String>,
     /// Default threshold of set questions.
     pub set_threshold: f64,
+    /// Default threshold of span questions (spans less probable are not listed).
+    pub span_threshold: f64,
     /// The length questions were validated at (card `limits.validated_input_tokens`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub validated_input_tokens: Option<usize>,
@@ -111,9 +113,16 @@ impl Default for DecisionConfig {
             template: PromptTemplate::chatml(),
             temperature: Temperatures::default(),
             temperature_by_questions: None,
-            question_types: vec!["choice".into(), "noul".into(), "score".into(), "set".into()],
+            question_types: vec![
+                "choice".into(),
+                "noul".into(),
+                "score".into(),
+                "set".into(),
+                "span".into(),
+            ],
             presets: Vec::new(),
             set_threshold: 0.5,
+            span_threshold: 0.5,
             validated_input_tokens: None,
             max_scan_tokens: None,
             truncate_tokens: None,
@@ -199,11 +208,15 @@ impl DecisionConfig {
                 self.choice_orders
             ));
         }
-        if !(0.0..=1.0).contains(&self.set_threshold) {
-            return Err(format!(
-                "decision_config.json: set_threshold must be in [0, 1], not {}",
-                self.set_threshold
-            ));
+        for (name, value) in [
+            ("set_threshold", self.set_threshold),
+            ("span_threshold", self.span_threshold),
+        ] {
+            if !(0.0..=1.0).contains(&value) {
+                return Err(format!(
+                    "decision_config.json: {name} must be in [0, 1], not {value}"
+                ));
+            }
         }
         Ok(())
     }
@@ -257,6 +270,7 @@ mod tests {
         assert!(e.contains("attention_mode"), "{e}");
         assert!(check(|c| c.question_types.push("poll".into())).is_err());
         assert!(check(|c| c.set_threshold = 1.5).is_err());
+        assert!(check(|c| c.span_threshold = f64::NAN).is_err());
         assert!(check(|c| c.choice_orders = 0).is_err());
         assert!(check(|c| c.choice_orders = MAX_CHOICE_ORDERS + 1).is_err());
         assert!(check(|c| c.choice_orders = 3).is_ok());

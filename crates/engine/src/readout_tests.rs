@@ -97,7 +97,32 @@ struct FakeSession<'a> {
 }
 
 impl FakeSession<'_> {
-    fn walk(&self, node: &Node, context: &mut Vec<Token>, out: &mut RootLogits) {
+    fn text(&self, tokens: &[Token]) -> String {
+        tokens.iter().map(|t| self.fake.text_of(*t)).collect()
+    }
+
+    /// A growing node's steps, picked as the backend trait says (the highest logit).
+    fn grow(&self, node: &Node, context: &[Token], grown: &mut RootLogits) {
+        let Some(g) = &node.grow else { return };
+        let mut picked: Vec<Token> = Vec::new();
+        while let Some(candidates) = g.0.candidates(&picked).filter(|c| !c.is_empty()) {
+            let mut seen = context.to_vec();
+            seen.extend_from_slice(&picked);
+            let texts: Vec<String> = candidates.iter().map(|t| self.fake.text_of(*t)).collect();
+            let logits = (self.fake.script)(&self.text(&seen), &texts);
+            let best = crate::backend::pick(&logits).expect("candidates");
+            grown.push(logits);
+            picked.push(candidates[best]);
+        }
+    }
+
+    fn walk(
+        &self,
+        node: &Node,
+        context: &mut Vec<Token>,
+        out: &mut RootLogits,
+        grown: &mut RootLogits,
+    ) {
         let base = context.len();
         context.extend_from_slice(&node.tokens);
         for read in &node.reads {
@@ -112,8 +137,9 @@ impl FakeSession<'_> {
                 .collect();
             out.push((self.fake.script)(&text, &candidates));
         }
+        self.grow(node, context, grown);
         for child in &node.children {
-            self.walk(child, context, out);
+            self.walk(child, context, out, grown);
         }
         context.truncate(base);
     }
@@ -129,7 +155,9 @@ impl Session for FakeSession<'_> {
             .iter()
             .map(|root| {
                 let mut out = Vec::new();
-                self.walk(root, &mut self.prefix.clone(), &mut out);
+                let mut grown = Vec::new();
+                self.walk(root, &mut self.prefix.clone(), &mut out, &mut grown);
+                out.extend(grown);
                 out
             })
             .collect())
@@ -163,6 +191,11 @@ fn model(config: DecisionConfig, script: Script) -> DecisionModel {
 
 /// The answers of one request, as the wire shows them.
 fn ask(m: &DecisionModel, state: &str, questions: Value) -> Value {
+    whole(m, state, questions)["answers"].clone()
+}
+
+/// The whole response to one request.
+fn whole(m: &DecisionModel, state: &str, questions: Value) -> Value {
     let body = parse_decision_body(
         &json!({"state": state, "questions": questions}),
         Schema::Internal,
@@ -172,7 +205,7 @@ fn ask(m: &DecisionModel, state: &str, questions: Value) -> Value {
         .build()
         .expect("runtime");
     match rt.block_on(m.decide(&body, Instant::now())) {
-        Ok((Decision::Single(r), _)) => serde_json::to_value(r).expect("json")["answers"].clone(),
+        Ok((Decision::Single(r), _)) => serde_json::to_value(r).expect("json"),
         other => panic!("not one answer: {other:?}"),
     }
 }
@@ -431,4 +464,75 @@ fn a_full_turn_of_orders_cancels_a_place_bias() {
     for (i, (k, p)) in got.iter().enumerate() {
         assert!(close(*p, g[i] / s), "{k}: {p} vs {}", g[i] / s);
     }
+}
+
+/// A script that writes `answer` (then ends the turn) as the assistant's reply, whatever the
+/// candidates: each candidate that continues it gets 10, the rest 0.
+fn writes(answer: &'static str) -> Script {
+    Arc::new(move |context, candidates| {
+        let so_far = context
+            .rsplit("<|im_start|>assistant\n")
+            .next()
+            .unwrap_or_default();
+        candidates
+            .iter()
+            .map(|c| {
+                let next = if c == "<|im_end|>" {
+                    so_far == answer
+                } else {
+                    answer.starts_with(&format!("{so_far}{c}"))
+                };
+                if next {
+                    10.0
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    })
+}
+
+#[test]
+fn a_span_is_what_the_model_copies_found_where_it_stands() {
+    let m = model(DecisionConfig::default(), writes("bob@x.io\nbob"));
+    let v = whole(
+        &m,
+        "mail bob@x.io, ask bob",
+        json!({"e": {"type": "span", "criteria": {"EMAIL": "an email address"}, "threshold": 0.0}}),
+    );
+    let spans = v["spans"]["e"].as_array().expect("spans");
+    // Two lines copied: the email, and `bob`, which occurs twice; the `bob` inside the email
+    // overlaps the email's place and is dropped there.
+    let places: Vec<(u64, u64, &str)> = spans
+        .iter()
+        .map(|s| {
+            (
+                s["start"].as_u64().unwrap(),
+                s["end"].as_u64().unwrap(),
+                s["text"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(places, vec![(5, 13, "bob@x.io"), (19, 22, "bob")], "{v}");
+    let p = spans[0]["probability"].as_f64().unwrap();
+    assert!(p > 0.9 && p < 1.0, "{v}");
+    let best = spans
+        .iter()
+        .map(|s| s["probability"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(v["answers"]["e"]["noul"], json!(best));
+    assert_eq!(v["thresholds"]["e"], json!(0.0));
+}
+
+#[test]
+fn a_model_that_answers_none_finds_no_span() {
+    let m = model(DecisionConfig::default(), writes("None"));
+    let v = whole(
+        &m,
+        "mail bob@x.io",
+        json!({"e": {"type": "span", "criteria": {"EMAIL": "an email address"}}}),
+    );
+    assert_eq!(v["spans"]["e"], json!([]), "{v}");
+    assert_eq!(v["answers"]["e"]["noul"], json!(0.0));
+    assert_eq!(v["thresholds"]["e"], json!(0.5));
 }

@@ -122,6 +122,17 @@ pub struct SetResult {
     pub probabilities: Ordered<f64>,
 }
 
+/// One span a span question found: `start` and `end` count Unicode code points into the text
+/// the question read, end exclusive.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct SpanFound {
+    pub label: String,
+    pub start: usize,
+    pub end: usize,
+    pub text: String,
+    pub probability: f64,
+}
+
 /// The response to one standard request.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct DecisionResponse {
@@ -131,6 +142,10 @@ pub struct DecisionResponse {
     #[serde(skip_serializing_if = "Ordered::is_empty")]
     #[schema(value_type = Option<std::collections::HashMap<String, SetResult>>)]
     pub sets: Ordered<SetResult>,
+    /// Each span question's spans.
+    #[serde(skip_serializing_if = "Ordered::is_empty")]
+    #[schema(value_type = Option<std::collections::HashMap<String, Vec<SpanFound>>>)]
+    pub spans: Ordered<Vec<SpanFound>>,
     #[serde(skip_serializing_if = "Ordered::is_empty")]
     #[schema(value_type = Option<std::collections::HashMap<String, f64>>)]
     pub thresholds: Ordered<f64>,

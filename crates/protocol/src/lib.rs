@@ -18,7 +18,7 @@ pub mod text;
 
 pub use answer::{
     Answer, AnswerEntry, BatchResponse, ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer,
-    SetResult, Usage,
+    SetResult, SpanFound, Usage,
 };
 pub use error::{reason, ErrorCode, ProtocolError, QuestionErrorKind, QuestionFailure};
 pub use ordered::Ordered;
@@ -36,5 +36,19 @@ pub const MAX_OPTIONS: usize = 255;
 /// Most questions one request (one state) asks: more could never fit a model's request token
 /// limit, and the count is checked before any question is read.
 pub const MAX_QUESTIONS: usize = 4096;
+/// The preset of span questions that find personal data.
+pub const PII_PRESET: &str = "pii";
+/// The labels of the `pii` preset, with the descriptions a model reads.
+pub const PII_LABELS: &[(&str, &str)] = &[
+    ("PERSON", "the name of a person"),
+    ("EMAIL_ADDRESS", "an email address"),
+    ("PHONE_NUMBER", "a telephone number"),
+    ("LOCATION", "a place: a city, a country or a street address"),
+    ("CREDIT_CARD", "a payment card number"),
+    ("IP_ADDRESS", "an IP address"),
+    ("IBAN", "an international bank account number"),
+    ("DATE_TIME", "a date or a time"),
+    ("URL", "a web address"),
+];
 /// Most levels of a score question.
 pub const MAX_LEVELS: usize = 10;

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use crate::assets::{self, Asset, AssetKind, Assets, Parts};
 use crate::error::{reason, ProtocolError, QuestionFailure};
 use crate::text::render;
-use crate::{MAX_LEVELS, MAX_OPTIONS};
+use crate::{MAX_LEVELS, MAX_OPTIONS, PII_PRESET};
 
 /// Which System One schema a body is read in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -611,6 +611,8 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
     let t = match obj.get("type") {
         Some(Value::String(t)) => t.as_str(),
         Some(_) => return Err(QuestionFailure::malformed("type must be a string")),
+        // A preset names its type: `{"preset": "pii"}` is a span question.
+        None if obj.get("preset").and_then(Value::as_str) == Some(PII_PRESET) => "span",
         None => return Err(QuestionFailure::malformed("type is required")),
     };
     if !matches!(
@@ -796,7 +798,9 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         }
         "set" | "span" => {
             let labels = keyed_options(obj, "labels", "label")?;
-            if labels.is_empty() || labels.len() > MAX_OPTIONS {
+            // A span question that names a preset may leave its labels to the preset.
+            let preset_labels = t == "span" && preset.is_some() && labels.is_empty();
+            if (labels.is_empty() && !preset_labels) || labels.len() > MAX_OPTIONS {
                 return Err(QuestionFailure::malformed(format!(
                     "a {t} takes 1 to {MAX_OPTIONS} labels in criteria; got {}",
                     labels.len()
@@ -916,6 +920,28 @@ fn keyed_options(
             }
             Ok(out)
         }
+        // Labels may be named without descriptions: `["PERSON", "EMAIL_ADDRESS"]`.
+        Some(Value::Array(names)) if what == "label" => {
+            let mut out: Vec<(String, Option<String>)> = Vec::with_capacity(names.len());
+            for (i, n) in names.iter().enumerate() {
+                match n.as_str() {
+                    Some(k) if !k.is_empty() => {
+                        if out.iter().any(|(o, _)| o == k) {
+                            return Err(QuestionFailure::malformed(format!(
+                                "criteria names {what} {k:?} twice"
+                            )));
+                        }
+                        out.push((k.to_string(), None));
+                    }
+                    _ => {
+                        return Err(QuestionFailure::malformed(format!(
+                            "criteria[{i}] must be a non-empty {what} name"
+                        )))
+                    }
+                }
+            }
+            Ok(out)
+        }
         Some(_) => Err(QuestionFailure::malformed(format!(
             "criteria must be an object of {what} names to descriptions"
         ))),
@@ -927,6 +953,34 @@ mod tests {
     use super::*;
     use crate::error::ErrorCode;
     use serde_json::json;
+
+    #[test]
+    fn a_pii_preset_is_a_span_question_and_labels_may_be_a_list_of_names() {
+        let q = parse_question(&json!({"preset": "pii"}), Schema::V5).expect("valid");
+        assert_eq!(q.kind.type_name(), "span");
+        assert!(matches!(&q.kind, QuestionKind::Span { labels, .. } if labels.is_empty()));
+        assert_eq!(q.preset.as_deref(), Some("pii"));
+        let q = parse_question(
+            &json!({"type": "span", "criteria": ["PERSON", "EMAIL_ADDRESS"]}),
+            Schema::V5,
+        )
+        .expect("valid");
+        let QuestionKind::Span { labels, .. } = &q.kind else {
+            panic!("a span")
+        };
+        let names: Vec<&str> = labels.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["PERSON", "EMAIL_ADDRESS"]);
+        // Without a preset a span needs labels; a name twice, or a type from another preset,
+        // is refused.
+        for bad in [
+            json!({"type": "span"}),
+            json!({"type": "span", "criteria": ["A", "A"]}),
+            json!({"preset": "sentiment"}),
+            json!({"type": "span", "criteria": [""]}),
+        ] {
+            assert!(parse_question(&bad, Schema::V5).is_err(), "{bad}");
+        }
+    }
 
     fn single(v: Value, schema: Schema) -> DecisionRequest {
         match parse_decision_body(&v, schema).expect("valid") {

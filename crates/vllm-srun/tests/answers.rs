@@ -18,12 +18,7 @@ const MODEL: &str = "qwen2.5-0.5b";
 
 fn server() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
-    S.get_or_init(|| {
-        let mut o = options();
-        o.models = vec![MODEL.into()];
-        o.generate = None;
-        start(o)
-    })
+    S.get_or_init(|| start(deciding(MODEL)))
 }
 
 /// The whole answer to one request (a set's result is under `sets`, the rest under `answers`).

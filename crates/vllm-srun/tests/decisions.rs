@@ -287,8 +287,10 @@ async fn decisions_answers_failed_questions_in_place_with_fixed_reasons() {
     assert!(h.contains_key("server-timing"));
     let a = &v["answers"];
     assert_eq!(a["ok"]["type"], "noul");
+    // A causal LM answers span questions (tests/spans.rs): a noul beside its spans.
+    assert_eq!(a["span"]["type"], "noul", "{}", a["span"]);
+    assert!(v["spans"]["span"].is_array(), "{v}");
     for (id, ty, reason) in [
-        ("span", "span", "span_unsupported"),
         ("box", "box", "box_unsupported"),
         ("track", "track", "track_unsupported"),
         ("bad", "set", "question_malformed"),

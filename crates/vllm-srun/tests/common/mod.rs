@@ -33,6 +33,14 @@ pub fn options() -> ServeOptions {
     }
 }
 
+/// Options that serve `model` alone, for decisions (no generation worker).
+pub fn deciding(model: &str) -> ServeOptions {
+    let mut o = options();
+    o.models = vec![model.into()];
+    o.generate = None;
+    o
+}
+
 /// Start a server with `o` on its own thread and runtime; wait until `/health` is ready.
 pub fn start(o: ServeOptions) -> TestServer {
     let server = start_unready(o);

@@ -1,0 +1,480 @@
+//! Span questions on a causal LM: the model copies the parts of the text a label names, one per
+//! line, under a constraint that lets it write nothing but text it read; the code then finds
+//! where each copy lies.
+//!
+//! The growth of a label's branch is steered by [`CopySteer`]: at the start of a line the
+//! candidates are every token that begins some piece of the text at a character that is not
+//! whitespace, and the words that end the answer (`None`, the end of the turn); inside a line,
+//! the tokens that continue some occurrence of the line so far, and the newline or the end of
+//! the turn that end it.
+//! The backend picks the most likely candidate at each step (see [`crate::backend::Steer`]);
+//! [`replay`] reads the same picks back from the logged candidate logits and turns them into
+//! spans with probabilities.
+//!
+//! **Probability of a span**: each step's candidate logits are normalised over the candidates
+//! (the constraint renormalises the model's distribution). A span's probability is the
+//! probability that its line holds a span at all (one minus the mass of the ending words at
+//! the line's start), times the probability of each token after its first, times the
+//! probability that it ends where it does (newline or end of turn). The first token is not counted: several spans may start at once, and the
+//! line's first token only says which of them comes first.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use protocol::SpanFound;
+
+use crate::backend::{pick, Backend, Steer, Token};
+use crate::error::EngineError;
+
+/// Most spans one label's answer lists.
+pub const MAX_SPANS: usize = 8;
+/// Most tokens one label's answer grows (every span and newline together).
+pub const MAX_SPAN_TOKENS: usize = 64;
+/// Longest token piece offered (longer pieces are whitespace runs and rare words).
+const LONGEST_PIECE: usize = 32;
+
+/// The vocabulary a copy constraint draws from, built once per model.
+#[derive(Debug)]
+pub(crate) struct SpanVocab {
+    /// Tokens by the bytes of their piece: every token a text could be tokenized into whose
+    /// piece holds no newline (control tokens are left out).
+    by_bytes: HashMap<Vec<u8>, Vec<Token>>,
+    newline: Token,
+    /// Tokens that end the answer: the first token of `None`, and the end of the turn.
+    ends: Vec<Token>,
+    /// The end of the turn, which may also end a line.
+    eot: Option<Token>,
+}
+
+impl SpanVocab {
+    pub(crate) fn build(backend: &dyn Backend, turn_end: &str) -> Result<SpanVocab, EngineError> {
+        let single = |text: &str, special: bool| -> Result<Option<Token>, EngineError> {
+            let t = backend.tokenize(text, special)?;
+            Ok(t.first().copied())
+        };
+        let missing = |what: &str| EngineError::Labels(format!("the vocabulary has no {what}"));
+        let newline = match backend.tokenize("\n", false)?.as_slice() {
+            [t] => *t,
+            _ => return Err(missing("one-token newline")),
+        };
+        let none = single("None", false)?.ok_or_else(|| missing("token for None"))?;
+        let mut ends = vec![none];
+        let eot = single(turn_end, true)?.filter(|end| *end != none && *end != newline);
+        ends.extend(eot);
+        let mut by_bytes: HashMap<Vec<u8>, Vec<Token>> = HashMap::new();
+        for id in 0..backend.vocab_size() {
+            let token = id as Token;
+            let piece = backend.token_bytes(token);
+            if piece.is_empty() || piece.len() > LONGEST_PIECE || piece.contains(&b'\n') {
+                continue;
+            }
+            if ends.contains(&token) || backend.ends_generation(token) {
+                continue;
+            }
+            // A control token (`<|im_end|>`) reads as text a plain tokenization never gives.
+            if piece.first() == Some(&b'<') && piece.last() == Some(&b'>') && piece.len() > 2 {
+                let text = String::from_utf8_lossy(&piece);
+                if backend.tokenize(&text, false)? != [token] {
+                    continue;
+                }
+            }
+            by_bytes.entry(piece).or_default().push(token);
+        }
+        Ok(SpanVocab {
+            by_bytes,
+            newline,
+            ends,
+            eot,
+        })
+    }
+
+    fn piece(&self, token: Token, backend: &dyn Backend) -> Vec<u8> {
+        backend.token_bytes(token)
+    }
+
+    /// Tokens whose pieces are prefixes of `rest`, added to `out`.
+    fn prefixes_of(&self, rest: &[u8], out: &mut Vec<Token>) {
+        for len in 1..=rest.len().min(LONGEST_PIECE) {
+            if let Some(tokens) = self.by_bytes.get(&rest[..len]) {
+                out.extend_from_slice(tokens);
+            }
+        }
+    }
+}
+
+/// The copy constraint over one text (the bytes a root read).
+pub(crate) struct CopySteer {
+    vocab: Arc<SpanVocab>,
+    backend: Arc<dyn Backend>,
+    text: Vec<u8>,
+    /// Candidates at the start of a line, computed on first use.
+    starts: OnceLock<Vec<Token>>,
+}
+
+impl std::fmt::Debug for CopySteer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopySteer")
+            .field("text_bytes", &self.text.len())
+            .finish()
+    }
+}
+
+/// Where a line of the answer stands after the tokens picked so far.
+struct Line {
+    /// Lines ended by a newline.
+    done: Vec<Vec<u8>>,
+    /// The current line's bytes.
+    current: Vec<u8>,
+    ended: bool,
+}
+
+impl CopySteer {
+    pub(crate) fn new(vocab: Arc<SpanVocab>, backend: Arc<dyn Backend>, text: Vec<u8>) -> Self {
+        CopySteer {
+            vocab,
+            backend,
+            text,
+            starts: OnceLock::new(),
+        }
+    }
+
+    /// Bytes of the text this steer copies from.
+    pub(crate) fn text_len(&self) -> usize {
+        self.text.len()
+    }
+
+    fn lines(&self, picked: &[Token]) -> Line {
+        let mut line = Line {
+            done: Vec::new(),
+            current: Vec::new(),
+            ended: false,
+        };
+        for &t in picked {
+            if line.current.is_empty() && self.vocab.ends.contains(&t) {
+                line.ended = true;
+            } else if Some(t) == self.vocab.eot {
+                // The end of the turn ends the line and the answer.
+                line.done.push(std::mem::take(&mut line.current));
+                line.ended = true;
+            } else if t == self.vocab.newline {
+                line.done.push(std::mem::take(&mut line.current));
+            } else {
+                line.current
+                    .extend_from_slice(&self.vocab.piece(t, &*self.backend));
+            }
+        }
+        line
+    }
+
+    fn starts(&self) -> &[Token] {
+        self.starts.get_or_init(|| {
+            let mut out = Vec::new();
+            let text = &self.text;
+            for (i, &b) in text.iter().enumerate() {
+                // A line starts at the first byte of a character that is not whitespace.
+                if (b & 0xC0) == 0x80 || b.is_ascii_whitespace() {
+                    continue;
+                }
+                self.vocab.prefixes_of(&text[i..], &mut out);
+            }
+            out.sort_unstable();
+            out.dedup();
+            out
+        })
+    }
+}
+
+/// Start of every occurrence of `needle` in `hay`.
+fn occurrences(hay: &[u8], needle: &[u8]) -> Vec<usize> {
+    if needle.is_empty() || needle.len() > hay.len() {
+        return Vec::new();
+    }
+    hay.windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+impl Steer for CopySteer {
+    fn candidates(&self, picked: &[Token]) -> Option<Vec<Token>> {
+        if picked.len() >= MAX_SPAN_TOKENS {
+            return None;
+        }
+        let line = self.lines(picked);
+        if line.ended {
+            return None;
+        }
+        let last_token = picked.len() + 1 == MAX_SPAN_TOKENS;
+        if line.current.is_empty() {
+            // A repeated line or the span limit ends the answer.
+            let repeated = line
+                .done
+                .last()
+                .is_some_and(|l| line.done[..line.done.len() - 1].contains(l) || l.is_empty());
+            if repeated || line.done.len() >= MAX_SPANS || last_token {
+                return None;
+            }
+            let mut c = self.vocab.ends.clone();
+            c.extend_from_slice(self.starts());
+            return Some(c);
+        }
+        let mut c = Vec::new();
+        if !last_token {
+            for at in occurrences(&self.text, &line.current) {
+                self.vocab
+                    .prefixes_of(&self.text[at + line.current.len()..], &mut c);
+            }
+            c.sort_unstable();
+            c.dedup();
+        }
+        // A line may end once it holds whole characters and something besides whitespace.
+        let whole = std::str::from_utf8(&line.current).is_ok_and(|s| !s.trim().is_empty());
+        if whole {
+            c.insert(0, self.vocab.newline);
+            c.extend(self.vocab.eot);
+        }
+        Some(c)
+    }
+
+    fn max_tokens(&self) -> usize {
+        MAX_SPAN_TOKENS
+    }
+}
+
+/// A span one branch wrote: its text (trimmed) and probability.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Copied {
+    pub text: String,
+    pub probability: f64,
+}
+
+fn softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let exps: Vec<f64> = logits.iter().map(|&l| (l as f64 - max).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.into_iter().map(|e| e / sum).collect()
+}
+
+/// Replay one branch's growth from its logged steps (the same picks the backend made) and
+/// read its spans; `None` when the log does not fit the steer. Returns the spans and the
+/// number of steps read.
+pub(crate) fn replay<'a>(
+    steer: &CopySteer,
+    steps: &mut impl Iterator<Item = &'a Vec<f32>>,
+) -> Option<(Vec<Copied>, usize)> {
+    let mut picked: Vec<Token> = Vec::new();
+    let mut spans = Vec::new();
+    // Probability of the line being read, while one is open.
+    let mut open: Option<f64> = None;
+    let mut at_line_start = true;
+    while let Some(candidates) = steer.candidates(&picked).filter(|c| !c.is_empty()) {
+        let logits = steps.next()?;
+        if logits.len() != candidates.len() {
+            return None;
+        }
+        let best = pick(logits)?;
+        let token = candidates[best];
+        let probs = softmax(logits);
+        if at_line_start {
+            let end: f64 = candidates
+                .iter()
+                .zip(&probs)
+                .filter(|(t, _)| steer.vocab.ends.contains(t))
+                .map(|(_, p)| p)
+                .sum();
+            open = Some((1.0 - end).clamp(0.0, 1.0));
+            at_line_start = false;
+        } else if let Some(p) = open.as_mut() {
+            // A line-ending step counts the probability that the span ends here, by either
+            // ending token.
+            let ending = |t: &Token| *t == steer.vocab.newline || Some(*t) == steer.vocab.eot;
+            if ending(&token) {
+                *p *= candidates
+                    .iter()
+                    .zip(&probs)
+                    .filter(|(t, _)| ending(t))
+                    .map(|(_, q)| q)
+                    .sum::<f64>();
+            } else {
+                *p *= probs[best];
+            }
+        }
+        picked.push(token);
+        if token == steer.vocab.newline || Some(token) == steer.vocab.eot {
+            let line = steer.lines(&picked);
+            if let (Some(text), Some(p)) = (line.done.last(), open.take()) {
+                if let Ok(s) = std::str::from_utf8(text) {
+                    spans.push(Copied {
+                        text: s.trim().to_string(),
+                        probability: p,
+                    });
+                }
+            }
+            at_line_start = true;
+        }
+    }
+    Some((spans, picked.len()))
+}
+
+/// Where the spans a label's branches copied lie in `text` (the text the question read; each
+/// branch read the bytes from `offset`, `len` long), in code points. Every occurrence inside
+/// the part a branch read counts; the same place found twice keeps its highest probability;
+/// of overlapping places, the longer (then more probable, then earlier) one is kept: a name
+/// copied whole and again in part is one span.
+pub(crate) fn locate(
+    label: &str,
+    text: &str,
+    found: &[(usize, usize, Vec<Copied>)],
+) -> Vec<SpanFound> {
+    let bytes = text.as_bytes();
+    // (byte start, byte end) -> probability
+    let mut places: Vec<(usize, usize, f64)> = Vec::new();
+    for (offset, len, copies) in found {
+        let end = (*offset + *len).min(bytes.len());
+        let Some(part) = bytes.get(*offset..end) else {
+            continue;
+        };
+        for c in copies {
+            if c.text.is_empty() {
+                continue;
+            }
+            for at in occurrences(part, c.text.as_bytes()) {
+                let (s, e) = (offset + at, offset + at + c.text.len());
+                match places.iter_mut().find(|(ps, pe, _)| *ps == s && *pe == e) {
+                    Some(p) => p.2 = p.2.max(c.probability),
+                    None => places.push((s, e, c.probability)),
+                }
+            }
+        }
+    }
+    places.sort_by(|a, b| {
+        (b.1 - b.0)
+            .cmp(&(a.1 - a.0))
+            .then(b.2.total_cmp(&a.2))
+            .then(a.0.cmp(&b.0))
+    });
+    let mut kept: Vec<(usize, usize, f64)> = Vec::new();
+    for p in places {
+        if kept.iter().all(|k| p.1 <= k.0 || p.0 >= k.1) {
+            kept.push(p);
+        }
+    }
+    kept.sort_by_key(|k| k.0);
+    kept.into_iter()
+        .filter(|(s, e, _)| text.is_char_boundary(*s) && text.is_char_boundary(*e))
+        .map(|(s, e, p)| SpanFound {
+            label: label.to_string(),
+            start: text[..s].chars().count(),
+            end: text[..e].chars().count(),
+            text: text[s..e].to_string(),
+            probability: p,
+        })
+        .collect()
+}
+
+/// Each place of the text to one label, as a tagger gives each word one tag: of spans of
+/// different labels that overlap, the more probable (then longer, then earlier) is kept. A
+/// small model asked for a label the text lacks copies its most salient words; the label
+/// that truly holds them claims them with a higher probability. In text order.
+pub(crate) fn one_label_per_place(mut spans: Vec<SpanFound>) -> Vec<SpanFound> {
+    spans.sort_by(|a, b| {
+        b.probability
+            .total_cmp(&a.probability)
+            .then((b.end - b.start).cmp(&(a.end - a.start)))
+            .then(a.start.cmp(&b.start))
+    });
+    let mut kept: Vec<SpanFound> = Vec::with_capacity(spans.len());
+    for s in spans {
+        if kept.iter().all(|k| s.end <= k.start || s.start >= k.end) {
+            kept.push(s);
+        }
+    }
+    kept.sort_by_key(|s| s.start);
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_found_at_code_point_offsets_after_emoji_and_cjk() {
+        let text = "😀 東京 mail jane@x.io or jane@x.io";
+        let found = vec![(
+            0,
+            text.len(),
+            vec![Copied {
+                text: "jane@x.io".into(),
+                probability: 0.9,
+            }],
+        )];
+        let spans = locate("EMAIL", text, &found);
+        assert_eq!(spans.len(), 2);
+        let chars: Vec<char> = text.chars().collect();
+        for s in &spans {
+            let got: String = chars[s.start..s.end].iter().collect();
+            assert_eq!(got, s.text);
+            assert_eq!(s.text, "jane@x.io");
+        }
+        assert_eq!(spans[0].start, 10);
+    }
+
+    #[test]
+    fn overlapping_places_keep_the_longer() {
+        let text = "Ada Lovelace wrote";
+        let found = vec![(
+            0,
+            text.len(),
+            vec![
+                Copied {
+                    text: "Ada".into(),
+                    probability: 0.9,
+                },
+                Copied {
+                    text: "Ada Lovelace".into(),
+                    probability: 0.8,
+                },
+            ],
+        )];
+        let spans = locate("PERSON", text, &found);
+        assert_eq!(spans.len(), 1);
+        assert_eq!((spans[0].start, spans[0].end), (0, 12));
+    }
+
+    #[test]
+    fn only_the_part_a_branch_read_is_searched() {
+        let text = "a@b.c then a@b.c";
+        let found = vec![(
+            6,
+            text.len() - 6,
+            vec![Copied {
+                text: "a@b.c".into(),
+                probability: 1.0,
+            }],
+        )];
+        let spans = locate("EMAIL", text, &found);
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].start, 11);
+    }
+
+    #[test]
+    fn a_place_claimed_by_two_labels_goes_to_the_more_probable() {
+        let span = |label: &str, start, end, p| SpanFound {
+            label: label.into(),
+            start,
+            end,
+            text: String::new(),
+            probability: p,
+        };
+        let kept = one_label_per_place(vec![
+            span("PHONE_NUMBER", 10, 24, 0.6),
+            span("IP_ADDRESS", 10, 24, 0.9),
+            span("PERSON", 0, 8, 0.7),
+            span("URL", 30, 50, 0.95),
+            span("PERSON", 37, 42, 0.9),
+        ]);
+        let labels: Vec<&str> = kept.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["PERSON", "IP_ADDRESS", "URL"]);
+    }
+}

@@ -1,0 +1,220 @@
+//! Span questions on a causal LM (`qwen2.5-1.5b`, which CI fetches for them: the 0.5B model
+//! answers `None` for every label, so nothing here could fail on it): the spans come back with
+//! code-point offsets that hold exactly their text, never outside it; the question's noul is
+//! the best span's probability; thresholds filter and come back; the `pii` preset, the label
+//! list form and refusals; and a span question beside others changes none of their answers.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::{json, Value};
+
+const MODEL: &str = "qwen2.5-1.5b";
+
+fn server() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| start(deciding(MODEL)))
+}
+
+async fn decide(body: Value) -> Value {
+    let s = tokio::task::spawn_blocking(server).await.expect("server");
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+/// Every span lies inside `state` and holds exactly the text between its code-point offsets.
+fn check_offsets(state: &str, spans: &Value) -> Vec<(String, String)> {
+    let chars: Vec<char> = state.chars().collect();
+    let mut out = Vec::new();
+    for s in spans.as_array().expect("spans") {
+        let (start, end) = (
+            s["start"].as_u64().expect("start") as usize,
+            s["end"].as_u64().expect("end") as usize,
+        );
+        assert!(start < end && end <= chars.len(), "outside the text: {s}");
+        let text: String = chars[start..end].iter().collect();
+        assert_eq!(s["text"], json!(text), "offsets do not hold the text: {s}");
+        let p = s["probability"].as_f64().expect("probability");
+        assert!((0.0..=1.0).contains(&p), "{s}");
+        out.push((s["label"].as_str().expect("label").to_string(), text));
+    }
+    out
+}
+
+const STATE: &str =
+    "😀🚀 東京オフィスより: please reply to jane.doe@example.com — Jane Doe, phone 415-555-0134.";
+
+#[tokio::test]
+async fn spans_after_emoji_and_cjk_hold_their_text_at_code_point_offsets() {
+    let v = decide(json!({"model": MODEL, "state": STATE, "questions": {
+        "contacts": {"type": "span", "threshold": 0.0, "labels": [
+            {"key": "EMAIL_ADDRESS", "description": "an email address"},
+            {"key": "PHONE_NUMBER", "description": "a telephone number"},
+            {"key": "PERSON", "description": "the name of a person"}
+        ]}
+    }}))
+    .await;
+    let found = check_offsets(STATE, &v["spans"]["contacts"]);
+    // The email is found where it is: after 2 emoji, 7 CJK characters and ASCII.
+    let email: Vec<&Value> = v["spans"]["contacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["label"] == "EMAIL_ADDRESS")
+        .collect();
+    assert!(
+        email.iter().any(|s| s["text"] == "jane.doe@example.com"),
+        "{found:?}"
+    );
+    let at = STATE.chars().take_while(|c| *c != 'j').count();
+    assert!(email
+        .iter()
+        .any(|s| s["start"] == json!(at) && s["end"] == json!(at + 20)));
+    // The phone number and the name too, each under its own label.
+    for (label, text) in [("PHONE_NUMBER", "415-555-0134"), ("PERSON", "Jane Doe")] {
+        assert!(
+            found.iter().any(|(l, t)| l == label && t == text),
+            "{label} {text}: {found:?}"
+        );
+    }
+    // The noul is the best span's probability; the threshold applied comes back.
+    let best = v["spans"]["contacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["probability"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(v["answers"]["contacts"]["type"], "noul");
+    assert!((v["answers"]["contacts"]["noul"].as_f64().unwrap() - best).abs() < 1e-12);
+    assert_eq!(v["thresholds"]["contacts"], json!(0.0));
+}
+
+#[tokio::test]
+async fn a_threshold_filters_spans_but_not_the_noul() {
+    let q = |t: f64| {
+        json!({"model": MODEL, "state": STATE, "questions": {
+            "e": {"type": "span", "criteria": {"EMAIL_ADDRESS": "an email address"}, "threshold": t}
+        }})
+    };
+    let all = decide(q(0.0)).await;
+    let none = decide(q(1.0)).await;
+    let spans = all["spans"]["e"].as_array().unwrap();
+    assert!(!spans.is_empty(), "{all}");
+    // Above every probability: no span listed, the same noul (a span never reaches exactly 1).
+    assert!(spans
+        .iter()
+        .all(|s| s["probability"].as_f64().unwrap() < 1.0));
+    assert_eq!(none["spans"]["e"], json!([]), "{none}");
+    assert_eq!(none["answers"]["e"], all["answers"]["e"]);
+    assert_eq!(none["thresholds"]["e"], json!(1.0));
+    // The model's default threshold is 0.5.
+    let default = decide(json!({"model": MODEL, "state": STATE, "questions": {
+        "e": {"type": "span", "criteria": {"EMAIL_ADDRESS": "an email address"}}
+    }}))
+    .await;
+    assert_eq!(default["thresholds"]["e"], json!(0.5));
+    for s in default["spans"]["e"].as_array().unwrap() {
+        assert!(s["probability"].as_f64().unwrap() >= 0.5, "{s}");
+    }
+}
+
+#[tokio::test]
+async fn the_pii_preset_and_the_label_list_form_are_answered() {
+    let v = decide(json!({"model": MODEL, "state": STATE, "questions": {
+        "pii": {"preset": "pii", "threshold": 0.0},
+        "who": {"type": "span", "criteria": ["PERSON", "EMAIL_ADDRESS"], "threshold": 0.0},
+        "odd": {"type": "span", "preset": "bank_secrets"}
+    }}))
+    .await;
+    check_offsets(STATE, &v["spans"]["pii"]);
+    check_offsets(STATE, &v["spans"]["who"]);
+    let labels: Vec<&str> = protocol::PII_LABELS.iter().map(|(k, _)| *k).collect();
+    for s in v["spans"]["pii"].as_array().unwrap() {
+        assert!(labels.contains(&s["label"].as_str().unwrap()), "{s}");
+    }
+    for s in v["spans"]["who"].as_array().unwrap() {
+        assert!(["PERSON", "EMAIL_ADDRESS"].contains(&s["label"].as_str().unwrap()));
+    }
+    assert_eq!(v["answers"]["odd"]["error"], "invalid_question", "{v}");
+    assert_eq!(v["answers"]["odd"]["reason"], "question_malformed");
+    // The card lists the preset.
+    let s = tokio::task::spawn_blocking(server).await.expect("server");
+    let (_, models) = get(&s.url("/v1/models")).await;
+    let card = &models["models"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == MODEL))
+        .expect("the model is listed")["card"];
+    assert!(
+        card["presets"].as_array().unwrap().contains(&json!("pii")),
+        "{card}"
+    );
+    assert!(
+        card["question_types"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("span")),
+        "{card}"
+    );
+}
+
+#[tokio::test]
+async fn a_span_question_beside_others_changes_none_of_their_answers() {
+    let questions = json!({
+        "lang": {"type": "choice", "instructions": "Which language is the greeting in?",
+                 "criteria": {"japanese": null, "french": null, "english": null}},
+        "polite": {"type": "noul", "instructions": "Is the message polite?"}
+    });
+    let alone = decide(json!({"model": MODEL, "state": STATE, "questions": questions})).await;
+    let mut with = questions.clone();
+    with["contacts"] = json!({"type": "span", "criteria": {"EMAIL_ADDRESS": "an email address"}});
+    let beside = decide(json!({"model": MODEL, "state": STATE, "questions": with})).await;
+    assert_eq!(alone["answers"]["lang"], beside["answers"]["lang"]);
+    assert_eq!(alone["answers"]["polite"], beside["answers"]["polite"]);
+    // The span pass is counted: its question and every token it fed back.
+    let tokens = |v: &Value| v["usage"]["input_tokens"].as_u64().unwrap();
+    assert!(
+        tokens(&beside) > tokens(&alone) + 20,
+        "{} {}",
+        tokens(&alone),
+        tokens(&beside)
+    );
+}
+
+#[tokio::test]
+async fn a_span_question_over_a_long_state_reads_it_in_windows_with_offsets_into_the_whole() {
+    let s = tokio::task::spawn_blocking(|| {
+        let mut o = deciding(MODEL);
+        o.context_tokens = 512;
+        o.max_scan_tokens = Some(4000);
+        start(o)
+    })
+    .await
+    .expect("server");
+    let filler = "The parcel was late again and the box was dented. ".repeat(60);
+    let state = format!("{filler}Please write to jane.doe@example.com about it.");
+    let q = |overflow: &str| {
+        json!({"model": MODEL, "state": state, "questions": {
+            "e": {"type": "span", "criteria": {"EMAIL_ADDRESS": "an email address"},
+                  "threshold": 0.0, "overflow": overflow}
+        }})
+    };
+    // Read whole, the state is over the question's budget.
+    let (status, _, v) = post(&s.url("/v1/decisions"), &q("reject")).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["reason"], "question_tokens", "{v}");
+    let (status, _, v) = post(&s.url("/v1/decisions"), &q("window")).await;
+    assert_eq!(status, 200, "{v}");
+    let found = check_offsets(&state, &v["spans"]["e"]);
+    let at = state.chars().count() - "jane.doe@example.com about it.".chars().count();
+    assert!(
+        v["spans"]["e"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["start"] == json!(at) && s["text"] == "jane.doe@example.com"),
+        "{found:?}"
+    );
+}
