@@ -358,9 +358,9 @@ async fn score_core(state: &AppState, model: &str, body: &Value) -> crate::encod
     ))
 }
 
-/// Extract: a decision model classifies each item over `params.labels` (`classifications`);
-/// entities need a span capability, which no served model has, so an entity request is
-/// answered per item with an error.
+/// Extract: a decision model classifies each item over `params.labels` (`classifications`),
+/// or with `options.task: entities` finds the words of each label as a span question
+/// (`entities`, code-point offsets). A model without span questions fails each item alone.
 async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
     let obj = object(body, "the request body")?;
     only(obj, &["items", "params"], "request")?;
@@ -424,21 +424,23 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
                 continue;
             }
         };
-        if task == "entities" {
-            out[i] = Some(json!({"id": ids[i], "error": {"code": "INVALID_INPUT",
-                "message": format!("model {} has no span capability: it cannot extract entities", m.meta.name)}}));
-            continue;
-        }
-        let criteria: Map<String, Value> =
-            labels.iter().map(|l| (l.clone(), Value::Null)).collect();
-        let instructions = p
-            .get("instruction")
-            .and_then(Value::as_str)
-            .unwrap_or("Which label describes the text best?");
+        let instruction = p.get("instruction").and_then(Value::as_str);
+        let question = if task == "entities" {
+            let mut q = json!({"type": "span", "criteria": labels, "overflow": overflow});
+            if let Some(i) = instruction {
+                q["instructions"] = json!(i);
+            }
+            q
+        } else {
+            let criteria: Map<String, Value> =
+                labels.iter().map(|l| (l.clone(), Value::Null)).collect();
+            json!({"type": "choice",
+                "instructions": instruction.unwrap_or("Which label describes the text best?"),
+                "criteria": criteria, "overflow": overflow})
+        };
         states.insert(
             i.to_string(),
-            json!({"state": text, "questions": {"label": {"type": "choice", "instructions": instructions,
-                "criteria": criteria, "overflow": overflow}}}),
+            json!({"state": text, "questions": {"label": question}}),
         );
     }
     let mut timings = Timings::default();
@@ -450,6 +452,12 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
                 continue;
             };
             out[i] = Some(match r.answers.get("label").map(|a| &a.answer) {
+                Some(protocol::Answer::Noul(_)) if task == "entities" => {
+                    let spans = r.spans.get("label").map(Vec::as_slice).unwrap_or_default();
+                    json!({"id": ids[i], "entities": spans.iter().map(|s| json!({
+                        "text": s.text, "label": s.label, "score": s.probability,
+                        "start": s.start, "end": s.end})).collect::<Vec<_>>()})
+                }
                 Some(protocol::Answer::Choice(c)) => {
                     let mut cls: Vec<(&String, f64)> =
                         c.probabilities.iter().map(|(k, v)| (k, *v)).collect();

@@ -366,8 +366,26 @@ async fn sie_encode_score_extract_and_their_error_codes() {
         2
     );
     assert_eq!(v["items"][1]["error"]["code"], "INVALID_INPUT");
-    let (_, _, v) = sie(&format!("/v1/extract/{}", test_model()), json!({"items": [{"text": "Tim Cook"}], "params": {"labels": ["person"], "options": {"task": "entities"}}})).await;
-    assert_eq!(v["items"][0]["error"]["code"], "INVALID_INPUT", "{v}");
+    // Entities are a span question on a causal LM: each entity holds the text at its
+    // code-point offsets.
+    let text = "Ünïcode first: Tim Cook is the CEO of Apple.";
+    let (status, _, v) = sie(&format!("/v1/extract/{}", test_model()), json!({"items": [{"text": text}], "params": {"labels": ["person"], "options": {"task": "entities"}}})).await;
+    assert_eq!(status, 200, "{v}");
+    let chars: Vec<char> = text.chars().collect();
+    for e in v["items"][0]["entities"].as_array().expect("entities") {
+        let (a, b) = (
+            e["start"].as_u64().unwrap() as usize,
+            e["end"].as_u64().unwrap() as usize,
+        );
+        assert!(a < b && b <= chars.len(), "{e}");
+        assert_eq!(
+            e["text"],
+            json!(chars[a..b].iter().collect::<String>()),
+            "{e}"
+        );
+        assert_eq!(e["label"], "person");
+        assert!((0.0..=1.0).contains(&e["score"].as_f64().unwrap()));
+    }
 
     // overflow_policy error: a text over the model's length is INPUT_TOO_LONG (400).
     let long = "The parcel was late again. ".repeat(2000);
