@@ -115,6 +115,63 @@ pub async fn latency(base: &str, model: &str, runs: usize) -> Result<(), String>
     Ok(())
 }
 
+/// Span questions against one choice question about one ~200-token state, over HTTP in this
+/// process, alternating so that drift hits all three alike.
+pub async fn spans(model_spec: &str, runs: usize) -> Result<(), String> {
+    let (model, base) = serve_decision_model(model_spec).await?;
+    let name = model.meta.name.clone();
+    let url = format!("{base}/v1/decisions");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let state = format!(
+        "{} Write to me at jane.doe@example.com or call 415-555-0134. Jane Doe",
+        long_state(0)
+    );
+    let choice = one_question(&name, &state);
+    let span = json!({"model": name, "state": state, "questions": {"who": {"type": "span",
+        "criteria": {"EMAIL_ADDRESS": "an email address"}}}});
+    let pii = json!({"model": name, "state": state, "questions": {"pii": {"preset": "pii"}}});
+    let tokens = question_tokens(&model, &state)?;
+    println!("bench spans: model {name}, one choice question reads {tokens} tokens (system prompt, state, question), runs {runs}");
+    for b in [&choice, &span, &pii] {
+        time_request(&client, &url, b).await?;
+    }
+    let (mut tc, mut ts, mut tp) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        tc.push(time_request(&client, &url, &choice).await?);
+        ts.push(time_request(&client, &url, &span).await?);
+        tp.push(time_request(&client, &url, &pii).await?);
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (c, s, p) = (median(tc), median(ts), median(tp));
+    println!("one choice question:              median {:.1} ms", ms(c));
+    println!(
+        "one span question (one label):    median {:.1} ms  ({:.2}x the choice)",
+        ms(s),
+        s.as_secs_f64() / c.as_secs_f64()
+    );
+    println!(
+        "one pii span question (9 labels): median {:.1} ms  ({:.2}x the choice)",
+        ms(p),
+        p.as_secs_f64() / c.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Tokens one choice question about `state` reads: system prompt, state and question.
+fn question_tokens(model: &engine::DecisionModel, state: &str) -> Result<usize, String> {
+    let body = one_question(&model.meta.name, state);
+    match protocol::parse_decision_body(&body, protocol::Schema::Internal).map_err(|e| e.message)? {
+        protocol::DecisionBody::Single(r) => {
+            let seqs = model.question_sequences(&r).map_err(|e| e.to_string())?;
+            Ok(seqs.first().map_or(0, Vec::len))
+        }
+        protocol::DecisionBody::Batch { .. } => Err("not a single request".into()),
+    }
+}
+
 /// A support ticket of about 200 tokens, made distinct by `i`.
 fn long_state(i: usize) -> String {
     format!(
@@ -344,13 +401,7 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
 /// p50/p99, six questions vs one, and questions/s at concurrency 1, 4 and 16 (one-question
 /// requests, then six-question requests), client and server in this one process.
 async fn suite_direct(model_spec: &str, runs: usize, requests: usize) -> Result<(), String> {
-    let o = crate::ServeOptions {
-        models: vec![model_spec.to_string()],
-        port: 0,
-        ..crate::ServeOptions::default()
-    };
-    let (registry, base) = serve_in_process(o).await?;
-    let model = wait(|| registry.ready(None)).await?;
+    let (model, base) = serve_decision_model(model_spec).await?;
     let name = model.meta.name.clone();
     let url = format!("{base}/v1/systemone");
     let client = reqwest::Client::new();
@@ -440,6 +491,21 @@ async fn serve_in_process(
     let base = format!("http://{}", bound.addr);
     tokio::spawn(bound.run());
     Ok((registry, base))
+}
+
+/// Serve one decision model in this process on a free port; the model once loaded, and the
+/// server's base URL.
+async fn serve_decision_model(
+    model_spec: &str,
+) -> Result<(std::sync::Arc<engine::DecisionModel>, String), String> {
+    let o = crate::ServeOptions {
+        models: vec![model_spec.to_string()],
+        port: 0,
+        ..crate::ServeOptions::default()
+    };
+    let (registry, base) = serve_in_process(o).await?;
+    let model = wait(|| registry.ready(None)).await?;
+    Ok((model, base))
 }
 
 /// Poll `get` until the model it looks up is loaded.

@@ -66,6 +66,10 @@ enum Command {
         /// Tokens per stream of --generate.
         #[arg(long, default_value_t = 128)]
         max_tokens: usize,
+        /// Span questions: one span question (one label), and the pii preset (nine labels),
+        /// against one choice question about the same ~200-token state.
+        #[arg(long)]
+        spans: bool,
     },
 }
 
@@ -254,19 +258,25 @@ fn main() {
             router,
             service,
             rate,
+            spans,
         } => {
+            use vllm_srun::bench as b;
             if service {
-                bench_service()
+                run_bench(b::service_costs())
             } else if router {
-                bench_router(runs.clamp(1, 600), rate.max(1))
+                run_bench(b::router_overhead(runs.clamp(1, 600), rate.max(1)))
             } else if generate {
-                bench_generate(&model, runs.max(1), max_tokens.max(2))
+                run_bench(b::generation(&model, runs.max(1), max_tokens.max(2)))
             } else if embeddings {
-                bench_embeddings(&model, runs.max(1))
+                run_bench(b::embeddings(&model, runs.max(1)))
             } else if long {
-                bench_long(&model, runs.max(1))
+                run_bench(b::long_inputs(&model, runs.max(1)))
+            } else if spans {
+                run_bench(b::spans(&model, runs.max(1)))
+            } else if suite {
+                run_bench(b::suite(&model, runs.max(1), requests.max(1)))
             } else {
-                bench(&url, &model, runs.max(1), suite.then_some(requests.max(1)))
+                run_bench(b::latency(&url, &model, runs.max(1)))
             }
         }
     };
@@ -329,80 +339,12 @@ fn runtime() -> Option<tokio::runtime::Runtime> {
     }
 }
 
-fn bench(url: &str, model: &str, runs: usize, suite: Option<usize>) -> i32 {
+/// Run one benchmark to completion on a fresh runtime; its exit code.
+fn run_bench(bench: impl std::future::Future<Output = Result<(), String>>) -> i32 {
     let Some(rt) = runtime() else {
         return 1;
     };
-    let result = match suite {
-        Some(requests) => rt.block_on(vllm_srun::bench::suite(model, runs, requests)),
-        None => rt.block_on(vllm_srun::bench::latency(url, model, runs)),
-    };
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("bench failed: {e}");
-            1
-        }
-    }
-}
-
-fn bench_embeddings(model: &str, texts: usize) -> i32 {
-    let Some(rt) = runtime() else {
-        return 1;
-    };
-    match rt.block_on(vllm_srun::bench::embeddings(model, texts)) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("bench failed: {e}");
-            1
-        }
-    }
-}
-
-fn bench_generate(model: &str, runs: usize, max_tokens: usize) -> i32 {
-    let Some(rt) = runtime() else {
-        return 1;
-    };
-    match rt.block_on(vllm_srun::bench::generation(model, runs, max_tokens)) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("bench failed: {e}");
-            1
-        }
-    }
-}
-
-fn bench_router(seconds: usize, rate: usize) -> i32 {
-    let Some(rt) = runtime() else {
-        return 1;
-    };
-    match rt.block_on(vllm_srun::bench::router_overhead(seconds, rate)) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("bench failed: {e}");
-            1
-        }
-    }
-}
-
-fn bench_service() -> i32 {
-    let Some(rt) = runtime() else {
-        return 1;
-    };
-    match rt.block_on(vllm_srun::bench::service_costs()) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("bench failed: {e}");
-            1
-        }
-    }
-}
-
-fn bench_long(model: &str, runs: usize) -> i32 {
-    let Some(rt) = runtime() else {
-        return 1;
-    };
-    match rt.block_on(vllm_srun::bench::long_inputs(model, runs)) {
+    match rt.block_on(bench) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("bench failed: {e}");
