@@ -63,9 +63,12 @@ pub fn pick(logits: &[f32]) -> Option<usize> {
 }
 
 impl Node {
-    /// Tokens of this node and all its descendants.
+    /// Tokens of this node and all its descendants, a growing node's growth counted at its
+    /// most (the work and cache a request may take).
     pub fn total_tokens(&self) -> usize {
-        self.tokens.len() + self.children.iter().map(Node::total_tokens).sum::<usize>()
+        self.tokens.len()
+            + self.grow.as_ref().map_or(0, |g| g.0.max_tokens())
+            + self.children.iter().map(Node::total_tokens).sum::<usize>()
     }
     /// Number of nodes in this subtree.
     pub fn count(&self) -> usize {
