@@ -6,6 +6,10 @@
 //! text's vector does not depend on what it is batched with beyond float rounding. The
 //! tokenizer's own padding and truncation are turned off (all-MiniLM-L6-v2 ships a tokenizer
 //! that pads every input to 128 tokens); the runtime truncates or refuses long inputs itself.
+//!
+//! A `*ForSequenceClassification` directory is a head over the pooled first token; a
+//! `*ForTokenClassification` directory is a head over every token, whose output for an input
+//! is one row of label probabilities per token.
 
 use std::path::Path;
 
@@ -14,14 +18,19 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use engine::backend::{BackendError, Token};
 use engine::budget::Vocab;
-use engine::encoder::{Encoder, EncoderInfo};
+use engine::encoder::{Encoder, EncoderInfo, Words};
 use tokenizers::Tokenizer;
 
-/// A sequence-classification head on the encoder (`BertForSequenceClassification`): the
-/// pooler (dense + tanh on the first token) and the classifier.
-struct Head {
-    pooler: candle_nn::Linear,
-    classifier: candle_nn::Linear,
+/// A classification head on the encoder.
+enum Head {
+    /// `BertForSequenceClassification`: the pooler (dense + tanh on the first token) and the
+    /// classifier.
+    Sequence {
+        pooler: candle_nn::Linear,
+        classifier: candle_nn::Linear,
+    },
+    /// `BertForTokenClassification`: the classifier on every token's hidden state.
+    Token { classifier: candle_nn::Linear },
 }
 
 /// A loaded BERT encoder, or a BERT sequence classifier.
@@ -66,12 +75,14 @@ impl BertEncoder {
             serde_json::from_str(&config_text).map_err(|e| load_err("config.json", e))?;
         let raw: serde_json::Value =
             serde_json::from_str(&config_text).map_err(|e| load_err("config.json", e))?;
-        let is_head = raw["architectures"].as_array().is_some_and(|a| {
-            a.iter().any(|x| {
-                x.as_str()
-                    .is_some_and(|s| s.ends_with("ForSequenceClassification"))
+        let architecture = |suffix: &str| {
+            raw["architectures"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|x| x.as_str().is_some_and(|s| s.ends_with(suffix)))
             })
-        });
+        };
+        let per_token = architecture("ForTokenClassification");
+        let is_head = per_token || architecture("ForSequenceClassification");
         let labels = if is_head {
             Some(head_labels(&raw)?)
         } else {
@@ -118,11 +129,15 @@ impl BertEncoder {
         let head = match &labels {
             Some(labels) => {
                 let h = config.hidden_size;
-                let pooler = candle_nn::linear(h, h, vb.pp("bert.pooler.dense"))
-                    .map_err(|e| load_err("model.safetensors (bert.pooler.dense)", e))?;
                 let classifier = candle_nn::linear(h, labels.len(), vb.pp("classifier"))
                     .map_err(|e| load_err("model.safetensors (classifier)", e))?;
-                Some(Head { pooler, classifier })
+                if per_token {
+                    Some(Head::Token { classifier })
+                } else {
+                    let pooler = candle_nn::linear(h, h, vb.pp("bert.pooler.dense"))
+                        .map_err(|e| load_err("model.safetensors (bert.pooler.dense)", e))?;
+                    Some(Head::Sequence { pooler, classifier })
+                }
             }
             None => None,
         };
@@ -138,7 +153,9 @@ impl BertEncoder {
             architecture: "bert".into(),
             vocab_size: config.vocab_size,
             labels,
-            multi_label,
+            // A token head's tags are one softmax per token.
+            multi_label: multi_label && !per_token,
+            per_token,
         };
         let empty = tokenizer
             .encode("", true)
@@ -174,17 +191,30 @@ impl BertEncoder {
         let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
         let types = ids.zeros_like()?;
         let hidden = self.model.forward(&ids, &types, Some(&mask))?; // (n, len, dims)
-        if let Some(head) = &self.head {
-            use candle_core::Module;
-            let cls = hidden.narrow(1, 0, 1)?.squeeze(1)?;
-            let pooled = head.pooler.forward(&cls)?.tanh()?;
-            let logits = head.classifier.forward(&pooled)?;
-            let probs = if self.info.multi_label {
-                candle_nn::ops::sigmoid(&logits)?
-            } else {
-                candle_nn::ops::softmax_last_dim(&logits)?
-            };
-            return probs.to_vec2::<f32>();
+        use candle_core::Module;
+        match &self.head {
+            Some(Head::Sequence { pooler, classifier }) => {
+                let cls = hidden.narrow(1, 0, 1)?.squeeze(1)?;
+                let pooled = pooler.forward(&cls)?.tanh()?;
+                let logits = classifier.forward(&pooled)?;
+                let probs = if self.info.multi_label {
+                    candle_nn::ops::sigmoid(&logits)?
+                } else {
+                    candle_nn::ops::softmax_last_dim(&logits)?
+                };
+                return probs.to_vec2::<f32>();
+            }
+            Some(Head::Token { classifier }) => {
+                // One row per token of each input, its padding left out.
+                let probs = candle_nn::ops::softmax_last_dim(&classifier.forward(&hidden)?)?;
+                let rows = probs.to_vec3::<f32>()?;
+                return Ok(rows
+                    .into_iter()
+                    .zip(batch)
+                    .map(|(r, t)| r.into_iter().take(t.len()).flatten().collect())
+                    .collect());
+            }
+            None => {}
         }
         let maskf = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (n, len, 1)
         let pooled = match self.info.pooling.as_str() {
@@ -218,7 +248,7 @@ impl BertEncoder {
 fn head_labels(raw: &serde_json::Value) -> Result<Vec<String>, BackendError> {
     let map = raw["id2label"]
         .as_object()
-        .ok_or_else(|| load_err("config.json", "a sequence classifier needs id2label"))?;
+        .ok_or_else(|| load_err("config.json", "a classification head needs id2label"))?;
     let mut pairs: Vec<(usize, String)> = map
         .iter()
         .map(|(k, v)| {
@@ -275,6 +305,18 @@ impl Encoder for BertEncoder {
 
     fn special(&self) -> (Vec<Token>, Vec<Token>) {
         self.special.clone()
+    }
+
+    fn words(&self, text: &str) -> Result<Words, BackendError> {
+        let enc = self
+            .tokenizer
+            .encode_char_offsets(text, false)
+            .map_err(|e| BackendError::Tokenize(e.to_string()))?;
+        Ok(Words {
+            tokens: enc.get_ids().to_vec(),
+            offsets: enc.get_offsets().to_vec(),
+            words: enc.get_word_ids().to_vec(),
+        })
     }
 
     fn embed(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<f32>>, BackendError> {

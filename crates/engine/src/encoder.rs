@@ -33,6 +33,20 @@ pub struct EncoderInfo {
     pub labels: Option<Vec<String>>,
     /// A head whose labels are scored independently (sigmoid) rather than as one softmax.
     pub multi_label: bool,
+    /// A token-classification head: an input's output holds one row of label probabilities
+    /// per token (special tokens included), row after row; its labels are tags (`O`,
+    /// `B-PER`, ...). Served as a span head (/v1/classify spans, SIE entities).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub per_token: bool,
+}
+
+/// A text's tokens (no special tokens) with the code-point range each covers in the text
+/// and the word it belongs to.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Words {
+    pub tokens: Vec<Token>,
+    pub offsets: Vec<(usize, usize)>,
+    pub words: Vec<Option<u32>>,
 }
 
 /// An encoder backend. Tokenization runs on request threads; `embed` on the worker thread.
@@ -44,6 +58,34 @@ pub trait Encoder: Vocab + Send + Sync + 'static {
     fn special(&self) -> (Vec<Token>, Vec<Token>);
     /// The vector of each input (a batch of token sequences of any lengths).
     fn embed(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<f32>>, BackendError>;
+    /// `text`'s tokens with their code-point ranges and words (for token heads).
+    fn words(&self, text: &str) -> Result<Words, BackendError> {
+        let _ = text;
+        Err(BackendError::Tokenize(
+            "this encoder gives no token offsets".into(),
+        ))
+    }
+}
+
+/// How a token head reads a text longer than one input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagOverflow {
+    /// A text over one input fails.
+    Reject,
+    /// Only the first input's worth of tokens is read.
+    Truncate,
+    /// Windows of `tokens` (at most one input) overlapping by `overlap`, up to the scan budget.
+    Window { tokens: usize, overlap: usize },
+}
+
+/// The spans a token head found in one text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tagged {
+    pub spans: Vec<protocol::SpanFound>,
+    /// Tokens read, special tokens of every window included.
+    pub tokens: usize,
+    /// The text was longer than what was read (`Truncate`).
+    pub truncated: bool,
 }
 
 /// How many texts the worker evaluates in one batch, and how many may wait.
@@ -51,6 +93,8 @@ pub trait Encoder: Vocab + Send + Sync + 'static {
 pub struct EncoderConfig {
     pub max_batch: usize,
     pub max_queued_jobs: usize,
+    /// The scan budget of a token head's windowed reads; four inputs when unset.
+    pub max_scan_tokens: Option<usize>,
 }
 
 impl Default for EncoderConfig {
@@ -58,6 +102,7 @@ impl Default for EncoderConfig {
         EncoderConfig {
             max_batch: 32,
             max_queued_jobs: 256,
+            max_scan_tokens: None,
         }
     }
 }
@@ -191,6 +236,168 @@ impl EncoderModel {
         })
     }
 
+    /// The most tokens a token head's windowed read of one text covers.
+    pub fn scan_budget(&self) -> usize {
+        self.config
+            .max_scan_tokens
+            .unwrap_or(4 * self.info().max_tokens)
+    }
+
+    /// A prefix of `text`'s words holding all its tokens, or more than `budget` of them: the
+    /// prefix ends at whitespace, where WordPiece and metaspace tokenizers give the same
+    /// tokens as for the whole text. Returns the words and whether the text was read whole.
+    fn prefix_words(&self, text: &str, budget: usize) -> Result<(Words, bool), EncodeError> {
+        let mut least = self.cutter.bytes_for(budget);
+        loop {
+            let end = if least >= text.len() {
+                text.len()
+            } else {
+                let mut at = least;
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                text[at..]
+                    .find(char::is_whitespace)
+                    .map_or(text.len(), |i| at + i)
+            };
+            let w = self
+                .backend
+                .words(&text[..end])
+                .map_err(|e| EncodeError::Invalid(e.to_string()))?;
+            if end == text.len() {
+                return Ok((w, true));
+            }
+            if w.tokens.len() > budget {
+                return Ok((w, false));
+            }
+            least = least.saturating_mul(2);
+        }
+    }
+
+    /// Spans of each text from a token-classification head: every window of every text in
+    /// one batch on the worker. A text that cannot be read fails alone.
+    pub async fn tag(
+        &self,
+        texts: &[&str],
+        overflow: TagOverflow,
+    ) -> Result<(Vec<Result<Tagged, EncodeError>>, EncodeTimings), EncodeError> {
+        let info = self.info();
+        let labels = info.labels.clone().unwrap_or_default();
+        if !info.per_token || labels.is_empty() {
+            return Err(EncodeError::Invalid(format!(
+                "model {} is not a token-classification head",
+                self.meta.name
+            )));
+        }
+        let t0 = Instant::now();
+        let (head, tail) = self.backend.special();
+        let room = info
+            .max_tokens
+            .saturating_sub(head.len() + tail.len())
+            .max(1);
+        let (size, overlap, budget) = match overflow {
+            TagOverflow::Reject | TagOverflow::Truncate => (room, 0, room),
+            TagOverflow::Window { tokens, overlap } => {
+                let size = tokens
+                    .saturating_sub(head.len() + tail.len())
+                    .clamp(1, room);
+                (size, overlap.min(size - 1), self.scan_budget())
+            }
+        };
+        // Each text: its words and windows, or why it is not read.
+        struct Plan {
+            words: Words,
+            windows: Vec<(usize, usize)>,
+            truncated: bool,
+        }
+        let mut plans = Vec::with_capacity(texts.len());
+        let mut inputs = Vec::new();
+        for (i, text) in texts.iter().enumerate() {
+            let plan = self.prefix_words(text, budget).and_then(|(mut w, whole)| {
+                let over = !whole || w.tokens.len() > budget;
+                match overflow {
+                    TagOverflow::Reject if over => Err(EncodeError::TooLong {
+                        tokens: w.tokens.len() + head.len() + tail.len(),
+                        limit: info.max_tokens,
+                        lower_bound: !whole,
+                    }),
+                    TagOverflow::Window { .. } if over => Err(EncodeError::ScanBudget {
+                        tokens: w.tokens.len(),
+                        limit: budget,
+                        lower_bound: !whole,
+                    }),
+                    _ => {
+                        w.tokens.truncate(budget);
+                        w.offsets.truncate(budget);
+                        w.words.truncate(budget);
+                        Ok(Plan {
+                            windows: crate::tagger::windows(w.tokens.len(), size, overlap),
+                            words: w,
+                            truncated: over,
+                        })
+                    }
+                }
+            });
+            let plan = plan.map_err(|e| e.at(i));
+            if let Ok(p) = &plan {
+                for &(s, e) in &p.windows {
+                    let mut t = Vec::with_capacity(head.len() + e - s + tail.len());
+                    t.extend_from_slice(&head);
+                    t.extend_from_slice(&p.words.tokens[s..e]);
+                    t.extend_from_slice(&tail);
+                    inputs.push(t);
+                }
+            }
+            plans.push(plan);
+        }
+        let tokenize = t0.elapsed();
+        let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
+        let mut out = self.embed_tokens(inputs).await?;
+        out.timings.tokenize = tokenize;
+        let n = labels.len();
+        let mut rows = out.vectors.into_iter().zip(lens);
+        let mut answers = Vec::with_capacity(texts.len());
+        for (text, plan) in texts.iter().zip(plans) {
+            let plan = match plan {
+                Ok(p) => p,
+                Err(e) => {
+                    answers.push(Err(e));
+                    continue;
+                }
+            };
+            let mut read = 0;
+            let mut outputs = Vec::with_capacity(plan.windows.len());
+            for _ in &plan.windows {
+                let (v, len) = rows.next().ok_or_else(|| {
+                    EncodeError::Inference("the head returned too few outputs".into())
+                })?;
+                if v.len() != len * n {
+                    return Err(EncodeError::Inference(
+                        "the head returned rows of the wrong size".into(),
+                    ));
+                }
+                read += len;
+                outputs.push(v);
+            }
+            let tokens = plan.words.tokens.len();
+            let pick = crate::tagger::best_window(tokens, &plan.windows);
+            let token_rows: Vec<&[f32]> = (0..tokens)
+                .map(|i| {
+                    let w = pick[i];
+                    let r = head.len() + i - plan.windows[w].0;
+                    &outputs[w][r * n..(r + 1) * n]
+                })
+                .collect();
+            let words = crate::tagger::words(&plan.words.offsets, &plan.words.words, &token_rows);
+            answers.push(Ok(Tagged {
+                spans: crate::tagger::merge(&labels, &words, text),
+                tokens: read,
+                truncated: plan.truncated,
+            }));
+        }
+        Ok((answers, out.timings))
+    }
+
     /// Tokenize and embed texts.
     pub async fn embed(&self, texts: &[&str], truncate: bool) -> Result<Encoded, EncodeError> {
         let t0 = Instant::now();
@@ -220,6 +427,12 @@ pub enum EncodeError {
         tokens: usize,
         limit: usize,
         /// The text was read in part: it has more tokens than `tokens`.
+        lower_bound: bool,
+    },
+    #[error("the input has {}{tokens} tokens; the model reads at most {limit} in windows", if *.lower_bound { "more than " } else { "" })]
+    ScanBudget {
+        tokens: usize,
+        limit: usize,
         lower_bound: bool,
     },
     #[error("input {index}: {inner}")]

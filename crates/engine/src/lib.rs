@@ -16,6 +16,7 @@ pub mod package;
 pub mod registry;
 pub mod scheduler;
 pub mod span;
+pub mod tagger;
 pub mod text;
 
 #[cfg(test)]
@@ -26,7 +27,7 @@ pub use backend::{
     Node, Read, Sampled, Sampling, Session, Token,
 };
 pub use decision::{Decision, DecisionModel, Limits, Timings};
-pub use encoder::{EncodeError, Encoder, EncoderInfo, EncoderModel};
+pub use encoder::{EncodeError, Encoder, EncoderInfo, EncoderModel, TagOverflow, Tagged};
 pub use error::EngineError;
 pub use generate::{GenEvent, GenerateConfig};
 pub use package::{DecisionConfig, ModelMeta};

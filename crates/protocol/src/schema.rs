@@ -307,7 +307,9 @@ pub struct ClassifyRequestDoc {
 pub struct ClassifyResponseDoc {
     pub model: String,
     pub backbone: String,
-    /// Per input: `{index, label, labels: [{label, score}]}` (a set: `selected`), or
+    /// Per input: `{index, label, labels: [{label, score}]}` (a set: `selected`); on a
+    /// token-classification head `{index, spans: [{label, start, end, text, probability}]}`
+    /// (code-point offsets, end exclusive; `truncated` when cut); or
     /// `{index, error, reason, message}`.
     #[schema(value_type = Vec<Object>)]
     pub data: Vec<Value>,

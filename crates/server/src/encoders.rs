@@ -658,20 +658,42 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
 }
 
 /// `/v1/classify` on a sequence-classification head: label probabilities (softmax) or
-/// independent label scores (sigmoid, `multi_label`) per input text, in one batch.
+/// independent label scores (sigmoid, `multi_label`) per input text, in one batch. On a
+/// token-classification head: the spans of each text.
 async fn classify_head(m: &EncoderModel, obj: &Map<String, Value>) -> CoreResult {
     let labels = m.info().labels.clone().unwrap_or_default();
-    let mut truncate = false;
+    let mut overflow = engine::TagOverflow::Reject;
     if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
         let o = object(o, "options")?;
-        only(
-            o,
-            &["overflow", "window", "return_meta", "deadline_ms"],
-            "options",
-        )?;
-        truncate = match o.get("overflow").and_then(Value::as_str) {
-            None | Some("reject") => false,
-            Some("truncate") => true,
+        let mut allowed = vec!["overflow", "window", "return_meta", "deadline_ms"];
+        if m.info().per_token {
+            allowed.push("return_spans");
+        }
+        only(o, &allowed, "options")?;
+        overflow = match o.get("overflow").and_then(Value::as_str) {
+            None | Some("reject") => engine::TagOverflow::Reject,
+            Some("truncate") => engine::TagOverflow::Truncate,
+            Some("window") if m.info().per_token => {
+                let w = match o.get("window").filter(|v| !v.is_null()) {
+                    Some(w) => object(w, "options.window")?.clone(),
+                    None => Map::new(),
+                };
+                only(&w, &["tokens", "overlap"], "options.window")?;
+                let field = |k: &str| match w.get(k) {
+                    None => Ok(None),
+                    Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
+                        invalid("options.window.tokens and overlap must be non-negative integers")
+                    }),
+                };
+                let tokens = field("tokens")?.unwrap_or(m.info().max_tokens);
+                let overlap = field("overlap")?.unwrap_or(64.min(tokens / 4));
+                if overlap >= tokens {
+                    return Err(invalid(
+                        "options.window.overlap must be less than options.window.tokens",
+                    ));
+                }
+                engine::TagOverflow::Window { tokens, overlap }
+            }
             Some("window") => {
                 return Err(unsupported_param(format!(
                     "options.overflow window: model {} reads one input of {} tokens; send truncate or reject",
@@ -682,6 +704,7 @@ async fn classify_head(m: &EncoderModel, obj: &Map<String, Value>) -> CoreResult
             Some(_) => return Err(invalid("options.overflow must be reject, truncate or window")),
         };
     }
+    let truncate = overflow == engine::TagOverflow::Truncate;
     let texts: Vec<String> = match obj.get("input") {
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) if !a.is_empty() => a
@@ -698,6 +721,9 @@ async fn classify_head(m: &EncoderModel, obj: &Map<String, Value>) -> CoreResult
             .collect::<Result<_, _>>()?,
         _ => return Err(invalid("input must be a string or a non-empty list")),
     };
+    if m.info().per_token {
+        return classify_spans(m, &texts, overflow).await;
+    }
     let t0 = Instant::now();
     let mut data: Vec<Option<Value>> = vec![None; texts.len()];
     let mut batch = Vec::new();
@@ -741,6 +767,56 @@ async fn classify_head(m: &EncoderModel, obj: &Map<String, Value>) -> CoreResult
         tokenize,
         queue: out.timings.queue,
         forward: out.timings.forward,
+        ..Timings::default()
+    };
+    let resp = json!({"model": m.meta.name, "backbone": m.meta.name, "data": data,
+        "usage": {"input_tokens": tokens, "output_tokens": 0}});
+    Ok((resp, m.meta.name.clone(), timings))
+}
+
+/// An item error of a token head's text, as the sequence heads give it.
+fn item_error(index: usize, e: engine::EncodeError) -> Value {
+    let a = ApiError::from(e);
+    let error = if a.reason == Some(protocol::reason::SCAN_BUDGET) {
+        "scan_budget_exceeded"
+    } else if a.reason == Some(protocol::reason::INPUT_TOO_LONG) {
+        "max_length_exceeded"
+    } else {
+        "invalid_input"
+    };
+    json!({"index": index, "error": error, "reason": a.reason, "message": a.message,
+        "limit": a.limit})
+}
+
+/// `/v1/classify` on a token-classification head: each text's spans (label, code-point
+/// `start`/`end`, `text`, `probability`).
+async fn classify_spans(
+    m: &EncoderModel,
+    texts: &[String],
+    overflow: engine::TagOverflow,
+) -> CoreResult {
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let (tagged, t) = m.tag(&refs, overflow).await.map_err(ApiError::from)?;
+    let mut tokens = 0;
+    let data: Vec<Value> = tagged
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| match r {
+            Ok(tg) => {
+                tokens += tg.tokens;
+                let mut e = json!({"index": i, "spans": tg.spans});
+                if tg.truncated {
+                    e["truncated"] = json!(true);
+                }
+                e
+            }
+            Err(e) => item_error(i, e),
+        })
+        .collect();
+    let timings = Timings {
+        tokenize: t.tokenize,
+        queue: t.queue,
+        forward: t.forward,
         ..Timings::default()
     };
     let resp = json!({"model": m.meta.name, "backbone": m.meta.name, "data": data,

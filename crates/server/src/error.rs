@@ -419,6 +419,13 @@ impl From<engine::EncodeError> for ApiError {
                 a.limit = Some(*limit as u64);
                 a
             }
+            E::ScanBudget { limit, .. } => {
+                let mut a =
+                    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+                        .with_reason(protocol::reason::SCAN_BUDGET);
+                a.limit = Some(*limit as u64);
+                a
+            }
             E::Invalid(_) | E::Item { .. } => {
                 ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
                     .with_reason(protocol::reason::INPUT_MALFORMED)

@@ -376,15 +376,17 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
         &["labels", "output_schema", "instruction", "options"],
         "params",
     )?;
-    let labels: Vec<String> = match p.get("labels") {
-        Some(Value::Array(a)) if !a.is_empty() => a
-            .iter()
-            .map(|l| {
-                l.as_str()
-                    .map(String::from)
-                    .ok_or_else(|| invalid("params.labels must be strings"))
-            })
-            .collect::<Result<_, _>>()?,
+    let labels: Option<Vec<String>> = match p.get("labels") {
+        Some(Value::Array(a)) if !a.is_empty() => Some(
+            a.iter()
+                .map(|l| {
+                    l.as_str()
+                        .map(String::from)
+                        .ok_or_else(|| invalid("params.labels must be strings"))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        None | Some(Value::Null) => None,
         _ => return Err(invalid("params.labels must be a non-empty list of labels")),
     };
     if p.contains_key("output_schema") {
@@ -392,6 +394,16 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
             "params.output_schema: model {model} does no structured extraction"
         )));
     }
+    if let Some(m) = state
+        .registry
+        .encoder(Some(model))
+        .ok()
+        .filter(|m| m.info().per_token)
+    {
+        return extract_tagged(&m, items, &p, labels.as_deref()).await;
+    }
+    let labels =
+        labels.ok_or_else(|| invalid("params.labels must be a non-empty list of labels"))?;
     let task = p
         .get("options")
         .and_then(|o| o.get("task"))
@@ -483,6 +495,86 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
             });
         }
     }
+    let results: Vec<Value> = out.into_iter().map(|o| o.unwrap_or(Value::Null)).collect();
+    Ok((
+        json!({"model": m.meta.name, "items": results}),
+        m.meta.name.clone(),
+        timings,
+    ))
+}
+
+/// Extract on a token-classification head: each item's entities (spans merged from its
+/// tags), keeping the entity types `labels` names (case-insensitive; all without it). Under
+/// `overflow_policy` `default` the head reads a long text whole in windows up to its scan
+/// budget; `truncate_text` reads its first input; `error` refuses a text over one input.
+async fn extract_tagged(
+    m: &engine::EncoderModel,
+    items: &[Value],
+    p: &Map<String, Value>,
+    labels: Option<&[String]>,
+) -> crate::encoders::CoreResult {
+    let policy = p
+        .get("options")
+        .and_then(|o| o.get("overflow_policy"))
+        .and_then(Value::as_str);
+    let overflow = match policy {
+        Some("truncate_text") => engine::TagOverflow::Truncate,
+        Some("error") => engine::TagOverflow::Reject,
+        _ => {
+            truncates(p)?;
+            let tokens = m.info().max_tokens;
+            engine::TagOverflow::Window {
+                tokens,
+                overlap: 64.min(tokens / 4),
+            }
+        }
+    };
+    let ids: Vec<Value> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| it.get("id").cloned().unwrap_or(json!(format!("item-{i}"))))
+        .collect();
+    let mut out: Vec<Option<Value>> = vec![None; items.len()];
+    let mut texts = Vec::new();
+    let mut at = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        match item_text(it, &format!("items[{i}]")) {
+            Ok(t) => {
+                texts.push(t);
+                at.push(i);
+            }
+            Err(e) => {
+                out[i] = Some(
+                    json!({"id": ids[i], "error": {"code": "INVALID_INPUT", "message": e.message}}),
+                )
+            }
+        }
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let (tagged, t) = m.tag(&refs, overflow).await.map_err(ApiError::from)?;
+    let wanted = |kind: &str| labels.is_none_or(|l| l.iter().any(|x| x.eq_ignore_ascii_case(kind)));
+    for (i, r) in at.into_iter().zip(tagged) {
+        out[i] = Some(match r {
+            Ok(tg) => json!({"id": ids[i], "entities": tg.spans.iter().filter(|s| wanted(&s.label))
+                .map(|s| json!({"text": s.text, "label": s.label, "score": s.probability,
+                    "start": s.start, "end": s.end})).collect::<Vec<_>>()}),
+            Err(e) => {
+                let a = ApiError::from(e);
+                if a.reason == Some(protocol::reason::INPUT_TOO_LONG)
+                    || a.reason == Some(protocol::reason::SCAN_BUDGET)
+                {
+                    return Err(too_long(format!("items[{i}]: {}", a.message), a.limit));
+                }
+                json!({"id": ids[i], "error": {"code": "INVALID_INPUT", "message": a.message}})
+            }
+        });
+    }
+    let timings = Timings {
+        tokenize: t.tokenize,
+        queue: t.queue,
+        forward: t.forward,
+        ..Timings::default()
+    };
     let results: Vec<Value> = out.into_iter().map(|o| o.unwrap_or(Value::Null)).collect();
     Ok((
         json!({"model": m.meta.name, "items": results}),

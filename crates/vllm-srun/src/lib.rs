@@ -37,7 +37,7 @@ pub struct ServeOptions {
     pub threads: usize,
     pub scheduler: SchedulerConfig,
     pub pull_missing: bool,
-    /// Replaces every decision model's scan budget (`limits.max_scan_tokens`).
+    /// Replaces every decision model's and token head's scan budget (`limits.max_scan_tokens`).
     pub max_scan_tokens: Option<usize>,
     /// Classification entries: a decision backbone with a fixed label set.
     pub classifiers: Vec<Classifier>,
@@ -280,8 +280,15 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         }
         let backend = backend_candle::BertEncoder::load(&dir).map_err(|e| e.to_string())?;
         slot.set_state(ModelState::Warming);
-        let model =
-            EncoderModel::start(meta, Arc::new(backend), o.encoder).map_err(|e| e.to_string())?;
+        let model = EncoderModel::start(
+            meta,
+            Arc::new(backend),
+            engine::encoder::EncoderConfig {
+                max_scan_tokens: o.max_scan_tokens,
+                ..o.encoder
+            },
+        )
+        .map_err(|e| e.to_string())?;
         return Ok(Loaded::Encoder(Arc::new(model)));
     }
     if resolved.kind == hub::Kind::Sparrow {
