@@ -516,7 +516,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             .get("return_meta")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        if o.get("return_spans").and_then(Value::as_bool) == Some(true) {
+        if o.get("return_spans").and_then(Value::as_bool) == Some(true) && !c.spans {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 ErrorCode::UnsupportedSurface,
@@ -564,19 +564,31 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             )))
             }
         };
-        let criteria: Map<String, Value> =
-            c.labels.iter().map(|l| (l.clone(), Value::Null)).collect();
-        let mut q = json!({
-            "type": if c.multi_label { "set" } else { "choice" },
-            "criteria": criteria,
-        });
-        q["instructions"] = json!(c.instructions.clone().unwrap_or_else(|| {
-            if c.multi_label {
-                "Which labels apply to the text?".into()
-            } else {
-                "Which label describes the text best?".into()
+        let mut q = if c.spans {
+            let mut q = json!({"type": "span"});
+            match &c.preset {
+                Some(p) if c.labels.is_empty() => q["preset"] = json!(p),
+                _ => q["criteria"] = json!(c.labels),
             }
-        }));
+            if let Some(i) = &c.instructions {
+                q["instructions"] = json!(i);
+            }
+            q
+        } else {
+            let criteria: Map<String, Value> =
+                c.labels.iter().map(|l| (l.clone(), Value::Null)).collect();
+            json!({
+                "type": if c.multi_label { "set" } else { "choice" },
+                "criteria": criteria,
+                "instructions": c.instructions.clone().unwrap_or_else(|| {
+                    if c.multi_label {
+                        "Which labels apply to the text?".into()
+                    } else {
+                        "Which label describes the text best?".into()
+                    }
+                }),
+            })
+        };
         if let Some(o) = overflow {
             q["overflow"] = json!(o);
         }
@@ -597,6 +609,26 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
     let (b, timings) = decide_batch(state, &m, &req).await?;
     let mut data = Vec::with_capacity(items.len());
     for (i, (_, r)) in b.states.iter().enumerate() {
+        if c.spans {
+            data.push(match r.answers.get("label").map(|a| &a.answer) {
+                Some(protocol::Answer::Noul(_)) => json!({"index": i,
+                    "spans": r.spans.get("label").map(Vec::as_slice).unwrap_or_default()}),
+                Some(a) => {
+                    let (error, reason, message) = match a.failure() {
+                        Some(f) => (f.kind.as_str(), f.reason, f.message.clone()),
+                        None => (
+                            "invalid_model_output",
+                            protocol::reason::MODEL_OUTPUT,
+                            "no spans were read".to_string(),
+                        ),
+                    };
+                    json!({"index": i, "error": error, "reason": reason, "message": message})
+                }
+                None => json!({"index": i, "error": "invalid_model_output",
+                    "reason": protocol::reason::MODEL_OUTPUT, "message": "no spans were read"}),
+            });
+            continue;
+        }
         let mut labels: Vec<(String, f64)> = if c.multi_label {
             match r.sets.get("label") {
                 Some(s) => s

@@ -47,14 +47,15 @@ pub struct ServerConfig {
 }
 
 /// A classification entry: a decision backbone asked one question with a fixed label set.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Classifier {
     /// The name requests use.
     pub name: String,
     /// The decision model that answers.
     pub backbone: String,
-    /// The labels, in order.
+    /// The labels, in order (none for a span classifier with a preset).
+    #[serde(default)]
     pub labels: Vec<String>,
     /// Independent label scores (a set question) instead of label probabilities (a choice).
     #[serde(default)]
@@ -62,6 +63,13 @@ pub struct Classifier {
     /// The question asked about each input.
     #[serde(default)]
     pub instructions: Option<String>,
+    /// A span classifier: each input is answered with the spans of its labels (a span
+    /// question) instead of label probabilities.
+    #[serde(default)]
+    pub spans: bool,
+    /// A span classifier's preset label set (`pii`) when it lists no labels.
+    #[serde(default)]
+    pub preset: Option<String>,
 }
 
 impl Default for ServerConfig {

@@ -16,6 +16,12 @@
 //! backbone = "qwen2.5-1.5b"
 //! labels = ["positive", "negative", "neutral"]
 //! instructions = "What is the sentiment of the text?"
+//!
+//! [[classifiers]]
+//! name = "pii"
+//! backbone = "qwen2.5-1.5b"
+//! spans = true                    # answered with spans (a span question)
+//! preset = "pii"                  # or labels = ["PERSON", "EMAIL_ADDRESS"]
 //! ```
 
 use std::path::Path;
@@ -76,7 +82,41 @@ fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
         }
     }
     for c in &f.classifiers {
-        if c.labels.len() < 2 && !c.multi_label {
+        if c.spans {
+            if c.multi_label {
+                return Err(format!(
+                    "classifier {:?}: a span classifier has no multi_label",
+                    c.name
+                ));
+            }
+            match (&c.preset, c.labels.is_empty()) {
+                (Some(p), true) if p == "pii" => {}
+                (Some(p), true) => {
+                    return Err(format!(
+                        "classifier {:?}: unknown preset {p:?}; presets: pii",
+                        c.name
+                    ))
+                }
+                (None, true) => {
+                    return Err(format!(
+                        "classifier {:?} needs labels or preset = \"pii\"",
+                        c.name
+                    ))
+                }
+                (Some(_), false) => {
+                    return Err(format!(
+                        "classifier {:?}: give labels or a preset, not both",
+                        c.name
+                    ))
+                }
+                (None, false) => {}
+            }
+        } else if c.preset.is_some() {
+            return Err(format!(
+                "classifier {:?}: a preset needs spans = true",
+                c.name
+            ));
+        } else if c.labels.is_empty() || (c.labels.len() < 2 && !c.multi_label) {
             return Err(format!("classifier {:?} needs at least two labels", c.name));
         }
         if !o.models.contains(&c.backbone)
@@ -101,6 +141,33 @@ fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn span_classifiers_take_labels_or_the_pii_preset() {
+        let file = |c: &str| {
+            format!("[[models]]\nmodel = \"qwen2.5-1.5b\"\n[[classifiers]]\nname = \"x\"\nbackbone = \"qwen2.5-1.5b\"\n{c}")
+        };
+        let mut o = ServeOptions::default();
+        apply_str(&file("spans = true\npreset = \"pii\""), &mut o).unwrap();
+        assert_eq!(o.classifiers[0].preset.as_deref(), Some("pii"));
+        apply_str(&file("spans = true\nlabels = [\"PERSON\"]"), &mut o).unwrap();
+        for (bad, why) in [
+            ("spans = true", "needs labels"),
+            ("spans = true\npreset = \"phi\"", "unknown preset"),
+            (
+                "spans = true\npreset = \"pii\"\nlabels = [\"A\"]",
+                "not both",
+            ),
+            ("preset = \"pii\"\nlabels = [\"A\", \"B\"]", "needs spans"),
+            (
+                "spans = true\nmulti_label = true\nlabels = [\"A\"]",
+                "multi_label",
+            ),
+        ] {
+            let e = apply_str(&file(bad), &mut o).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn a_models_file_lists_models_aliases_and_classifiers() {

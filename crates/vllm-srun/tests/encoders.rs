@@ -21,6 +21,7 @@ fn server() -> &'static TestServer {
                 labels: vec!["positive".into(), "negative".into(), "neutral".into()],
                 multi_label: false,
                 instructions: Some("What is the sentiment of the text?".into()),
+                ..Classifier::default()
             },
             Classifier {
                 name: "topics".into(),
@@ -28,6 +29,7 @@ fn server() -> &'static TestServer {
                 labels: vec!["billing".into(), "shipping".into()],
                 multi_label: true,
                 instructions: None,
+                ..Classifier::default()
             },
         ];
         o.max_bundle_tasks = 3;

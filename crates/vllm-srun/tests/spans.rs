@@ -15,7 +15,17 @@ const MODEL: &str = "qwen2.5-1.5b";
 
 fn server() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
-    S.get_or_init(|| start(deciding(MODEL)))
+    S.get_or_init(|| {
+        let mut o = deciding(MODEL);
+        o.classifiers = vec![vllm_srun::Classifier {
+            name: "contacts".into(),
+            backbone: MODEL.into(),
+            labels: vec!["EMAIL_ADDRESS".into()],
+            spans: true,
+            ..Default::default()
+        }];
+        start(o)
+    })
 }
 
 async fn decide(body: Value) -> Value {
@@ -217,4 +227,22 @@ async fn a_span_question_over_a_long_state_reads_it_in_windows_with_offsets_into
             .any(|s| s["start"] == json!(at) && s["text"] == "jane.doe@example.com"),
         "{found:?}"
     );
+}
+
+#[tokio::test]
+async fn a_span_classifier_answers_classify_with_spans() {
+    let s = tokio::task::spawn_blocking(server).await.expect("server");
+    let body = json!({"model": "contacts", "input": [STATE, "Nothing to see."]});
+    let (status, h, v) = post(&s.url("/v1/classify"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(h.contains_key("server-timing"));
+    let found = check_offsets(STATE, &v["data"][0]["spans"]);
+    assert!(
+        found
+            .iter()
+            .any(|(l, t)| l == "EMAIL_ADDRESS" && t == "jane.doe@example.com"),
+        "{v}"
+    );
+    assert_eq!(check_offsets("Nothing to see.", &v["data"][1]["spans"]), []);
+    assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0, "{v}");
 }

@@ -22,6 +22,7 @@ fn server() -> &'static TestServer {
             labels: vec!["billing".into(), "bug".into(), "shipping".into()],
             multi_label: false,
             instructions: Some("Primary intent?".into()),
+            ..Classifier::default()
         }];
         start(o)
     })
