@@ -566,7 +566,7 @@ impl LlamaSession<'_> {
                     continue;
                 };
                 let logits = self.candidate_logits(g.batch_index, &candidates)?;
-                let Some(best) = engine::backend::pick(&logits) else {
+                let Some(best) = steer.0.pick(&g.picked, &candidates, &logits) else {
                     continue;
                 };
                 g.log.push(logits);

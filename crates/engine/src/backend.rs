@@ -29,15 +29,21 @@ pub struct Node {
 }
 
 /// What a growing node may continue with. At each step the backend asks for the candidates
-/// after the tokens picked so far, reads their logits at the node's last token, and picks the
-/// candidate with the highest logit (the first such in candidate order), until `candidates`
-/// says the growth is over. Each step's candidate logits are returned, after the root's
-/// fixed reads, so the engine can replay the same picks.
+/// after the tokens picked so far, reads their logits at the node's last token, and lets the
+/// steer pick one (by default the highest logit, the first such in candidate order), until
+/// `candidates` says the growth is over. Each step's candidate logits are returned, after the
+/// root's fixed reads, so the engine can replay the same picks.
 pub trait Steer: Send + Sync + std::fmt::Debug {
     /// The candidates for the token after `picked`, or `None` when the growth ends.
     fn candidates(&self, picked: &[Token]) -> Option<Vec<Token>>;
     /// The most tokens the growth may pick (the sequence must have room for them).
     fn max_tokens(&self) -> usize;
+    /// Which of `candidates` (the step after `picked`, with these logits) to take. A pure
+    /// function of its arguments, so a replay picks the same.
+    fn pick(&self, picked: &[Token], candidates: &[Token], logits: &[f32]) -> Option<usize> {
+        let _ = (picked, candidates);
+        pick(logits)
+    }
 }
 
 /// A shared [`Steer`]; two are equal when they are the same steer.

@@ -101,7 +101,7 @@ impl FakeSession<'_> {
         tokens.iter().map(|t| self.fake.text_of(*t)).collect()
     }
 
-    /// A growing node's steps, picked as the backend trait says (the highest logit).
+    /// A growing node's steps, picked as the backend trait says (by the steer).
     fn grow(&self, node: &Node, context: &[Token], grown: &mut RootLogits) {
         let Some(g) = &node.grow else { return };
         let mut picked: Vec<Token> = Vec::new();
@@ -110,7 +110,7 @@ impl FakeSession<'_> {
             seen.extend_from_slice(&picked);
             let texts: Vec<String> = candidates.iter().map(|t| self.fake.text_of(*t)).collect();
             let logits = (self.fake.script)(&self.text(&seen), &texts);
-            let best = crate::backend::pick(&logits).expect("candidates");
+            let best = g.0.pick(&picked, &candidates, &logits).expect("candidates");
             grown.push(logits);
             picked.push(candidates[best]);
         }

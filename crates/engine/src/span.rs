@@ -88,10 +88,6 @@ impl SpanVocab {
         })
     }
 
-    fn piece(&self, token: Token, backend: &dyn Backend) -> Vec<u8> {
-        backend.token_bytes(token)
-    }
-
     /// Tokens whose pieces are prefixes of `rest`, added to `out`.
     fn prefixes_of(&self, rest: &[u8], out: &mut Vec<Token>) {
         for len in 1..=rest.len().min(LONGEST_PIECE) {
@@ -159,8 +155,7 @@ impl CopySteer {
             } else if t == self.vocab.newline {
                 line.done.push(std::mem::take(&mut line.current));
             } else {
-                line.current
-                    .extend_from_slice(&self.vocab.piece(t, &*self.backend));
+                line.current.extend_from_slice(&self.backend.token_bytes(t));
             }
         }
         line
@@ -240,6 +235,46 @@ impl Steer for CopySteer {
     fn max_tokens(&self) -> usize {
         MAX_SPAN_TOKENS
     }
+
+    /// Decide by mass, then by logit: at a line's start, whether the answer ends (`None`, the
+    /// end of the turn) or a span begins; inside a line, whether it ends (newline, end of turn)
+    /// or goes on. The side with more probability wins (ending on a tie), and the highest
+    /// logit on that side is the token. Greedy decoding would let `None` win over many
+    /// spans that each start with another token.
+    fn pick(&self, picked: &[Token], candidates: &[Token], logits: &[f32]) -> Option<usize> {
+        let at_start = self.lines(picked).current.is_empty();
+        let ends = |t: &Token| self.ends(at_start, *t);
+        let ending = mass(candidates, &softmax(logits), ends) >= 0.5;
+        let mut best: Option<usize> = None;
+        for (i, t) in candidates.iter().enumerate() {
+            if ends(t) == ending && best.is_none_or(|b| logits[i] > logits[b]) {
+                best = Some(i);
+            }
+        }
+        best.or_else(|| pick(logits))
+    }
+}
+
+impl CopySteer {
+    /// Whether `t` ends the answer (at a line's start: `None`, the end of the turn) or the
+    /// line (inside one: the newline, the end of the turn).
+    fn ends(&self, at_line_start: bool, t: Token) -> bool {
+        if at_line_start {
+            self.vocab.ends.contains(&t)
+        } else {
+            t == self.vocab.newline || Some(t) == self.vocab.eot
+        }
+    }
+}
+
+/// The probability of the candidates `of` selects.
+fn mass(candidates: &[Token], probs: &[f64], of: impl Fn(&Token) -> bool) -> f64 {
+    candidates
+        .iter()
+        .zip(probs)
+        .filter(|(t, _)| of(t))
+        .map(|(_, p)| p)
+        .sum()
 }
 
 /// A span one branch wrote: its text (trimmed) and probability.
@@ -273,35 +308,24 @@ pub(crate) fn replay<'a>(
         if logits.len() != candidates.len() {
             return None;
         }
-        let best = pick(logits)?;
+        let best = steer.pick(&picked, &candidates, logits)?;
         let token = candidates[best];
         let probs = softmax(logits);
         if at_line_start {
-            let end: f64 = candidates
-                .iter()
-                .zip(&probs)
-                .filter(|(t, _)| steer.vocab.ends.contains(t))
-                .map(|(_, p)| p)
-                .sum();
+            let end = mass(&candidates, &probs, |t| steer.ends(true, *t));
             open = Some((1.0 - end).clamp(0.0, 1.0));
             at_line_start = false;
         } else if let Some(p) = open.as_mut() {
             // A line-ending step counts the probability that the span ends here, by either
             // ending token.
-            let ending = |t: &Token| *t == steer.vocab.newline || Some(*t) == steer.vocab.eot;
-            if ending(&token) {
-                *p *= candidates
-                    .iter()
-                    .zip(&probs)
-                    .filter(|(t, _)| ending(t))
-                    .map(|(_, q)| q)
-                    .sum::<f64>();
+            if steer.ends(false, token) {
+                *p *= mass(&candidates, &probs, |t| steer.ends(false, *t));
             } else {
                 *p *= probs[best];
             }
         }
         picked.push(token);
-        if token == steer.vocab.newline || Some(token) == steer.vocab.eot {
+        if steer.ends(false, token) {
             let line = steer.lines(&picked);
             if let (Some(text), Some(p)) = (line.done.last(), open.take()) {
                 if let Ok(s) = std::str::from_utf8(text) {
@@ -361,6 +385,7 @@ pub(crate) fn locate(
         }
     }
     kept.sort_by_key(|k| k.0);
+    join_pieces(text, &mut kept);
     kept.into_iter()
         .filter(|(s, e, _)| text.is_char_boundary(*s) && text.is_char_boundary(*e))
         .map(|(s, e, p)| SpanFound {
@@ -371,6 +396,50 @@ pub(crate) fn locate(
             probability: p,
         })
         .collect()
+}
+
+/// Most characters between two places of one label that are joined into one span.
+const JOIN_GAP: usize = 2;
+
+/// Join places of one label that are pieces of one written thing: a small model copies a
+/// formatted number as its digit groups (`454`, `556`, `5275` of `(454)556-5275`), each a
+/// line of its own. Places (byte ranges in text order) at most [`JOIN_GAP`] characters apart,
+/// with no whitespace or list separator between them, become one place with the highest of
+/// their probabilities; then a place that holds an unmatched `)` takes the `(` just before
+/// it, and one with an unmatched `(` the `)` just after it.
+fn join_pieces(text: &str, places: &mut Vec<(usize, usize, f64)>) {
+    let mut joined: Vec<(usize, usize, f64)> = Vec::with_capacity(places.len());
+    for &(s, e, p) in places.iter() {
+        if let Some(last) = joined.last_mut() {
+            let gap = text.get(last.1..s);
+            let joins = gap.is_some_and(|g| {
+                g.chars().count() <= JOIN_GAP
+                    && !g
+                        .chars()
+                        .any(|c| c.is_whitespace() || matches!(c, ',' | ';' | '|'))
+            });
+            if joins && s >= last.1 {
+                last.1 = e;
+                last.2 = last.2.max(p);
+                continue;
+            }
+        }
+        joined.push((s, e, p));
+    }
+    let bytes = text.as_bytes();
+    for place in &mut joined {
+        let Some(inner) = text.get(place.0..place.1) else {
+            continue;
+        };
+        let open = inner.matches('(').count();
+        let close = inner.matches(')').count();
+        if close > open && place.0 > 0 && bytes[place.0 - 1] == b'(' {
+            place.0 -= 1;
+        } else if open > close && bytes.get(place.1) == Some(&b')') {
+            place.1 += 1;
+        }
+    }
+    *places = joined;
 }
 
 /// Each place of the text to one label, as a tagger gives each word one tag: of spans of
@@ -418,6 +487,44 @@ mod tests {
             assert_eq!(s.text, "jane@x.io");
         }
         assert_eq!(spans[0].start, 10);
+    }
+
+    #[test]
+    fn pieces_of_one_number_are_joined_and_take_their_bracket() {
+        let text = "Call (454)556-5275x582 or 415 555, 0134 now";
+        let copy = |t: &str, p: f64| Copied {
+            text: t.into(),
+            probability: p,
+        };
+        let found = vec![(
+            0,
+            text.len(),
+            vec![
+                copy("454", 0.6),
+                copy("556", 0.9),
+                copy("5275", 0.7),
+                copy("582", 0.5),
+                copy("415", 0.8),
+                copy("555", 0.8),
+                copy("0134", 0.8),
+            ],
+        )];
+        let spans = locate("PHONE", text, &found);
+        let got: Vec<(&str, f64)> = spans
+            .iter()
+            .map(|s| (s.text.as_str(), s.probability))
+            .collect();
+        // Whitespace and a comma keep pieces apart.
+        assert_eq!(
+            got,
+            vec![
+                ("(454)556-5275x582", 0.9),
+                ("415", 0.8),
+                ("555", 0.8),
+                ("0134", 0.8)
+            ]
+        );
+        assert_eq!((spans[0].start, spans[0].end), (5, 22));
     }
 
     #[test]
