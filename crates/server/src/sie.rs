@@ -174,6 +174,15 @@ fn item_text(item: &Value, what: &str) -> Result<String, ApiError> {
         .ok_or_else(|| invalid(format!("{what}.text must be a string")))
 }
 
+/// Each item's `id`, or `item-<index>` when it has none.
+fn item_ids(items: &[Value]) -> Vec<Value> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| it.get("id").cloned().unwrap_or(json!(format!("item-{i}"))))
+        .collect()
+}
+
 fn items(v: Option<&Value>) -> Result<&Vec<Value>, ApiError> {
     match v {
         Some(Value::Array(a)) if !a.is_empty() => Ok(a),
@@ -418,11 +427,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
         .registry
         .ready(Some(model))
         .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
-    let ids: Vec<Value> = items
-        .iter()
-        .enumerate()
-        .map(|(i, it)| it.get("id").cloned().unwrap_or(json!(format!("item-{i}"))))
-        .collect();
+    let ids = item_ids(items);
     // Items that cannot be read, and an entity request on a model without spans, fail alone.
     let mut out: Vec<Option<Value>> = vec![None; items.len()];
     let mut states = Map::new();
@@ -529,11 +534,7 @@ async fn extract_tagged(
             }
         }
     };
-    let ids: Vec<Value> = items
-        .iter()
-        .enumerate()
-        .map(|(i, it)| it.get("id").cloned().unwrap_or(json!(format!("item-{i}"))))
-        .collect();
+    let ids = item_ids(items);
     let mut out: Vec<Option<Value>> = vec![None; items.len()];
     let mut texts = Vec::new();
     let mut at = Vec::new();

@@ -13,6 +13,17 @@ use candle_transformers::models::bert::{BertModel, Config};
 use common::*;
 use serde_json::json;
 
+/// Write a head with `write` into a directory named `name` and serve it.
+fn serve_head(name: &str, write: fn(&std::path::Path)) -> TestServer {
+    let dir = std::env::temp_dir()
+        .join(format!("vllm-srun-{name}-{}", std::process::id()))
+        .join(name);
+    write(&dir);
+    let mut o = options();
+    o.models = vec![dir.to_string_lossy().into_owned()];
+    start(o)
+}
+
 fn write_tiny_head(dir: &std::path::Path) {
     std::fs::create_dir_all(dir).unwrap();
     let cfg = json!({"architectures": ["BertForSequenceClassification"], "model_type": "bert",
@@ -38,13 +49,7 @@ fn write_tiny_head(dir: &std::path::Path) {
 
 #[tokio::test]
 async fn a_sequence_classification_head_serves_classify_only() {
-    let dir = std::env::temp_dir()
-        .join(format!("vllm-srun-head-{}", std::process::id()))
-        .join("tiny-head");
-    write_tiny_head(&dir);
-    let mut o = options();
-    o.models = vec![dir.to_string_lossy().into_owned()];
-    let s = start(o);
+    let s = serve_head("tiny-head", write_tiny_head);
     let (_, m) = get(&s.url("/v1/models")).await;
     let card = &m["models"][0]["card"];
     assert_eq!(
@@ -193,13 +198,7 @@ fn spans_of(entry: &serde_json::Value, text: &str) -> Vec<(String, u64, u64, Str
 
 #[tokio::test]
 async fn a_token_classification_head_finds_spans_with_code_point_offsets() {
-    let dir = std::env::temp_dir()
-        .join(format!("vllm-srun-tagger-{}", std::process::id()))
-        .join("tiny-tagger");
-    write_tiny_tagger(&dir);
-    let mut o = options();
-    o.models = vec![dir.to_string_lossy().into_owned()];
-    let s = start(o);
+    let s = serve_head("tiny-tagger", write_tiny_tagger);
     let (_, m) = get(&s.url("/v1/models")).await;
     let card = &m["models"][0]["card"];
     assert_eq!(card["encoder"]["per_token"], true, "{m}");
