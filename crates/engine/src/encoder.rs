@@ -78,6 +78,14 @@ pub enum TagOverflow {
     Window { tokens: usize, overlap: usize },
 }
 
+impl TagOverflow {
+    /// The overlap of windows of `tokens` when a request names none: 64, or a quarter of a
+    /// smaller window.
+    pub fn overlap(tokens: usize) -> usize {
+        64.min(tokens / 4)
+    }
+}
+
 /// The spans a token head found in one text.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tagged {

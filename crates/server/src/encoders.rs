@@ -613,19 +613,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             data.push(match r.answers.get("label").map(|a| &a.answer) {
                 Some(protocol::Answer::Noul(_)) => json!({"index": i,
                     "spans": r.spans.get("label").map(Vec::as_slice).unwrap_or_default()}),
-                Some(a) => {
-                    let (error, reason, message) = match a.failure() {
-                        Some(f) => (f.kind.as_str(), f.reason, f.message.clone()),
-                        None => (
-                            "invalid_model_output",
-                            protocol::reason::MODEL_OUTPUT,
-                            "no spans were read".to_string(),
-                        ),
-                    };
-                    json!({"index": i, "error": error, "reason": reason, "message": message})
-                }
-                None => json!({"index": i, "error": "invalid_model_output",
-                    "reason": protocol::reason::MODEL_OUTPUT, "message": "no spans were read"}),
+                _ => entry_failure(i, r, "no spans were read"),
             });
             continue;
         }
@@ -649,19 +637,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             }
         };
         if labels.is_empty() {
-            let failure = r
-                .answers
-                .iter()
-                .find_map(|(_, a)| a.answer.failure().cloned());
-            let (error, reason, message) = match failure {
-                Some(f) => (f.kind.as_str(), f.reason, f.message),
-                None => (
-                    "invalid_model_output",
-                    protocol::reason::MODEL_OUTPUT,
-                    "no labels were read".to_string(),
-                ),
-            };
-            data.push(json!({"index": i, "error": error, "reason": reason, "message": message}));
+            data.push(entry_failure(i, r, "no labels were read"));
             continue;
         }
         labels.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -687,6 +663,20 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             json!({"revision": m.meta.revision, "sha256": m.meta.sha256, "numerics": m.numerics});
     }
     Ok((resp, c.name.clone(), timings))
+}
+
+/// A classify entry whose question was not answered: its failure, or `invalid_model_output`
+/// with `missing` when it has none.
+fn entry_failure(index: usize, r: &protocol::DecisionResponse, missing: &str) -> Value {
+    let (error, reason, message) = match r.answers.iter().find_map(|(_, a)| a.answer.failure()) {
+        Some(f) => (f.kind.as_str(), f.reason, f.message.clone()),
+        None => (
+            "invalid_model_output",
+            protocol::reason::MODEL_OUTPUT,
+            missing.to_string(),
+        ),
+    };
+    json!({"index": index, "error": error, "reason": reason, "message": message})
 }
 
 /// `/v1/classify` on a sequence-classification head: label probabilities (softmax) or
@@ -718,7 +708,7 @@ async fn classify_head(m: &EncoderModel, obj: &Map<String, Value>) -> CoreResult
                     }),
                 };
                 let tokens = field("tokens")?.unwrap_or(m.info().max_tokens);
-                let overlap = field("overlap")?.unwrap_or(64.min(tokens / 4));
+                let overlap = field("overlap")?.unwrap_or(engine::TagOverflow::overlap(tokens));
                 if overlap >= tokens {
                     return Err(invalid(
                         "options.window.overlap must be less than options.window.tokens",

@@ -530,7 +530,7 @@ async fn extract_tagged(
             let tokens = m.info().max_tokens;
             engine::TagOverflow::Window {
                 tokens,
-                overlap: 64.min(tokens / 4),
+                overlap: engine::TagOverflow::overlap(tokens),
             }
         }
     };
