@@ -139,7 +139,7 @@ pub(crate) enum Plan {
 #[derive(Debug)]
 struct Prepared {
     /// Root 0 reads the whole state; each further root reads the keys some questions name
-    /// with `over`.
+    /// with `over`, or the part a span question reads.
     roots: Vec<Node>,
     /// Each question's plan and the roots its branch hangs from (several when it reads its
     /// state in windows; none when it failed).
@@ -283,23 +283,84 @@ pub(crate) struct Tree {
     spans: Option<Arc<SpanVocab>>,
 }
 
-/// The index of the view of the state question `q` reads (the whole state, or the keys its
-/// `over` names unless they cover the state), added to `views` when new.
-pub(crate) fn view_of<'a>(
-    views: &mut Vec<Option<&'a [String]>>,
-    r: &DecisionRequest,
-    q: &'a Question,
-) -> usize {
-    let key = q
-        .over
+/// The keys of the state question `q` reads with `over`, or `None` when it reads the whole
+/// state (no `over`, or one that names every key).
+pub(crate) fn over_keys<'a>(r: &DecisionRequest, q: &'a Question) -> Option<&'a [String]> {
+    q.over
         .as_deref()
-        .filter(|keys| !covers_state(&r.state, keys));
+        .filter(|keys| !covers_state(&r.state, keys))
+}
+
+/// The index of view `key` in `views`, added when new.
+pub(crate) fn view_index<K: PartialEq>(views: &mut Vec<K>, key: K) -> usize {
     match views.iter().position(|v| *v == key) {
         Some(v) => v,
         None => {
             views.push(key);
             views.len() - 1
         }
+    }
+}
+
+/// A view of the state that questions read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ViewKey<'a> {
+    /// The whole state, or the keys an `over` names, rendered.
+    State(Option<&'a [String]>),
+    /// One string part of an object state, exactly as it was sent: what a span question
+    /// reads, so that its offsets count into a string the client has.
+    Part(&'a str),
+}
+
+/// The key of the string part of an object state that span question `q` reads: the one key
+/// its `over` names, else the answer part, else the user part, else the state's only part
+/// (`None` for a text state). A span question's offsets must count into a string the client
+/// sent, so anything else (several parts, a part that is not a string) is refused.
+fn span_part<'a>(r: &'a DecisionRequest, q: &Question) -> Result<Option<&'a str>, QuestionFailure> {
+    let Some(map) = r.state.as_object() else {
+        return Ok(None);
+    };
+    let text_key = |k: &str| {
+        map.get_key_value(k)
+            .filter(|(_, v)| v.is_string())
+            .map(|(k, _)| k.as_str())
+    };
+    if let Some(keys) = &q.over {
+        return match keys.as_slice() {
+            [k] => text_key(k).map(Some).ok_or_else(|| {
+                QuestionFailure::malformed(format!(
+                    "a span question reads one text part of the state, and {k:?} is not a string"
+                ))
+            }),
+            _ => Err(QuestionFailure::malformed(
+                "a span question reads one text part of the state: over must name one key",
+            )),
+        };
+    }
+    let role_of = |k: &str| match &r.roles {
+        Roles::Map(roles) => roles.iter().find(|(rk, _)| rk == k).map(|(_, role)| *role),
+        Roles::Absent => match k {
+            "answer" => Some(Role::Answer),
+            "user" => Some(Role::User),
+            _ => None,
+        },
+        Roles::Null => None,
+    };
+    let with_role = |want: Role| map.keys().find(|k| role_of(k) == Some(want));
+    let part = match (with_role(Role::Answer), with_role(Role::User)) {
+        (Some(k), _) | (None, Some(k)) => Some(k),
+        (None, None) if map.len() == 1 => map.keys().next(),
+        (None, None) => None,
+    };
+    match part {
+        Some(k) => text_key(k).map(Some).ok_or_else(|| {
+            QuestionFailure::malformed(format!(
+                "a span question reads one text part of the state, and {k:?} is not a string"
+            ))
+        }),
+        None => Err(QuestionFailure::malformed(
+            "a span question reads one text part of the state: name it with over",
+        )),
     }
 }
 
@@ -769,13 +830,22 @@ impl DecisionModel {
         }
     }
 
-    /// Render the state, or with `over` only the keys it names (in state order), exactly as a
-    /// state holding only them.
-    fn view_text<'a>(r: &'a DecisionRequest, over: Option<&[String]>) -> Cow<'a, str> {
-        match (over, &r.state) {
-            // A plain text state is read as it is, without a copy.
-            (None, serde_json::Value::String(s)) => Cow::Borrowed(s.trim_end_matches('\n')),
-            (Some(keys), serde_json::Value::Object(map)) => {
+    /// The text of a view: the state rendered, or with `over` only the keys it names (in state
+    /// order) exactly as a state holding only them; a part as it was sent.
+    fn view_text<'a>(r: &'a DecisionRequest, view: ViewKey<'_>) -> Cow<'a, str> {
+        match (view, &r.state) {
+            // A plain text state, or a part, is read as it is, without a copy.
+            (ViewKey::State(None), serde_json::Value::String(s)) => {
+                Cow::Borrowed(s.trim_end_matches('\n'))
+            }
+            (ViewKey::Part(key), state) => Cow::Borrowed(
+                state
+                    .get(key)
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .trim_end_matches('\n'),
+            ),
+            (ViewKey::State(Some(keys)), serde_json::Value::Object(map)) => {
                 let subset = serde_json::Value::Object(
                     map.iter()
                         .filter(|(k, _)| keys.contains(k))
@@ -847,7 +917,7 @@ impl DecisionModel {
             /// Tokens the state may have for this question (cap minus everything else).
             room: usize,
         }
-        let mut views: Vec<Option<&[String]>> = Vec::new();
+        let mut views: Vec<ViewKey> = Vec::new();
         let mut planned: Vec<Result<Planned, (usize, QuestionFailure)>> = Vec::new();
         // Every question is read at least once: when their texts alone surely pass the
         // request's token limit, none of them is tokenized.
@@ -876,7 +946,17 @@ impl DecisionModel {
                 planned.push(Err((i, f)));
                 continue;
             }
-            let view = view_of(&mut views, r, q);
+            let key = match &q.kind {
+                QuestionKind::Span { .. } => match span_part(r, q) {
+                    Ok(part) => part.map_or(ViewKey::State(None), ViewKey::Part),
+                    Err(f) => {
+                        planned.push(Err((i, f)));
+                        continue;
+                    }
+                },
+                _ => ViewKey::State(over_keys(r, q)),
+            };
+            let view = view_index(&mut views, key);
             let plan = self.plan(t, &slot.id, q, n_decisions, cap);
             // Every question is read at least once (and a block found too long was tokenized
             // up to the cap): once that work passes the request's limit, the rest need not be

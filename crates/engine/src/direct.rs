@@ -20,8 +20,8 @@ use protocol::{ProtocolError, Usage};
 use crate::backend::{DirectBackend, DirectKind, DirectQuestion, Token};
 use crate::budget::Cutter;
 use crate::decision::{
-    combine_windows, entries, refusal, view_of, Decision, DecisionModel, Engine, Limits, Plan,
-    RootKey, Timings,
+    combine_windows, entries, over_keys, refusal, view_index, Decision, DecisionModel, Engine,
+    Limits, Plan, RootKey, Timings,
 };
 use crate::error::EngineError;
 use crate::package::{DecisionConfig, ModelMeta};
@@ -246,7 +246,7 @@ fn prepare<'r>(
         if own_tokens > model.limits.max_request_tokens {
             return Err(model.over_request_tokens());
         }
-        let view = view_of(&mut views, r, q);
+        let view = view_index(&mut views, over_keys(r, q));
         asked.push(Ok((view, q, plan, question)));
     }
 

@@ -170,6 +170,46 @@ async fn the_pii_preset_and_the_label_list_form_are_answered() {
     );
 }
 
+/// In an object state a span question reads one string part, as it was sent, and its offsets
+/// count into that string: the part `over` names, else the answer part, else the user part,
+/// else the only part. What names no single string part is refused, and only that question.
+#[tokio::test]
+async fn a_span_question_over_an_object_state_counts_offsets_into_the_part_it_read() {
+    let email = || json!({"type": "span", "criteria": {"EMAIL_ADDRESS": "an email address"}});
+    let over = |keys: Value| {
+        let mut q = email();
+        q["over"] = keys;
+        q
+    };
+    let at = STATE.chars().take_while(|c| *c != 'j').count();
+    let found_at = |v: &Value, id: &str| {
+        check_offsets(STATE, &v["spans"][id]);
+        v["spans"][id]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["start"] == json!(at) && s["text"] == "jane.doe@example.com")
+    };
+    let v = decide(json!({"model": MODEL,
+        "state": {"user": "Who wrote this?", "answer": STATE},
+        "questions": {"default": email(), "named": over(json!("answer"))}}))
+    .await;
+    assert!(found_at(&v, "default"), "{v}");
+    assert!(found_at(&v, "named"), "{v}");
+    let v = decide(json!({"model": MODEL, "state": {"text": STATE, "n": 3},
+        "questions": {"named": over(json!("text")), "both": over(json!(["text", "n"])),
+                      "number": over(json!("n")), "unnamed": email()}}))
+    .await;
+    assert!(found_at(&v, "named"), "{v}");
+    for id in ["both", "number", "unnamed"] {
+        assert_eq!(v["answers"][id]["error"], "invalid_question", "{id}: {v}");
+        assert_eq!(
+            v["answers"][id]["reason"], "question_malformed",
+            "{id}: {v}"
+        );
+    }
+}
+
 /// On a server of its own: on qwen2.5-1.5b a job batched with another request's into one
 /// forward can move answers in the last digits (see ARCHITECTURE.md, Invariants), and the
 /// other tests here send requests at the same time.
