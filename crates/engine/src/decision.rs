@@ -946,8 +946,10 @@ impl DecisionModel {
                 planned.push(Err((i, f)));
                 continue;
             }
+            // A span question reads one part, where the model can answer spans at all (else
+            // it fails as unsupported in its plan).
             let key = match &q.kind {
-                QuestionKind::Span { .. } => match span_part(r, q) {
+                QuestionKind::Span { .. } if t.spans.is_some() => match span_part(r, q) {
                     Ok(part) => part.map_or(ViewKey::State(None), ViewKey::Part),
                     Err(f) => {
                         planned.push(Err((i, f)));
