@@ -147,13 +147,13 @@ def score(cases, predicted, labels):
     return rows
 
 
-def ask(url, model, text, timeout):
+def ask(url, model, text, timeout, only=None):
     # Threshold 0: every span comes back with its probability; thresholds apply here.
-    body = {
-        "model": model,
-        "state": text,
-        "questions": {"pii": {"preset": "pii", "threshold": 0.0}},
-    }
+    question = {"preset": "pii", "threshold": 0.0}
+    if only:
+        # One label with its description: the preset's branch for that label alone.
+        question = {"type": "span", "criteria": dict([only]), "threshold": 0.0}
+    body = {"model": model, "state": text, "questions": {"pii": question}}
     req = urllib.request.Request(
         url.rstrip("/") + "/v1/decisions",
         json.dumps(body).encode(),
@@ -167,10 +167,14 @@ def run(args):
     cases = [json.loads(line) for line in open(args.manifest)]
     if args.limit:
         cases = cases[: args.limit]
+    only = tuple(args.only.split("=", 1)) if args.only else None
+    if only and (len(only) != 2 or only[0] not in LABELS):
+        sys.exit("--only takes LABEL=description, with a label of the preset")
+    labels = [only[0]] if only else LABELS
     predicted, bad = [], 0
     t0 = time.time()
     for i, case in enumerate(cases):
-        v = ask(args.url, args.model, case["text"], args.timeout)
+        v = ask(args.url, args.model, case["text"], args.timeout, only)
         spans = v.get("spans", {}).get("pii", [])
         chars = list(case["text"])
         for s in spans:
@@ -190,15 +194,15 @@ def run(args):
             for case, spans in zip(cases, predicted):
                 f.write(json.dumps({"id": case["id"], "spans": spans}) + "\n")
     for t in (0.5, 0.6, 0.7, 0.8, 0.9):
-        rows = score(cases, [[s for s in p if s["probability"] >= t] for p in predicted], LABELS)
+        rows = score(cases, [[s for s in p if s["probability"] >= t] for p in predicted], labels)
         print(f"threshold {t}: " + " ".join(f"{k}={v['f1']:.2f}" for k, v in rows.items()))
     predicted = [[s for s in p if s["probability"] >= args.threshold] for p in predicted]
     print(f"at threshold {args.threshold}:")
-    ours = score(cases, predicted, LABELS)
+    ours = score(cases, predicted, labels)
     base = score(cases, [regex_spans(c["text"]) for c in cases], list(PATTERNS))
     print(f"{len(cases)} texts, {elapsed:.0f} s ({elapsed / max(1, len(cases)):.2f} s per text)")
     print(f"{'label':15} {'n':>4} {'P':>6} {'R':>6} {'F1':>6}   regex P/R/F1")
-    for label in LABELS:
+    for label in labels:
         o = ours[label]
         n = o["tp"] + o["fn"]
         b = base.get(label)
@@ -228,6 +232,11 @@ def main():
     r.add_argument("--save", help="write each text's spans (with probabilities) here")
     r.add_argument("--threshold", type=float, default=0.5)
     r.add_argument("--verbose", action="store_true")
+    r.add_argument(
+        "--only",
+        metavar="LABEL=DESCRIPTION",
+        help="ask one label with this description instead of the preset, and score it alone",
+    )
     args = ap.parse_args()
     if args.cmd == "generate":
         generate(args.out, args.n, args.seed)
