@@ -320,18 +320,20 @@ fn span_part<'a>(r: &'a DecisionRequest, q: &Question) -> Result<Option<&'a str>
     let Some(map) = r.state.as_object() else {
         return Ok(None);
     };
-    let text_key = |k: &str| {
+    // The key as the state spells it, when its value is a string.
+    let text_part = |k: &str| {
         map.get_key_value(k)
             .filter(|(_, v)| v.is_string())
-            .map(|(k, _)| k.as_str())
-    };
-    if let Some(keys) = &q.over {
-        return match keys.as_slice() {
-            [k] => text_key(k).map(Some).ok_or_else(|| {
+            .map(|(k, _)| Some(k.as_str()))
+            .ok_or_else(|| {
                 QuestionFailure::malformed(format!(
                     "a span question reads one text part of the state, and {k:?} is not a string"
                 ))
-            }),
+            })
+    };
+    if let Some(keys) = &q.over {
+        return match keys.as_slice() {
+            [k] => text_part(k),
             _ => Err(QuestionFailure::malformed(
                 "a span question reads one text part of the state: over must name one key",
             )),
@@ -353,11 +355,7 @@ fn span_part<'a>(r: &'a DecisionRequest, q: &Question) -> Result<Option<&'a str>
         (None, None) => None,
     };
     match part {
-        Some(k) => text_key(k).map(Some).ok_or_else(|| {
-            QuestionFailure::malformed(format!(
-                "a span question reads one text part of the state, and {k:?} is not a string"
-            ))
-        }),
+        Some(k) => text_part(k),
         None => Err(QuestionFailure::malformed(
             "a span question reads one text part of the state: name it with over",
         )),

@@ -42,7 +42,10 @@ pub const PII_PRESET: &str = "pii";
 pub const PII_LABELS: &[(&str, &str)] = &[
     ("PERSON", "the name of a person"),
     ("EMAIL_ADDRESS", "an email address"),
-    ("PHONE_NUMBER", "a telephone number, with its extension if it has one"),
+    (
+        "PHONE_NUMBER",
+        "a telephone number, with its extension if it has one",
+    ),
     ("LOCATION", "a place: a city, a country or a street address"),
     ("CREDIT_CARD", "a payment card number"),
     ("IP_ADDRESS", "an IP address"),
