@@ -1963,3 +1963,71 @@ pub(crate) fn combine_windows(plan: &Plan, windows: Vec<Vec<Vec<f64>>>) -> Optio
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use protocol::request::{parse_decision_body, DecisionBody, Schema};
+    use serde_json::{json, Value};
+
+    use super::span_part;
+
+    /// The part the request's one span question reads, or its refusal's message.
+    fn part(
+        state: Value,
+        roles: Option<Value>,
+        over: Option<Value>,
+    ) -> Result<Option<String>, String> {
+        let mut q = json!({"type": "span", "criteria": ["EMAIL_ADDRESS"]});
+        if let Some(over) = over {
+            q["over"] = over;
+        }
+        let mut body = json!({"model": "m", "state": state, "questions": {"q": q}});
+        if let Some(roles) = roles {
+            body["roles"] = roles;
+        }
+        let Ok(DecisionBody::Single(r)) = parse_decision_body(&body, Schema::Internal) else {
+            panic!("{body}")
+        };
+        let q = r.questions[0].question.as_ref().expect("a valid question");
+        span_part(&r, q)
+            .map(|k| k.map(str::to_string))
+            .map_err(|f| f.message)
+    }
+
+    #[test]
+    fn a_span_reads_one_string_part_in_the_order_the_extension_reference_gives() {
+        let ok = |k: &str| Ok(Some(k.to_string()));
+        assert_eq!(part(json!("plain text"), None, None), Ok(None));
+        // over, else answer, else user, else the only key.
+        let qa = json!({"user": "Who?", "answer": "Jane", "context": "notes"});
+        assert_eq!(part(qa.clone(), None, None), ok("answer"));
+        assert_eq!(
+            part(qa.clone(), None, Some(json!("context"))),
+            ok("context")
+        );
+        assert_eq!(
+            part(json!({"user": "Hi", "context": "c"}), None, None),
+            ok("user")
+        );
+        assert_eq!(part(json!({"text": "Hi"}), None, None), ok("text"));
+        // Roles name the parts when given; null roles name none.
+        let roles = json!({"q": "user", "a": "answer"});
+        assert_eq!(
+            part(json!({"q": "Who?", "a": "Jane"}), Some(roles), None),
+            ok("a")
+        );
+        assert!(part(qa, Some(Value::Null), None).is_err());
+        // What names no single string part is refused.
+        for (state, over) in [
+            (json!({"a": "x", "b": "y"}), None),
+            (json!({"a": "x", "b": "y"}), Some(json!(["a", "b"]))),
+            (json!({"a": "x", "n": 3}), Some(json!("n"))),
+            (json!({"answer": {"nested": "x"}}), None),
+        ] {
+            assert!(
+                part(state.clone(), None, over.clone()).is_err(),
+                "{state} {over:?}"
+            );
+        }
+    }
+}
