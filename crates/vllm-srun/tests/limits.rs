@@ -104,7 +104,29 @@ async fn a_question_longer_than_a_sequence_is_max_length_exceeded() {
 #[tokio::test]
 async fn a_disconnected_clients_queued_work_is_not_run() {
     let s = start(options());
-    let worker = || s.registry.ready(None).expect("ready");
+    // The server sees a client leave only once its connection task runs again: on a loaded
+    // machine that can come after the busy forward has ended and the queued job has run.
+    // That race is the test's, not the behaviour's, so an attempt that lost it (the job ran:
+    // no cancellation, two forwards) is tried again; cancellation that never works fails
+    // every attempt.
+    for attempt in 1..=3 {
+        match abandon_a_queued_request(&s).await {
+            (1, 1) => return,
+            (0, 2) if attempt < 3 => eprintln!("attempt {attempt}: the disconnect was seen late"),
+            (cancelled, forwards) => panic!(
+                "the abandoned job is counted as cancelled ({cancelled}) and no forward ran \
+                 after the busy one ({forwards} forwards)"
+            ),
+        }
+    }
+}
+
+/// Abandon a request queued behind a busy one; the cancelled jobs counted and the forwards run
+/// from the busy forward on.
+async fn abandon_a_queued_request(s: &TestServer) -> (u64, u64) {
+    let model = s.registry.ready(None).expect("ready");
+    let worker = model.worker().expect("a causal LM has a worker");
+    let status = || worker.status();
     let q = |i: &str| json!({"type": "noul", "instructions": i});
     // Occupy the worker with a long request: several forwards (more questions than free
     // sequences), so it is still running when the queued request is abandoned. (24 questions
@@ -122,20 +144,10 @@ async fn a_disconnected_clients_queued_work_is_not_run() {
         let url = url.clone();
         tokio::spawn(async move { post(&url, &long).await })
     };
-    while worker()
-        .worker()
-        .expect("a causal LM has a worker")
-        .status()
-        .forward_running_for()
-        .is_none()
-    {
+    while status().forward_running_for().is_none() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let forwards_before = worker()
-        .worker()
-        .expect("a causal LM has a worker")
-        .status()
-        .forwards();
+    let (cancelled_before, forwards_before) = (status().cancelled(), status().forwards());
     // Queue a request behind it, then drop the connection while it waits.
     let queued = {
         let url = url.clone();
@@ -143,45 +155,26 @@ async fn a_disconnected_clients_queued_work_is_not_run() {
             async move { post(&url, &json!({"state": "x", "questions": {"q": q("?")}})).await },
         )
     };
-    while worker()
-        .worker()
-        .expect("a causal LM has a worker")
-        .status()
-        .queued_jobs()
-        == 0
-    {
+    while status().queued_jobs() == 0 {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     queued.abort();
     let _ = queued.await;
-    let (status, _, _) = busy.await.unwrap();
-    assert_eq!(status, 200);
+    let (code, _, _) = busy.await.unwrap();
+    assert_eq!(code, 200);
     // The worker drops the abandoned job instead of running it.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while worker()
-        .worker()
-        .expect("a causal LM has a worker")
-        .status()
-        .queued_jobs()
-        > 0
-    {
+    while status().queued_jobs() > 0 {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let model = worker();
-    let st = model.worker().expect("a causal LM has a worker").status();
-    assert_eq!(
-        st.cancelled(),
-        1,
-        "the abandoned job is counted as cancelled"
-    );
-    // The counter moves when a forward ends: the busy forward was running when it was read.
-    assert_eq!(
-        st.forwards(),
-        forwards_before + 1,
-        "no forward ran after the busy one"
-    );
+    // The forward counter moves when a forward ends: the busy one was running when it was read.
+    let st = status();
+    (
+        st.cancelled() - cancelled_before,
+        st.forwards() - forwards_before,
+    )
 }
 
 #[tokio::test]
