@@ -307,12 +307,12 @@ pub(crate) fn view_index<K: PartialEq>(views: &mut Vec<K>, key: K) -> usize {
 enum ViewKey<'a> {
     /// The whole state, or the keys an `over` names, rendered.
     State(Option<&'a [String]>),
-    /// One string part of an object state, exactly as it was sent: what a span question
-    /// reads, so that its offsets count into a string the client has.
+    /// The text of one string part of an object state, exactly as it was sent: what a span
+    /// question reads, so that its offsets count into a string the client has.
     Part(&'a str),
 }
 
-/// The key of the string part of an object state that span question `q` reads: the one key
+/// The text of the string part of an object state that span question `q` reads: the one key
 /// its `over` names, else the answer part, else the user part, else the state's only part
 /// (`None` for a text state). A span question's offsets must count into a string the client
 /// sent, so anything else (several parts, a part that is not a string) is refused.
@@ -320,11 +320,11 @@ fn span_part<'a>(r: &'a DecisionRequest, q: &Question) -> Result<Option<&'a str>
     let Some(map) = r.state.as_object() else {
         return Ok(None);
     };
-    // The key as the state spells it, when its value is a string.
+    // The part's text, when its value is a string.
     let text_part = |k: &str| {
-        map.get_key_value(k)
-            .filter(|(_, v)| v.is_string())
-            .map(|(k, _)| Some(k.as_str()))
+        map.get(k)
+            .and_then(serde_json::Value::as_str)
+            .map(Some)
             .ok_or_else(|| {
                 QuestionFailure::malformed(format!(
                     "a span question reads one text part of the state, and {k:?} is not a string"
@@ -339,14 +339,10 @@ fn span_part<'a>(r: &'a DecisionRequest, q: &Question) -> Result<Option<&'a str>
             )),
         };
     }
-    let role_of = |k: &str| match &r.roles {
-        Roles::Map(roles) => roles.iter().find(|(rk, _)| rk == k).map(|(_, role)| *role),
-        Roles::Absent => match k {
-            "answer" => Some(Role::Answer),
-            "user" => Some(Role::User),
-            _ => None,
-        },
-        Roles::Null => None,
+    let role_of = |k: &str| match (&r.roles, k) {
+        (Roles::Absent, "answer") => Some(Role::Answer),
+        (Roles::Absent, "user") => Some(Role::User),
+        (roles, _) => roles.given(k),
     };
     let with_role = |want: Role| map.keys().find(|k| role_of(k) == Some(want));
     let part = match (with_role(Role::Answer), with_role(Role::User)) {
@@ -796,11 +792,10 @@ impl DecisionModel {
 
     fn render_state(state: &serde_json::Value, roles: &Roles) -> String {
         match (state, roles) {
-            (serde_json::Value::Object(map), Roles::Map(roles)) => {
+            (serde_json::Value::Object(map), Roles::Map(_)) => {
                 let mut out = String::new();
                 for (k, v) in map {
-                    let role = roles.iter().find(|(rk, _)| rk == k).map(|(_, r)| *r);
-                    let tag = match role {
+                    let tag = match roles.given(k) {
                         Some(Role::User) => " (user's content)",
                         Some(Role::Context) => " (context)",
                         Some(Role::Answer) => " (answer under check)",
@@ -830,19 +825,13 @@ impl DecisionModel {
 
     /// The text of a view: the state rendered, or with `over` only the keys it names (in state
     /// order) exactly as a state holding only them; a part as it was sent.
-    fn view_text<'a>(r: &'a DecisionRequest, view: ViewKey<'_>) -> Cow<'a, str> {
+    fn view_text<'a>(r: &'a DecisionRequest, view: ViewKey<'a>) -> Cow<'a, str> {
         match (view, &r.state) {
             // A plain text state, or a part, is read as it is, without a copy.
             (ViewKey::State(None), serde_json::Value::String(s)) => {
                 Cow::Borrowed(s.trim_end_matches('\n'))
             }
-            (ViewKey::Part(key), state) => Cow::Borrowed(
-                state
-                    .get(key)
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or_default()
-                    .trim_end_matches('\n'),
-            ),
+            (ViewKey::Part(text), _) => Cow::Borrowed(text.trim_end_matches('\n')),
             (ViewKey::State(Some(keys)), serde_json::Value::Object(map)) => {
                 let subset = serde_json::Value::Object(
                     map.iter()
@@ -1971,7 +1960,8 @@ mod tests {
 
     use super::span_part;
 
-    /// The part the request's one span question reads, or its refusal's message.
+    /// The text of the part the request's one span question reads, or its refusal's message.
+    /// Each test state's parts hold distinct texts, so the text names the part.
     fn part(
         state: Value,
         roles: Option<Value>,
@@ -1996,25 +1986,22 @@ mod tests {
 
     #[test]
     fn a_span_reads_one_string_part_in_the_order_the_extension_reference_gives() {
-        let ok = |k: &str| Ok(Some(k.to_string()));
+        let ok = |text: &str| Ok(Some(text.to_string()));
         assert_eq!(part(json!("plain text"), None, None), Ok(None));
         // over, else answer, else user, else the only key.
         let qa = json!({"user": "Who?", "answer": "Jane", "context": "notes"});
-        assert_eq!(part(qa.clone(), None, None), ok("answer"));
-        assert_eq!(
-            part(qa.clone(), None, Some(json!("context"))),
-            ok("context")
-        );
+        assert_eq!(part(qa.clone(), None, None), ok("Jane"));
+        assert_eq!(part(qa.clone(), None, Some(json!("context"))), ok("notes"));
         assert_eq!(
             part(json!({"user": "Hi", "context": "c"}), None, None),
-            ok("user")
+            ok("Hi")
         );
-        assert_eq!(part(json!({"text": "Hi"}), None, None), ok("text"));
+        assert_eq!(part(json!({"text": "Only"}), None, None), ok("Only"));
         // Roles name the parts when given; null roles name none.
         let roles = json!({"q": "user", "a": "answer"});
         assert_eq!(
             part(json!({"q": "Who?", "a": "Jane"}), Some(roles), None),
-            ok("a")
+            ok("Jane")
         );
         assert!(part(qa, Some(Value::Null), None).is_err());
         // What names no single string part is refused.

@@ -69,6 +69,16 @@ pub enum Roles {
     Map(Vec<(String, Role)>),
 }
 
+impl Roles {
+    /// The role a `roles` map gives state key `key` (none when `roles` is absent or null).
+    pub fn given(&self, key: &str) -> Option<Role> {
+        match self {
+            Roles::Map(roles) => roles.iter().find(|(k, _)| k == key).map(|(_, r)| *r),
+            Roles::Absent | Roles::Null => None,
+        }
+    }
+}
+
 /// The options of a question, by type.
 #[derive(Debug, Clone, PartialEq)]
 pub enum QuestionKind {
