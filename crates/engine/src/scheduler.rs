@@ -193,22 +193,18 @@ impl Worker {
             enqueued: Instant::now(),
             reply,
         };
-        match self.tx.try_send(job) {
-            Ok(()) => {
-                self.status.queued_jobs.fetch_add(1, Ordering::AcqRel);
-            }
-            Err(TrySendError::Full(_)) => {
-                self.status
-                    .queued_tokens
-                    .fetch_sub(tokens, Ordering::AcqRel);
-                return Err(JobError::Overloaded);
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                self.status
-                    .queued_tokens
-                    .fetch_sub(tokens, Ordering::AcqRel);
-                return Err(JobError::Unavailable);
-            }
+        // Counted before it is sent: the worker may take the job (and uncount it) before
+        // this thread runs again, and the count must never wrap below zero.
+        self.status.queued_jobs.fetch_add(1, Ordering::AcqRel);
+        if let Err(e) = self.tx.try_send(job) {
+            self.status.queued_jobs.fetch_sub(1, Ordering::AcqRel);
+            self.status
+                .queued_tokens
+                .fetch_sub(tokens, Ordering::AcqRel);
+            return Err(match e {
+                TrySendError::Full(_) => JobError::Overloaded,
+                TrySendError::Disconnected(_) => JobError::Unavailable,
+            });
         }
         rx.await.unwrap_or(Err(JobError::Unavailable))
     }
