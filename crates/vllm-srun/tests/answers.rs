@@ -139,3 +139,48 @@ async fn set_labels_apply_where_the_text_says_so() {
     let (fin, cook) = (p["finance"].as_f64(), p["cooking"].as_f64());
     assert!(matches!((fin, cook), (Some(f), Some(c)) if f > c), "{v}");
 }
+
+/// Each question is evaluated in llama.cpp micro-batches of its own, so on this quantized model
+/// (whose kernels round differently with a batch's shape) its answer is the same bit for bit
+/// alone, beside nine other questions, and when the same request is asked again after other
+/// work; the other tests of this file send requests to the same server meanwhile, which may
+/// be batched into the same forwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_the_same_alone_beside_others_and_asked_again() {
+    let asked = [
+        ("damaged", "noul", "Was the item damaged?"),
+        ("route", "choice", "Which team should handle this ticket?"),
+    ];
+    let question = |kind: &str, text: &str| {
+        if kind == "choice" {
+            json!({"type": "choice", "instructions": text,
+                   "criteria": {"billing": "Payments and invoices", "shipping": "Deliveries", "technical": "Product faults"}})
+        } else {
+            json!({"type": kind, "instructions": text})
+        }
+    };
+    let others = [
+        "Does the customer mention an order number?",
+        "Is the customer angry?",
+        "Did the customer contact support before?",
+        "Does the customer want a refund?",
+        "Is a phone call mentioned?",
+        "Is a bank mentioned?",
+        "Is this about a subscription?",
+        "Does the customer threaten to leave?",
+    ];
+    let mut all = serde_json::Map::new();
+    for (id, kind, text) in asked {
+        all.insert(id.into(), question(kind, text));
+    }
+    for (i, text) in others.iter().enumerate() {
+        all.insert(format!("other{i}"), question("noul", text));
+    }
+    let beside = answers(TICKET, Value::Object(all.clone())).await;
+    for (id, kind, text) in asked {
+        let alone = answers(TICKET, json!({ id: question(kind, text) })).await;
+        assert_eq!(alone[id], beside[id], "{id} alone and beside nine others");
+    }
+    let again = answers(TICKET, Value::Object(all)).await;
+    assert_eq!(beside, again, "the same request asked again");
+}
