@@ -183,6 +183,24 @@ fn long_state(i: usize) -> String {
     )
 }
 
+/// Medians of `a` and `b` sent `runs` times each, alternating so that drift hits both alike
+/// (after one warm-up of `a`).
+async fn alternate(
+    client: &reqwest::Client,
+    url: &str,
+    a: &Value,
+    b: &Value,
+    runs: usize,
+) -> Result<(Duration, Duration), String> {
+    time_request(client, url, a).await?;
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        ta.push(time_request(client, url, a).await?);
+        tb.push(time_request(client, url, b).await?);
+    }
+    Ok((median(ta), median(tb)))
+}
+
 /// `n` yes/no questions (at most ten) about [`long_state`].
 fn yes_no(n: usize) -> Value {
     let all = [
@@ -324,13 +342,7 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
 
     // (c) six questions vs (d) one about one ~200-token state.
     let six = json!({"model": name, "state": state, "questions": questions(6)});
-    time_request(&client, &url, &six).await?;
-    let (mut tc, mut td) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        tc.push(time_request(&client, &url, &six).await?);
-        td.push(time_request(&client, &url, &body).await?);
-    }
-    let (c, d) = (median(tc), median(td));
+    let (c, d) = alternate(&client, &url, &six, &body, runs).await?;
     println!("(c) six questions, one request: median {:.1} ms", ms(c));
     println!("(d) one question:               median {:.1} ms", ms(d));
     println!(
@@ -340,13 +352,7 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
 
     // (c2) ten yes/no questions vs one question about the same state.
     let ten = json!({"model": name, "state": state, "questions": yes_no(10)});
-    time_request(&client, &url, &ten).await?;
-    let (mut tt, mut t1) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        tt.push(time_request(&client, &url, &ten).await?);
-        t1.push(time_request(&client, &url, &body).await?);
-    }
-    let (ten_ms, one_ms) = (median(tt), median(t1));
+    let (ten_ms, one_ms) = alternate(&client, &url, &ten, &body, runs).await?;
     println!("(c2) ten yes/no, one request: median {:.1} ms", ms(ten_ms));
     println!("     one question:            median {:.1} ms", ms(one_ms));
     println!(
