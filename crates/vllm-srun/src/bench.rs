@@ -412,7 +412,9 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
     println!("(e) raw llama.cpp sequential: {raw_qps:.3} questions/s (no result cache anywhere)");
     let mut sustainable = 0.0;
     for conc in [1usize, 4, 16] {
-        let (qps, lat) = closed_loop(&url, &bodies, conc).await?;
+        let before = rss_bytes();
+        let (run, grown) = peak_rss(closed_loop(&url, &bodies, conc)).await;
+        let (qps, lat) = run?;
         if conc == 1 {
             sustainable = qps;
         }
@@ -421,6 +423,12 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
             qps / raw_qps,
             lat.ms(0.5),
             lat.ms(0.99)
+        );
+        // The process also holds the raw baseline's model and context.
+        println!(
+            "                    peak resident memory {:.0} MiB (+{:.0} MiB during the run)",
+            (before + grown) as f64 / 1048576.0,
+            grown as f64 / 1048576.0
         );
     }
 
