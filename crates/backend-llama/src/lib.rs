@@ -465,38 +465,37 @@ impl LlamaSession<'_> {
             // receives those cells only, not a copy of the parent's whole stream (llama.cpp's
             // cross-stream `seq_cp` copies every cell of every layer: 224 MiB on qwen2.5-1.5b
             // at 8,192 tokens a stream).
+            // `from[k]` is the index in `parents` of chunk node k's parent.
             let mut parents: Vec<(i32, SeqState)> = Vec::new();
+            let mut from = Vec::with_capacity(chunk.len());
             for &it in &chunk {
                 let parent_seq = items[it].parent.map_or(0, |p| items[p].seq);
-                if !parents.iter().any(|(s, _)| *s == parent_seq) {
-                    let cells = self
-                        .ctx
-                        .state_seq_get(parent_seq, LlamaStateSeqFlags::empty())
-                        .map_err(|e| BackendError::Forward(e.to_string()))?;
-                    tracing::trace!(
-                        parent = parent_seq,
-                        bytes = cells.byte_len(),
-                        "a parent's cells read for its children"
-                    );
-                    parents.push((parent_seq, cells));
-                }
+                let at = match parents.iter().position(|(s, _)| *s == parent_seq) {
+                    Some(at) => at,
+                    None => {
+                        let cells = self
+                            .ctx
+                            .state_seq_get(parent_seq, LlamaStateSeqFlags::empty())
+                            .map_err(|e| BackendError::Forward(e.to_string()))?;
+                        tracing::trace!(
+                            parent = parent_seq,
+                            bytes = cells.byte_len(),
+                            "a parent's cells read for its children"
+                        );
+                        parents.push((parent_seq, cells));
+                        parents.len() - 1
+                    }
+                };
+                from.push(at);
             }
             // Give each node a sequence holding its parent's cells, and queue its tokens.
             self.batch.clear();
             let mut growing: Vec<Growing> = Vec::new();
             let mut read_slots: Vec<(usize, usize, i32)> = Vec::new(); // (item, read idx, batch idx)
-            for (&it, &seq) in chunk.iter().zip(&ids) {
+            for ((&it, &seq), &at) in chunk.iter().zip(&ids).zip(&from) {
                 items[it].seq = seq;
-                let parent_seq = items[it].parent.map_or(0, |p| items[p].seq);
-                let cells = parents
-                    .iter()
-                    .find(|(s, _)| *s == parent_seq)
-                    .map(|(_, c)| c)
-                    .ok_or_else(|| {
-                        BackendError::Forward("a parent's cells were not read".into())
-                    })?;
                 self.ctx
-                    .state_seq_set(cells, seq)
+                    .state_seq_set(&parents[at].1, seq)
                     .map_err(|e| BackendError::Forward(e.to_string()))?;
                 let node = items[it].node;
                 if node.tokens.is_empty() {
