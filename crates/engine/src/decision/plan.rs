@@ -1,0 +1,329 @@
+//! Planning one question: its type checked, its block rendered and tokenized, and the
+//! label trie its answer is read through.
+
+use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
+use protocol::request::{Question, QuestionKind};
+
+use super::{DecisionModel, Plan, Tree};
+use crate::backend::{Node, Token};
+use crate::labels::{option_code, Trie};
+
+/// The trie of a question's label paths; labels the vocabulary cannot tell apart are a
+/// model-output failure of that question.
+pub(super) fn label_trie(paths: &[Vec<Token>]) -> Result<Trie, QuestionFailure> {
+    Trie::build(paths).map_err(|e| {
+        QuestionFailure::new(
+            QuestionErrorKind::InvalidModelOutput,
+            reason::MODEL_OUTPUT,
+            e.to_string(),
+        )
+    })
+}
+
+impl DecisionModel {
+    /// A question block's tokens, read no further than what `cap` (the most a question reads
+    /// with its state) leaves beside the frame: a longer block could never be evaluated, so
+    /// it fails as too long a question does, without being tokenized whole.
+    pub(super) fn question_tokens(
+        &self,
+        t: &Tree,
+        block: &str,
+        limit: usize,
+    ) -> Result<Vec<Token>, QuestionFailure> {
+        let frame = t.prefix.len() + t.header.len() + t.sep.len() + t.turn_end.len();
+        let own = limit.saturating_sub(frame);
+        let read = self.read_text(&*t.backend, block, own).map_err(|e| {
+            QuestionFailure::new(
+                QuestionErrorKind::InvalidInput,
+                reason::INPUT_MALFORMED,
+                e.message,
+            )
+        })?;
+        if !read.complete || read.tokens.len() > own {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::MaxLengthExceeded,
+                reason::QUESTION_TOKENS,
+                format!(
+                    "the question alone reads more than {limit} tokens, the most a question reads with its state"
+                ),
+            )
+            .with_limit(limit as u64));
+        }
+        let mut tokens = read.tokens;
+        tokens.extend_from_slice(&t.turn_end);
+        Ok(tokens)
+    }
+
+    /// A question of a type the model does not answer, or one that asks for an adapter it
+    /// lacks, fails with its reason word.
+    pub(crate) fn check_type(&self, q: &Question) -> Result<(), QuestionFailure> {
+        let type_name = q.kind.type_name();
+        if !self.config.answers(type_name) {
+            let (r, what) = match &q.kind {
+                QuestionKind::Span { .. } => (reason::SPAN_UNSUPPORTED, "span"),
+                QuestionKind::Box => (reason::BOX_UNSUPPORTED, "box"),
+                QuestionKind::Track => (reason::TRACK_UNSUPPORTED, "track"),
+                QuestionKind::Set { .. } => (reason::SET_UNSUPPORTED, "set"),
+                _ => (reason::QUESTION_MALFORMED, type_name),
+            };
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                r,
+                format!("model {} does not answer {what} questions", self.meta.name),
+            ));
+        }
+        if q.decision_adapter {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                reason::DECISION_ADAPTER_UNSUPPORTED,
+                format!(
+                    "decision_adapter: model {} has no decision adapter",
+                    self.meta.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Render and tokenize one question; return how to read it and its branch nodes.
+    pub(super) fn plan(
+        &self,
+        t: &Tree,
+        id: &str,
+        q: &Question,
+        n_decisions: usize,
+        limit: usize,
+    ) -> Result<(Plan, Vec<Node>, Option<Trie>), QuestionFailure> {
+        self.check_type(q)?;
+        let type_name = q.kind.type_name();
+        let complete = q.require_full_input;
+        let temperature = self.temperature(type_name, n_decisions);
+        let instr = q.instructions.as_deref();
+        let id = id.to_string();
+        match &q.kind {
+            QuestionKind::Choice { options } => {
+                let n = options.len();
+                let question = instr.unwrap_or("Which option describes the text best?");
+                // The model answers with an option's own name where the names can be read
+                // apart (a small model maps meaning to a word far better than to a letter);
+                // otherwise with its letter or code.
+                let named = self.named_options(t, options);
+                let by_name = named.is_some();
+                let (trie, ask) = match named {
+                    Some(trie) => (trie, "Answer with the name of the best option."),
+                    None if n <= 26 => (
+                        label_trie(&t.letters[..n])?,
+                        "Answer with the letter of the best option.",
+                    ),
+                    None => (
+                        label_trie(&t.codes[..n])?,
+                        "Answer with the code of the best option.",
+                    ),
+                };
+                // The options are shown in one order, sorted by name, whatever order the
+                // client listed them in, so that order cannot move the answer; and in
+                // `choice_orders` turns of it, so that no option keeps a place the model
+                // favours. The answer is the geometric mean of the turns' distributions.
+                let mut canonical: Vec<usize> = (0..n).collect();
+                canonical.sort_by(|&a, &b| options[a].0.cmp(&options[b].0));
+                let turns = self.config.choice_orders.clamp(1, n.max(1));
+                let mut nodes = Vec::with_capacity(turns);
+                let mut shown = Vec::with_capacity(turns);
+                for turn in 0..turns {
+                    let shift = turn * n / turns;
+                    let order: Vec<usize> = (0..n).map(|i| canonical[(i + shift) % n]).collect();
+                    let mut block = format!("Question: {question}\nOptions:\n");
+                    for (place, &i) in order.iter().enumerate() {
+                        let (key, desc) = &options[i];
+                        let mark = if by_name {
+                            "-".to_string()
+                        } else {
+                            format!("{}.", option_code(place, n))
+                        };
+                        match desc {
+                            Some(d) => block.push_str(&format!("{mark} {key}: {d}\n")),
+                            None => block.push_str(&format!("{mark} {key}\n")),
+                        }
+                    }
+                    block.push_str(ask);
+                    nodes.push(trie.node(self.question_tokens(t, &block, limit)?));
+                    shown.push(if by_name { (0..n).collect() } else { order });
+                }
+                Ok((
+                    Plan::Choice {
+                        id,
+                        keys: options.iter().map(|(k, _)| k.clone()).collect(),
+                        shown,
+                        temperature,
+                        complete,
+                    },
+                    nodes,
+                    Some(trie),
+                ))
+            }
+            QuestionKind::Noul {
+                when_false,
+                when_true,
+            } => {
+                let mut block = format!(
+                    "Question: {}\n",
+                    instr.unwrap_or("Which of these describes the text?")
+                );
+                if let Some(d) = when_true {
+                    block.push_str(&format!("Yes means: {d}\n"));
+                }
+                if let Some(f) = when_false {
+                    block.push_str(&format!("No means: {f}\n"));
+                }
+                block.push_str("Answer Yes or No.");
+                let node = t.yes_no.node(self.question_tokens(t, &block, limit)?);
+                Ok((
+                    Plan::Noul {
+                        id,
+                        temperature,
+                        complete,
+                    },
+                    vec![node],
+                    None,
+                ))
+            }
+            QuestionKind::Score { levels } => {
+                let n = levels.len();
+                let trie = label_trie(&t.digits[..n])?;
+                let mut block = format!(
+                    "Question: {}\nLevels:\n",
+                    instr.unwrap_or("Which level describes the text best?")
+                );
+                for (i, l) in levels.iter().enumerate() {
+                    block.push_str(&format!("{i}. {l}\n"));
+                }
+                block.push_str("Answer with the number of the level.");
+                let node = trie.node(self.question_tokens(t, &block, limit)?);
+                Ok((
+                    Plan::Score {
+                        id,
+                        legend: levels.clone(),
+                        temperature,
+                        complete,
+                    },
+                    vec![node],
+                    Some(trie),
+                ))
+            }
+            QuestionKind::Set { labels, threshold } => {
+                let mut nodes = Vec::with_capacity(labels.len());
+                for (key, desc) in labels {
+                    let label = match desc {
+                        Some(d) => format!("{key}: {d}"),
+                        None => key.clone(),
+                    };
+                    let block = format!(
+                        "Question: {}\nLabel: {label}\nDoes this label apply to the text? Answer Yes or No.",
+                        instr.unwrap_or("Which labels apply to the text?")
+                    );
+                    nodes.push(t.yes_no.node(self.question_tokens(t, &block, limit)?));
+                }
+                Ok((
+                    Plan::Set {
+                        id,
+                        labels: labels.iter().map(|(k, _)| k.clone()).collect(),
+                        threshold: threshold.unwrap_or(self.config.set_threshold),
+                        temperature: self.temperature("noul", n_decisions),
+                        complete,
+                    },
+                    nodes,
+                    None,
+                ))
+            }
+            QuestionKind::Span { labels, threshold } if t.spans.is_some() => {
+                let labels = span_labels(labels, q.preset.as_deref())?;
+                let question = instr.unwrap_or("Find the parts of the text that the label names.");
+                let mut nodes = Vec::with_capacity(labels.len());
+                for (key, desc) in &labels {
+                    let (label, what) = match desc {
+                        Some(d) => (format!("{key}: {d}"), d.as_str()),
+                        None => (key.clone(), key.as_str()),
+                    };
+                    let block = format!(
+                        "Question: {question}\nLabel: {label}\nDoes the text contain {what}? If it does, copy each one exactly as it is written, one per line. If it does not, answer None."
+                    );
+                    nodes.push(Node {
+                        tokens: self.question_tokens(t, &block, limit)?,
+                        ..Node::default()
+                    });
+                }
+                Ok((
+                    Plan::Span {
+                        id,
+                        labels: labels.into_iter().map(|(k, _)| k).collect(),
+                        threshold: threshold.unwrap_or(self.config.span_threshold),
+                        complete,
+                        text: String::new(),
+                        reads: Vec::new(),
+                    },
+                    nodes,
+                    None,
+                ))
+            }
+            // Box and track are refused above unless a package declares them, and no text
+            // backend here reads them.
+            QuestionKind::Span { .. } | QuestionKind::Box | QuestionKind::Track => {
+                Err(QuestionFailure::new(
+                    QuestionErrorKind::InvalidQuestion,
+                    reason::SPAN_UNSUPPORTED,
+                    format!("model {} cannot read {type_name} questions", self.meta.name),
+                ))
+            }
+        }
+    }
+
+    /// The trie of a choice's option names, when the model can answer with them: every name
+    /// a short word-like key (letters, digits, `_`, `-`, spaces; at most 32 bytes and 8
+    /// tokens), and no name's tokens a prefix of another's.
+    pub(super) fn named_options(
+        &self,
+        t: &Tree,
+        options: &[(String, Option<String>)],
+    ) -> Option<Trie> {
+        let word_like = |k: &str| {
+            !k.is_empty()
+                && k.len() <= 32
+                && k.trim() == k
+                && k.chars().any(char::is_alphabetic)
+                && k.chars()
+                    .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+        };
+        if options.len() > 64 || !options.iter().all(|(k, _)| word_like(k)) {
+            return None;
+        }
+        let mut paths = Vec::with_capacity(options.len());
+        for (k, _) in options {
+            let p = t.backend.tokenize(k, false).ok()?;
+            if p.is_empty() || p.len() > 8 {
+                return None;
+            }
+            paths.push(p);
+        }
+        Trie::build(&paths).ok()
+    }
+}
+
+/// A span question's labels: its own, or with none, those of the preset it names.
+pub(super) fn span_labels(
+    labels: &[(String, Option<String>)],
+    preset: Option<&str>,
+) -> Result<Vec<(String, Option<String>)>, QuestionFailure> {
+    if !labels.is_empty() {
+        return Ok(labels.to_vec());
+    }
+    match preset {
+        Some(protocol::PII_PRESET) => Ok(protocol::PII_LABELS
+            .iter()
+            .map(|(k, d)| (k.to_string(), Some(d.to_string())))
+            .collect()),
+        Some(other) => Err(QuestionFailure::malformed(format!(
+            "preset {other:?} is not one this model answers (it answers pii); name the labels in criteria"
+        ))),
+        None => Err(QuestionFailure::malformed("a span takes 1 or more labels in criteria")),
+    }
+}

@@ -1,0 +1,390 @@
+//! Reading answers: probability groups from each root's logits, windows combined, spans
+//! replayed from growth steps, and the response assembled.
+
+use std::sync::Arc;
+
+use protocol::answer::{
+    AnswerEntry, ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer, SetResult, SpanFound,
+};
+use protocol::confidence::{argmax, choice_confidence, expected_level, score_confidence};
+use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
+use protocol::{Answer, Ordered, Usage};
+
+use super::{DecisionModel, Plan, Prepared, Tree};
+use crate::backend::RootLogits;
+use crate::labels::Trie;
+use crate::span::CopySteer;
+
+impl DecisionModel {
+    /// Read one plan's probability groups from one root's logits: one distribution for a
+    /// choice, noul or score question, one yes/no pair per label of a set.
+    pub(super) fn read_groups<'a>(
+        &self,
+        t: &Tree,
+        plan: &Plan,
+        trie: Option<&Trie>,
+        reads: &mut impl Iterator<Item = &'a Vec<f32>>,
+    ) -> Option<Vec<Vec<f64>>> {
+        match (plan, trie) {
+            (Plan::Failed { .. }, _) => Some(Vec::new()),
+            (
+                Plan::Choice {
+                    keys,
+                    shown,
+                    temperature,
+                    ..
+                },
+                Some(trie),
+            ) => {
+                let mut turns = Vec::with_capacity(shown.len());
+                for options in shown {
+                    let read = trie.probabilities(reads, keys.len(), *temperature)?;
+                    let mut p = vec![0.0; keys.len()];
+                    for (label, &option) in options.iter().enumerate() {
+                        *p.get_mut(option)? = *read.get(label)?;
+                    }
+                    turns.push(p);
+                }
+                Some(vec![geometric_mean(&turns)?])
+            }
+            (Plan::Noul { temperature, .. }, _) => {
+                Some(vec![t.yes_no.probabilities(reads, 2, *temperature)?])
+            }
+            (
+                Plan::Score {
+                    legend,
+                    temperature,
+                    ..
+                },
+                Some(trie),
+            ) => Some(vec![trie.probabilities(
+                reads,
+                legend.len(),
+                *temperature,
+            )?]),
+            (
+                Plan::Set {
+                    labels,
+                    temperature,
+                    ..
+                },
+                _,
+            ) => labels
+                .iter()
+                .map(|_| t.yes_no.probabilities(reads, 2, *temperature))
+                .collect(),
+            (Plan::Choice { .. } | Plan::Score { .. }, None) => None,
+            // Spans are read from growth steps (`read_spans`), not from fixed reads.
+            (Plan::Span { .. }, _) => None,
+        }
+    }
+
+    pub(super) fn assemble(
+        &self,
+        t: &Tree,
+        p: &Prepared,
+        logits: Vec<Option<&RootLogits>>,
+        failure: Option<&QuestionFailure>,
+    ) -> DecisionResponse {
+        let mut per_root: Vec<std::slice::Iter<'_, Vec<f32>>> = logits
+            .into_iter()
+            .map(|l| l.map(|l| l.iter()).unwrap_or_default())
+            .collect();
+        let mut read = Vec::with_capacity(p.plans.len());
+        let mut usage = p.usage;
+        for (roots, plan, trie) in &p.plans {
+            if matches!(plan, Plan::Span { .. }) {
+                read.push((plan, None));
+                continue;
+            }
+            // Every root (window) the question read, then the windows combined.
+            let mut per_window = Vec::with_capacity(roots.len());
+            for &at in roots {
+                let mut none = [].iter();
+                let reads = per_root.get_mut(at).unwrap_or(&mut none);
+                per_window.push(self.read_groups(t, plan, trie.as_ref(), reads));
+            }
+            let groups: Option<Vec<Vec<f64>>> = per_window
+                .into_iter()
+                .collect::<Option<Vec<_>>>()
+                .and_then(|w| combine_windows(plan, w));
+            read.push((plan, groups));
+        }
+        // A root's growth steps follow all its fixed reads, branch by branch in the order the
+        // span questions were placed.
+        let mut spans = Vec::new();
+        for (roots, plan, _) in &p.plans {
+            if let Plan::Span {
+                labels,
+                text,
+                reads,
+                ..
+            } = plan
+            {
+                spans.push(read_spans(
+                    roots,
+                    labels,
+                    text,
+                    reads,
+                    &mut per_root,
+                    &mut usage,
+                ));
+            }
+        }
+        self.response(read, spans, failure, usage)
+    }
+
+    /// The response to one request from each question's plan and probability groups (`None`
+    /// when its forward failed with `failure`, or gave too few logits).
+    pub(crate) fn response(
+        &self,
+        read: Vec<(&Plan, Option<Vec<Vec<f64>>>)>,
+        spans: Vec<Option<Vec<SpanFound>>>,
+        failure: Option<&QuestionFailure>,
+        usage: Usage,
+    ) -> DecisionResponse {
+        let mut spans = spans.into_iter();
+        let mut answers = Ordered::new();
+        let mut sets = Ordered::new();
+        let mut found = Ordered::new();
+        let mut thresholds = Ordered::new();
+        let broken = |type_word: &str| Answer::Failed {
+            type_word: type_word.to_string(),
+            failure: failure.cloned().unwrap_or_else(|| {
+                QuestionFailure::new(
+                    QuestionErrorKind::InvalidModelOutput,
+                    reason::MODEL_OUTPUT,
+                    "the model returned too few logits for this question",
+                )
+            }),
+        };
+        let entry = |answer: Answer, complete: bool| AnswerEntry {
+            input_complete: complete && answer.failure().is_none(),
+            answer,
+        };
+        for (plan, groups) in read {
+            match plan {
+                Plan::Failed {
+                    id,
+                    type_word,
+                    failure,
+                } => {
+                    answers.push(
+                        id.clone(),
+                        entry(
+                            Answer::Failed {
+                                type_word: type_word.clone(),
+                                failure: failure.clone(),
+                            },
+                            false,
+                        ),
+                    );
+                }
+                Plan::Choice {
+                    id, keys, complete, ..
+                } => {
+                    let answer = match groups.and_then(|g| g.into_iter().next()) {
+                        Some(probs) => Answer::Choice(ChoiceAnswer {
+                            choice: keys[argmax(&probs)].clone(),
+                            confidence: choice_confidence(&probs),
+                            probabilities: Ordered(keys.iter().cloned().zip(probs).collect()),
+                        }),
+                        None => broken("choice"),
+                    };
+                    answers.push(id.clone(), entry(answer, *complete));
+                }
+                Plan::Noul { id, complete, .. } => {
+                    let answer = match groups.and_then(|g| g.into_iter().next()) {
+                        Some(p) => Answer::Noul(NoulAnswer { noul: p[0] }),
+                        None => broken("noul"),
+                    };
+                    answers.push(id.clone(), entry(answer, *complete));
+                }
+                Plan::Score {
+                    id,
+                    legend,
+                    complete,
+                    ..
+                } => {
+                    let answer = match groups.and_then(|g| g.into_iter().next()) {
+                        Some(probs) => Answer::Score(ScoreAnswer {
+                            score: expected_level(&probs),
+                            confidence: score_confidence(&probs),
+                            legend: Ordered(
+                                legend
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, l)| (i.to_string(), l.clone()))
+                                    .collect(),
+                            ),
+                            probabilities: Ordered(
+                                probs
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, p)| (i.to_string(), *p))
+                                    .collect(),
+                            ),
+                        }),
+                        None => broken("score"),
+                    };
+                    answers.push(id.clone(), entry(answer, *complete));
+                }
+                Plan::Set {
+                    id,
+                    labels,
+                    threshold,
+                    complete,
+                    ..
+                } => match groups {
+                    Some(groups) => {
+                        let mut probs = Ordered::new();
+                        let mut selected = Vec::new();
+                        for (label, p) in labels.iter().zip(groups) {
+                            if p[0] >= *threshold {
+                                selected.push(label.clone());
+                            }
+                            probs.push(label.clone(), p[0]);
+                            answers.push(
+                                format!("{id}.{label}"),
+                                entry(Answer::Noul(NoulAnswer { noul: p[0] }), *complete),
+                            );
+                        }
+                        sets.push(
+                            id.clone(),
+                            SetResult {
+                                selected,
+                                probabilities: probs,
+                            },
+                        );
+                        thresholds.push(id.clone(), *threshold);
+                    }
+                    None => {
+                        for label in labels {
+                            answers.push(format!("{id}.{label}"), entry(broken("noul"), false));
+                        }
+                    }
+                },
+                Plan::Span {
+                    id,
+                    threshold,
+                    complete,
+                    ..
+                } => match spans.next().flatten().filter(|_| failure.is_none()) {
+                    Some(all) => {
+                        let best = all.iter().map(|s| s.probability).fold(0.0, f64::max);
+                        answers.push(
+                            id.clone(),
+                            entry(Answer::Noul(NoulAnswer { noul: best }), *complete),
+                        );
+                        found.push(
+                            id.clone(),
+                            all.into_iter()
+                                .filter(|s| s.probability >= *threshold)
+                                .collect(),
+                        );
+                        thresholds.push(id.clone(), *threshold);
+                    }
+                    None => answers.push(id.clone(), entry(broken("span"), false)),
+                },
+            }
+        }
+        DecisionResponse {
+            model: self.meta.name.clone(),
+            answers,
+            sets,
+            spans: found,
+            thresholds,
+            usage,
+            meta: None,
+        }
+    }
+}
+
+/// Read one span question's spans from the growth steps of its branches (one per label on each
+/// root it read), adding the tokens the growth fed back to `usage`; `None` when the steps do
+/// not fit.
+pub(super) fn read_spans(
+    roots: &[usize],
+    labels: &[String],
+    text: &str,
+    reads: &[(Arc<CopySteer>, usize)],
+    per_root: &mut [std::slice::Iter<'_, Vec<f32>>],
+    usage: &mut Usage,
+) -> Option<Vec<SpanFound>> {
+    let mut per_label: Vec<Vec<(usize, usize, Vec<crate::span::Copied>)>> =
+        vec![Vec::new(); labels.len()];
+    for (&at, (steer, offset)) in roots.iter().zip(reads) {
+        let steps = per_root.get_mut(at)?;
+        for found in per_label.iter_mut() {
+            let (copies, picked) = crate::span::replay(steer, steps)?;
+            // Every picked token but the last was fed back and read.
+            usage.input_tokens += picked.saturating_sub(1) as u64;
+            found.push((*offset, steer.text_len(), copies));
+        }
+    }
+    let all: Vec<SpanFound> = labels
+        .iter()
+        .zip(per_label)
+        .flat_map(|(label, found)| crate::span::locate(label, text, &found))
+        .collect();
+    Some(crate::span::one_label_per_place(all))
+}
+
+/// The normalised geometric mean of distributions over the same options: a bias that
+/// multiplies each place's probability cancels when every place is visited once.
+pub(super) fn geometric_mean(ps: &[Vec<f64>]) -> Option<Vec<f64>> {
+    if let [one] = ps {
+        return Some(one.clone());
+    }
+    let n = ps.first()?.len();
+    let k = ps.len() as f64;
+    let logs: Vec<f64> = (0..n)
+        .map(|i| {
+            ps.iter()
+                .map(|p| p.get(i).copied().unwrap_or(0.0).max(1e-300).ln())
+                .sum::<f64>()
+                / k
+        })
+        .collect();
+    let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = logs.iter().map(|l| (l - top).exp()).collect();
+    let z: f64 = w.iter().sum();
+    Some(w.into_iter().map(|x| x / z).collect())
+}
+
+/// Combine the answers of a question read in windows. A noul (and each label of a set) takes
+/// the highest probability any window gave it: the text says yes if any part of it does. A
+/// choice or score takes the mean of the windows' distributions: each window is one equal
+/// reading of the text. One window is its own answer.
+pub(crate) fn combine_windows(plan: &Plan, windows: Vec<Vec<Vec<f64>>>) -> Option<Vec<Vec<f64>>> {
+    let mut it = windows.into_iter();
+    let first = it.next()?;
+    let rest: Vec<Vec<Vec<f64>>> = it.collect();
+    if rest.is_empty() {
+        return Some(first);
+    }
+    let n = (rest.len() + 1) as f64;
+    let max = matches!(plan, Plan::Noul { .. } | Plan::Set { .. });
+    let mut out = first;
+    for w in &rest {
+        for (g, wg) in out.iter_mut().zip(w) {
+            if max {
+                if wg[0] > g[0] {
+                    g.clone_from(wg);
+                }
+            } else {
+                for (x, y) in g.iter_mut().zip(wg) {
+                    *x += y;
+                }
+            }
+        }
+    }
+    if !max {
+        for g in &mut out {
+            for x in g.iter_mut() {
+                *x /= n;
+            }
+        }
+    }
+    Some(out)
+}
