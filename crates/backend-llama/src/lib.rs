@@ -863,6 +863,30 @@ impl LlamaBackend {
     }
 }
 
+impl LlamaBackend {
+    /// A one-sequence evaluator on llama.cpp's own context defaults (flash attention `auto`,
+    /// its batch and micro-batch sizes), with only the size and the threads set: the baseline
+    /// a user of plain llama.cpp gets, which benchmarks hold beside [`LlamaBackend::plain`].
+    pub fn plain_defaults(&self, tokens: u32) -> Result<PlainEvaluator<'_>, BackendError> {
+        let n_ctx = tokens.max(256).div_ceil(256) * 256;
+        let threads = i32::try_from(self.config.threads).unwrap_or(2);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = self
+            .model
+            .new_context(runtime()?, params)
+            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        let capacity = ctx.n_batch().min(n_ctx) as usize;
+        Ok(PlainEvaluator {
+            ctx,
+            batch: LlamaBatch::new(capacity, 1),
+            capacity,
+        })
+    }
+}
+
 impl PlainEvaluator<'_> {
     /// Greedy generation as llama.cpp's simple example does it: the prompt in one decode, then
     /// one decode per token, the argmax of the logits each time. Returns the tokens and the
