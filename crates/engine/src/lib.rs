@@ -13,6 +13,7 @@ pub mod error;
 pub mod generate;
 pub mod labels;
 pub mod package;
+pub mod recipes;
 pub mod registry;
 pub mod scheduler;
 pub mod span;

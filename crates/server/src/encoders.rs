@@ -10,9 +10,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use base64::Engine as _;
+use engine::recipes::{self, Ask};
 use engine::{EncoderModel, ModelKind, Timings};
 use protocol::error::ErrorCode;
-use protocol::request::{parse_decision_body, Schema};
 use serde_json::{json, Map, Value};
 
 use crate::error::{ApiError, Flavor};
@@ -259,14 +259,14 @@ pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResul
     Ok((resp, m.meta.name.clone(), timings))
 }
 
-/// Ask a decision model a batch (`{"states": ...}` in the internal form) built by one of the
-/// endpoints that answer through decision questions (rerank, classify, SIE score/extract).
+/// Ask a decision model a batch built by one of the endpoints that answer through decision
+/// questions (`engine::recipes`: rerank, classify, SIE score/extract).
 pub(crate) async fn decide_batch(
     state: &AppState,
     m: &engine::DecisionModel,
-    request: &Value,
+    body: Result<protocol::DecisionBody, protocol::ProtocolError>,
 ) -> Result<(protocol::BatchResponse, Timings), ApiError> {
-    let body = parse_decision_body(request, Schema::Internal).map_err(ApiError::from)?;
+    let body = body.map_err(ApiError::from)?;
     let (decision, timings) = m
         .decide(&body, Instant::now())
         .await
@@ -275,6 +275,18 @@ pub(crate) async fn decide_batch(
         engine::Decision::Batch(b) => Ok((b, timings)),
         engine::Decision::Single(_) => Err(invalid("a batch was not answered as a batch")),
     }
+}
+
+/// A decision question's failure as a request error (400 with its reason word and limit).
+fn failed_question(failure: &protocol::QuestionFailure) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::InvalidRequest,
+        failure.message.clone(),
+    )
+    .with_reason(failure.reason);
+    e.limit = failure.limit;
+    e
 }
 
 /// Relevance of each document to a query, from an encoder (cosine of the vectors) or a
@@ -328,33 +340,8 @@ pub(crate) async fn relevance(
         .registry
         .ready(model)
         .map_err(|e| engine_err(state, e))?;
-    let mut states = Map::new();
-    for (i, d) in documents.iter().enumerate() {
-        states.insert(
-            i.to_string(),
-            json!({"state": {"query": query, "document": d}, "questions": {"relevant": {"type": "noul",
-                "instructions": "Is the document relevant to the query: does it answer it or help answer it?",
-                "overflow": "truncate"}}}),
-        );
-    }
-    let (b, timings) = decide_batch(state, &m, &json!({ "states": states })).await?;
-    let mut scores = Vec::with_capacity(documents.len());
-    for (_, r) in b.states.iter() {
-        match r.answers.get("relevant").map(|a| &a.answer) {
-            Some(protocol::Answer::Noul(n)) => scores.push(n.noul),
-            Some(protocol::Answer::Failed { failure, .. }) => {
-                let mut e = ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    ErrorCode::InvalidRequest,
-                    failure.message.clone(),
-                )
-                .with_reason(failure.reason);
-                e.limit = failure.limit;
-                return Err(e);
-            }
-            _ => return Err(invalid("a document has no relevance answer")),
-        }
-    }
+    let (b, timings) = decide_batch(state, &m, recipes::relevance_batch(query, documents)).await?;
+    let scores = recipes::relevance_scores(&b).map_err(|f| failed_question(&f))?;
     Ok((
         scores,
         b.usage.input_tokens as usize,
@@ -532,13 +519,30 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
         Some(Value::Array(a)) if !a.is_empty() => a.clone(),
         _ => return Err(invalid("input must be a string or a non-empty list")),
     };
-    let mut states = Map::new();
+    let ask = if c.spans {
+        Ask::Spans {
+            labels: &c.labels,
+            preset: c.preset.as_deref(),
+            instructions: c.instructions.as_deref(),
+        }
+    } else if c.multi_label {
+        Ask::Set {
+            labels: &c.labels,
+            instructions: c.instructions.as_deref(),
+        }
+    } else {
+        Ask::Choice {
+            labels: &c.labels,
+            instructions: c.instructions.as_deref(),
+        }
+    };
+    let mut entries = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let (state_v, roles) = match item {
-            Value::String(s) => (json!(s), Value::Null),
+            Value::String(s) => (json!(s), None),
             Value::Object(o) if o.contains_key("text") => {
                 only(o, &["text", "text_pair"], &format!("input[{i}]"))?;
-                (json!(o), Value::Null)
+                (json!(o), None)
             }
             Value::Object(o) if o.contains_key("context") || o.contains_key("answer") => {
                 only(
@@ -556,7 +560,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
                         roles.insert(k.into(), json!(r));
                     }
                 }
-                (json!(o), Value::Object(roles))
+                (json!(o), Some(Value::Object(roles)))
             }
             _ => {
                 return Err(invalid(format!(
@@ -564,97 +568,31 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             )))
             }
         };
-        let mut q = if c.spans {
-            let mut q = json!({"type": "span"});
-            match &c.preset {
-                Some(p) if c.labels.is_empty() => q["preset"] = json!(p),
-                _ => q["criteria"] = json!(c.labels),
-            }
-            if let Some(i) = &c.instructions {
-                q["instructions"] = json!(i);
-            }
-            q
-        } else {
-            let criteria: Map<String, Value> =
-                c.labels.iter().map(|l| (l.clone(), Value::Null)).collect();
-            json!({
-                "type": if c.multi_label { "set" } else { "choice" },
-                "criteria": criteria,
-                "instructions": c.instructions.clone().unwrap_or_else(|| {
-                    if c.multi_label {
-                        "Which labels apply to the text?".into()
-                    } else {
-                        "Which label describes the text best?".into()
-                    }
-                }),
-            })
-        };
-        if let Some(o) = overflow {
-            q["overflow"] = json!(o);
-        }
-        let mut entry = json!({"state": state_v, "questions": {"label": q}});
-        if !roles.is_null() {
-            entry["roles"] = roles;
-        }
-        states.insert(i.to_string(), entry);
-    }
-    let mut req = json!({"states": states});
-    if let Some(d) = deadline {
-        req["options"] = json!({"deadline_ms": d});
+        entries.push(ask.entry(state_v, roles, overflow));
     }
     let m = state
         .registry
         .ready(Some(&c.backbone))
         .map_err(|e| engine_err(state, e))?;
-    let (b, timings) = decide_batch(state, &m, &req).await?;
+    let (b, timings) = decide_batch(state, &m, recipes::batch(entries, deadline)).await?;
     let mut data = Vec::with_capacity(items.len());
     for (i, (_, r)) in b.states.iter().enumerate() {
-        if c.spans {
-            data.push(match r.answers.get("label").map(|a| &a.answer) {
-                Some(protocol::Answer::Noul(_)) => json!({"index": i,
-                    "spans": r.spans.get("label").map(Vec::as_slice).unwrap_or_default()}),
-                _ => entry_failure(i, r, "no spans were read"),
-            });
-            continue;
-        }
-        let mut labels: Vec<(String, f64)> = if c.multi_label {
-            match r.sets.get("label") {
-                Some(s) => s
-                    .probabilities
-                    .iter()
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect(),
-                None => Vec::new(),
+        data.push(match ask.read(r) {
+            recipes::Read::Spans(spans) => json!({"index": i, "spans": spans}),
+            recipes::Read::Labels { ranked, selected } => {
+                let mut entry = json!({
+                    "index": i,
+                    "labels": ranked.iter().map(|(l, p)| json!({"label": l, "score": p})).collect::<Vec<_>>(),
+                });
+                match selected {
+                    Some(s) => entry["selected"] = json!(s),
+                    None => entry["label"] = json!(ranked[0].0),
+                }
+                entry
             }
-        } else {
-            match r.answers.get("label").map(|a| &a.answer) {
-                Some(protocol::Answer::Choice(ch)) => ch
-                    .probabilities
-                    .iter()
-                    .map(|(k, v)| (k.clone(), *v))
-                    .collect(),
-                _ => Vec::new(),
-            }
-        };
-        if labels.is_empty() {
-            data.push(entry_failure(i, r, "no labels were read"));
-            continue;
-        }
-        labels.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let mut entry = json!({
-            "index": i,
-            "labels": labels.iter().map(|(l, p)| json!({"label": l, "score": p})).collect::<Vec<_>>(),
+            recipes::Read::Failed(f) => json!({"index": i, "error": f.kind.as_str(),
+                "reason": f.reason, "message": f.message}),
         });
-        if c.multi_label {
-            entry["selected"] = json!(r
-                .sets
-                .get("label")
-                .map(|s| s.selected.clone())
-                .unwrap_or_default());
-        } else {
-            entry["label"] = json!(labels[0].0);
-        }
-        data.push(entry);
     }
     let mut resp =
         json!({"model": c.name, "backbone": m.meta.name, "data": data, "usage": b.usage});
@@ -663,20 +601,6 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             json!({"revision": m.meta.revision, "sha256": m.meta.sha256, "numerics": m.numerics});
     }
     Ok((resp, c.name.clone(), timings))
-}
-
-/// A classify entry whose question was not answered: its failure, or `invalid_model_output`
-/// with `missing` when it has none.
-fn entry_failure(index: usize, r: &protocol::DecisionResponse, missing: &str) -> Value {
-    let (error, reason, message) = match r.answers.iter().find_map(|(_, a)| a.answer.failure()) {
-        Some(f) => (f.kind.as_str(), f.reason, f.message.clone()),
-        None => (
-            "invalid_model_output",
-            protocol::reason::MODEL_OUTPUT,
-            missing.to_string(),
-        ),
-    };
-    json!({"index": index, "error": error, "reason": reason, "message": message})
 }
 
 /// `/v1/classify` on a sequence-classification head: label probabilities (softmax) or

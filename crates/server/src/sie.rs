@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use engine::recipes::{self, Ask};
 use engine::{ModelKind, Timings};
 use serde_json::{json, Map, Value};
 
@@ -418,11 +419,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
         .and_then(|o| o.get("task"))
         .and_then(Value::as_str)
         .unwrap_or("classify");
-    let overflow = if truncates(&p)? {
-        json!("truncate")
-    } else {
-        json!("reject")
-    };
+    let overflow = if truncates(&p)? { "truncate" } else { "reject" };
     let m = state
         .registry
         .ready(Some(model))
@@ -430,72 +427,64 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
     let ids = item_ids(items);
     // Items that cannot be read, and an entity request on a model without spans, fail alone.
     let mut out: Vec<Option<Value>> = vec![None; items.len()];
-    let mut states = Map::new();
+    let instructions = p.get("instruction").and_then(Value::as_str);
+    let ask = if task == "entities" {
+        Ask::Spans {
+            labels: &labels,
+            preset: None,
+            instructions,
+        }
+    } else {
+        Ask::Choice {
+            labels: &labels,
+            instructions,
+        }
+    };
+    // The items asked, by their place in the batch.
+    let mut asked = Vec::with_capacity(items.len());
+    let mut entries = Vec::with_capacity(items.len());
     for (i, it) in items.iter().enumerate() {
-        let text = match item_text(it, &format!("items[{i}]")) {
-            Ok(t) => t,
+        match item_text(it, &format!("items[{i}]")) {
+            Ok(text) => {
+                asked.push(i);
+                entries.push(ask.entry(json!(text), None, Some(overflow)));
+            }
             Err(e) => {
                 out[i] = Some(
                     json!({"id": ids[i], "error": {"code": "INVALID_INPUT", "message": e.message}}),
                 );
-                continue;
             }
-        };
-        let instruction = p.get("instruction").and_then(Value::as_str);
-        let question = if task == "entities" {
-            let mut q = json!({"type": "span", "criteria": labels, "overflow": overflow});
-            if let Some(i) = instruction {
-                q["instructions"] = json!(i);
-            }
-            q
-        } else {
-            let criteria: Map<String, Value> =
-                labels.iter().map(|l| (l.clone(), Value::Null)).collect();
-            json!({"type": "choice",
-                "instructions": instruction.unwrap_or("Which label describes the text best?"),
-                "criteria": criteria, "overflow": overflow})
-        };
-        states.insert(
-            i.to_string(),
-            json!({"state": text, "questions": {"label": question}}),
-        );
+        }
     }
     let mut timings = Timings::default();
-    if !states.is_empty() {
-        let (b, t) = crate::encoders::decide_batch(state, &m, &json!({ "states": states })).await?;
+    if !entries.is_empty() {
+        let (b, t) =
+            crate::encoders::decide_batch(state, &m, recipes::batch(entries, None)).await?;
         timings = t;
-        for (key, r) in b.states.iter() {
-            let Ok(i) = key.parse::<usize>() else {
-                continue;
-            };
-            out[i] = Some(match r.answers.get("label").map(|a| &a.answer) {
-                Some(protocol::Answer::Noul(_)) if task == "entities" => {
-                    let spans = r.spans.get("label").map(Vec::as_slice).unwrap_or_default();
+        for (&i, (_, r)) in asked.iter().zip(b.states.iter()) {
+            out[i] = Some(match ask.read(r) {
+                recipes::Read::Spans(spans) => {
                     json!({"id": ids[i], "entities": spans.iter().map(|s| json!({
                         "text": s.text, "label": s.label, "score": s.probability,
                         "start": s.start, "end": s.end})).collect::<Vec<_>>()})
                 }
-                Some(protocol::Answer::Choice(c)) => {
-                    let mut cls: Vec<(&String, f64)> =
-                        c.probabilities.iter().map(|(k, v)| (k, *v)).collect();
-                    cls.sort_by(|a, b| b.1.total_cmp(&a.1));
-                    json!({"id": ids[i], "classifications": cls.iter().map(|(l, s)| json!({"label": l, "score": s})).collect::<Vec<_>>()})
+                recipes::Read::Labels { ranked, .. } => {
+                    json!({"id": ids[i], "classifications": ranked.iter().map(|(l, s)| json!({"label": l, "score": s})).collect::<Vec<_>>()})
                 }
-                Some(protocol::Answer::Failed { failure, .. })
-                    if failure.kind == protocol::QuestionErrorKind::MaxLengthExceeded =>
+                // Under overflow_policy error, a text over the model's length fails the
+                // request, as SIE answers it.
+                recipes::Read::Failed(f)
+                    if f.kind == protocol::QuestionErrorKind::MaxLengthExceeded =>
                 {
-                    // Under overflow_policy error, a text over the model's length fails the
-                    // request, as SIE answers it.
-                    return Err(too_long(
-                        format!("items[{i}]: {}", failure.message),
-                        failure.limit,
-                    ));
+                    return Err(too_long(format!("items[{i}]: {}", f.message), f.limit));
                 }
-                Some(protocol::Answer::Failed { failure, .. }) => {
-                    json!({"id": ids[i], "error": {"code": "INVALID_INPUT", "message": failure.message}})
+                recipes::Read::Failed(f)
+                    if f.kind == protocol::QuestionErrorKind::InvalidModelOutput =>
+                {
+                    json!({"id": ids[i], "error": {"code": "INFERENCE_ERROR", "message": f.message}})
                 }
-                _ => {
-                    json!({"id": ids[i], "error": {"code": "INFERENCE_ERROR", "message": "no answer was read"}})
+                recipes::Read::Failed(f) => {
+                    json!({"id": ids[i], "error": {"code": "INVALID_INPUT", "message": f.message}})
                 }
             });
         }

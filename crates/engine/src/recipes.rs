@@ -1,0 +1,376 @@
+//! Recipes: the decision questions that endpoints other than the decision endpoints ask a
+//! decision backbone, and how their answers are read back. Rerank and SIE score ask one
+//! relevance noul per document; classify and SIE extract ask one choice, set or span question
+//! per input. The HTTP crate parses its bodies and shapes its answers; the wording of the
+//! questions and the reading of their answers live here, testable without HTTP.
+
+use protocol::answer::{BatchResponse, DecisionResponse, SpanFound};
+use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
+use protocol::request::{parse_decision_body, DecisionBody, Schema};
+use protocol::{Answer, ProtocolError};
+use serde_json::{json, Map, Value};
+
+/// The question asked of each (query, document) pair.
+pub const RELEVANCE: &str =
+    "Is the document relevant to the query: does it answer it or help answer it?";
+/// A classification's question when its entry names none: one label.
+pub const CHOOSE_LABEL: &str = "Which label describes the text best?";
+/// A multi-label classification's question when its entry names none.
+pub const APPLY_LABELS: &str = "Which labels apply to the text?";
+
+/// The id of the one question each recipe asks per state.
+const ASKED: &str = "label";
+const RELEVANT: &str = "relevant";
+
+/// The batch that asks the relevance of each document to `query`, one state per document
+/// (`{query, document}`), each read in part when it is too long rather than refused.
+pub fn relevance_batch(query: &str, documents: &[String]) -> Result<DecisionBody, ProtocolError> {
+    let states: Map<String, Value> = documents
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let q = json!({"type": "noul", "instructions": RELEVANCE, "overflow": "truncate"});
+            let entry =
+                json!({"state": {"query": query, "document": d}, "questions": {RELEVANT: q}});
+            (i.to_string(), entry)
+        })
+        .collect();
+    parse_decision_body(&json!({ "states": states }), Schema::Internal)
+}
+
+/// Each document's probability of relevance, in document order; the first document whose
+/// question failed fails them all.
+pub fn relevance_scores(b: &BatchResponse) -> Result<Vec<f64>, QuestionFailure> {
+    b.states
+        .iter()
+        .map(|(_, r)| match r.answers.get(RELEVANT).map(|a| &a.answer) {
+            Some(Answer::Noul(n)) => Ok(n.noul),
+            Some(Answer::Failed { failure, .. }) => Err(failure.clone()),
+            _ => Err(no_answer("a document has no relevance answer")),
+        })
+        .collect()
+}
+
+/// What a classification asks of each input.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Ask<'a> {
+    /// The one label that fits best (a choice question: probabilities over the labels).
+    Choice {
+        labels: &'a [String],
+        instructions: Option<&'a str>,
+    },
+    /// Every label that applies (a set question: each label scored on its own).
+    Set {
+        labels: &'a [String],
+        instructions: Option<&'a str>,
+    },
+    /// The spans of each label (a span question), or of the preset's labels when none are
+    /// given.
+    Spans {
+        labels: &'a [String],
+        preset: Option<&'a str>,
+        instructions: Option<&'a str>,
+    },
+}
+
+/// What was read of one input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Read {
+    /// Label probabilities, highest first; a set's selected labels (in label order).
+    Labels {
+        ranked: Vec<(String, f64)>,
+        selected: Option<Vec<String>>,
+    },
+    /// The spans found (those at or over the question's threshold).
+    Spans(Vec<SpanFound>),
+    /// The question failed (or, with no failure given, nothing was read).
+    Failed(QuestionFailure),
+}
+
+impl Ask<'_> {
+    /// The question asked of each input; `overflow` as the endpoint accepted it.
+    pub fn question(&self, overflow: Option<&str>) -> Value {
+        let criteria = |labels: &[String]| -> Map<String, Value> {
+            labels.iter().map(|l| (l.clone(), Value::Null)).collect()
+        };
+        let mut q = match *self {
+            Ask::Choice {
+                labels,
+                instructions,
+            } => json!({"type": "choice", "criteria": criteria(labels),
+                "instructions": instructions.unwrap_or(CHOOSE_LABEL)}),
+            Ask::Set {
+                labels,
+                instructions,
+            } => json!({"type": "set", "criteria": criteria(labels),
+                "instructions": instructions.unwrap_or(APPLY_LABELS)}),
+            Ask::Spans {
+                labels,
+                preset,
+                instructions,
+            } => {
+                let mut q = json!({"type": "span"});
+                match preset {
+                    Some(p) if labels.is_empty() => q["preset"] = json!(p),
+                    _ => q["criteria"] = json!(labels),
+                }
+                if let Some(i) = instructions {
+                    q["instructions"] = json!(i);
+                }
+                q
+            }
+        };
+        if let Some(o) = overflow {
+            q["overflow"] = json!(o);
+        }
+        q
+    }
+
+    /// One batch entry: `state` (with its `roles`, if any) asked this question.
+    pub fn entry(&self, state: Value, roles: Option<Value>, overflow: Option<&str>) -> Value {
+        let mut entry = json!({"state": state, "questions": {ASKED: self.question(overflow)}});
+        if let Some(roles) = roles {
+            entry["roles"] = roles;
+        }
+        entry
+    }
+
+    /// Read one input's answer.
+    pub fn read(&self, r: &DecisionResponse) -> Read {
+        let answer = r.answers.get(ASKED).map(|a| &a.answer);
+        let failed = |missing: &str| {
+            Read::Failed(
+                r.answers
+                    .iter()
+                    .find_map(|(_, a)| a.answer.failure())
+                    .cloned()
+                    .unwrap_or_else(|| no_answer(missing)),
+            )
+        };
+        let ranked = |probabilities: &mut dyn Iterator<Item = (&String, &f64)>| {
+            let mut v: Vec<(String, f64)> = probabilities.map(|(k, p)| (k.clone(), *p)).collect();
+            v.sort_by(|a, b| b.1.total_cmp(&a.1));
+            v
+        };
+        match self {
+            Ask::Spans { .. } => match answer {
+                // A span question's noul is the best span's probability; its spans sit apart.
+                Some(Answer::Noul(_)) => {
+                    Read::Spans(r.spans.get(ASKED).cloned().unwrap_or_default())
+                }
+                _ => failed("no spans were read"),
+            },
+            Ask::Choice { .. } => match answer {
+                Some(Answer::Choice(c)) if !c.probabilities.is_empty() => Read::Labels {
+                    ranked: ranked(&mut c.probabilities.iter().map(|(k, p)| (k, p))),
+                    selected: None,
+                },
+                _ => failed("no labels were read"),
+            },
+            Ask::Set { .. } => match r.sets.get(ASKED) {
+                Some(s) if !s.probabilities.is_empty() => Read::Labels {
+                    ranked: ranked(&mut s.probabilities.iter().map(|(k, p)| (k, p))),
+                    selected: Some(s.selected.clone()),
+                },
+                _ => failed("no labels were read"),
+            },
+        }
+    }
+}
+
+/// The batch of `entries` (from [`Ask::entry`]), keyed by their index, with a deadline.
+pub fn batch(entries: Vec<Value>, deadline_ms: Option<u64>) -> Result<DecisionBody, ProtocolError> {
+    let states: Map<String, Value> = entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| (i.to_string(), e))
+        .collect();
+    let mut body = json!({ "states": states });
+    if let Some(d) = deadline_ms {
+        body["options"] = json!({ "deadline_ms": d });
+    }
+    parse_decision_body(&body, Schema::Internal)
+}
+
+fn no_answer(message: &str) -> QuestionFailure {
+    QuestionFailure::new(
+        QuestionErrorKind::InvalidModelOutput,
+        reason::MODEL_OUTPUT,
+        message,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::answer::{AnswerEntry, ChoiceAnswer, NoulAnswer, SetResult};
+    use protocol::{Ordered, Usage};
+
+    use super::*;
+
+    fn response(
+        answers: Vec<(&str, Answer)>,
+        sets: Vec<(&str, SetResult)>,
+        spans: Vec<(&str, Vec<SpanFound>)>,
+    ) -> DecisionResponse {
+        DecisionResponse {
+            model: "m".into(),
+            answers: Ordered(
+                answers
+                    .into_iter()
+                    .map(|(k, answer)| {
+                        (
+                            k.to_string(),
+                            AnswerEntry {
+                                answer,
+                                input_complete: true,
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+            sets: Ordered(sets.into_iter().map(|(k, s)| (k.to_string(), s)).collect()),
+            spans: Ordered(spans.into_iter().map(|(k, s)| (k.to_string(), s)).collect()),
+            thresholds: Ordered::new(),
+            usage: Usage::default(),
+            meta: None,
+        }
+    }
+
+    fn single(body: &DecisionBody) -> Vec<(String, String)> {
+        let DecisionBody::Batch { entries, .. } = body else {
+            panic!("not a batch")
+        };
+        entries
+            .iter()
+            .map(|(k, r)| {
+                let q = r.questions[0].question.as_ref().expect("a valid question");
+                (
+                    k.clone(),
+                    format!("{} {:?}", r.questions[0].id, q.kind.type_name()),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn relevance_asks_one_noul_per_document_and_reads_them_in_order() {
+        let docs = vec!["a".to_string(), "b".to_string()];
+        let body = relevance_batch("q?", &docs).expect("a valid batch");
+        assert_eq!(
+            single(&body),
+            vec![
+                ("0".into(), "relevant \"noul\"".into()),
+                ("1".into(), "relevant \"noul\"".into())
+            ]
+        );
+        let noul = |p| {
+            response(
+                vec![("relevant", Answer::Noul(NoulAnswer { noul: p }))],
+                vec![],
+                vec![],
+            )
+        };
+        let b = BatchResponse {
+            model: "m".into(),
+            states: Ordered(vec![("0".into(), noul(0.25)), ("1".into(), noul(0.75))]),
+            usage: Usage::default(),
+            meta: None,
+        };
+        assert_eq!(relevance_scores(&b), Ok(vec![0.25, 0.75]));
+        let mut broken = b.clone();
+        broken.states.0[1].1 = response(vec![], vec![], vec![]);
+        assert_eq!(
+            relevance_scores(&broken).map_err(|f| f.reason),
+            Err(reason::MODEL_OUTPUT)
+        );
+    }
+
+    #[test]
+    fn each_ask_is_the_question_type_it_names_and_reads_its_own_answer() {
+        let labels = vec!["pos".to_string(), "neg".to_string()];
+        let choice = Ask::Choice {
+            labels: &labels,
+            instructions: None,
+        };
+        let set = Ask::Set {
+            labels: &labels,
+            instructions: Some("Which apply?"),
+        };
+        let spans = Ask::Spans {
+            labels: &[],
+            preset: Some("pii"),
+            instructions: None,
+        };
+        let entries = vec![
+            choice.entry(json!("t"), None, Some("window")),
+            set.entry(json!("t"), None, None),
+            spans.entry(json!({"user": "t"}), Some(json!({"user": "user"})), None),
+        ];
+        let body = batch(entries, Some(500)).expect("a valid batch");
+        assert_eq!(
+            single(&body),
+            vec![
+                ("0".into(), "label \"choice\"".into()),
+                ("1".into(), "label \"set\"".into()),
+                ("2".into(), "label \"span\"".into())
+            ]
+        );
+        assert_eq!(body.options().deadline_ms, Some(500));
+        assert_eq!(
+            choice.question(Some("window"))["instructions"],
+            CHOOSE_LABEL
+        );
+        assert_eq!(choice.question(Some("window"))["overflow"], "window");
+        assert_eq!(spans.question(None)["preset"], "pii");
+
+        // A choice reads its probabilities highest first.
+        let probs = Ordered(vec![("pos".into(), 0.2), ("neg".into(), 0.8)]);
+        let r = response(
+            vec![(
+                "label",
+                Answer::Choice(ChoiceAnswer {
+                    choice: "neg".into(),
+                    confidence: 0.6,
+                    probabilities: probs.clone(),
+                }),
+            )],
+            vec![],
+            vec![],
+        );
+        assert_eq!(
+            choice.read(&r),
+            Read::Labels {
+                ranked: vec![("neg".into(), 0.8), ("pos".into(), 0.2)],
+                selected: None
+            }
+        );
+        // A set reads its result, with what it selected.
+        let r = response(
+            vec![],
+            vec![(
+                "label",
+                SetResult {
+                    selected: vec!["neg".into()],
+                    probabilities: probs,
+                },
+            )],
+            vec![],
+        );
+        assert!(matches!(set.read(&r), Read::Labels { selected: Some(s), .. } if s == ["neg"]));
+        // Nothing read is a model-output failure; a question's own failure is passed on.
+        assert!(matches!(choice.read(&r), Read::Failed(f) if f.reason == reason::MODEL_OUTPUT));
+        let failure = QuestionFailure::malformed("bad");
+        let r = response(
+            vec![(
+                "label",
+                Answer::Failed {
+                    type_word: "span".into(),
+                    failure: failure.clone(),
+                },
+            )],
+            vec![],
+            vec![],
+        );
+        assert_eq!(spans.read(&r), Read::Failed(failure));
+    }
+}
