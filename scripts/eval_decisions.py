@@ -22,6 +22,10 @@ url, model, files = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3:]
 
 
 ORDERS = int(os.environ.get("ORDERS", "1"))
+# VARIANTS=1 also asks, in the same request, each noul as a choice between `yes` and `no` read
+# by name (`__yn`) and by letter (`__ab`), and each score as a choice between `level N` names
+# with the levels' descriptions (`__lv`); they are scored as the question they stand for.
+VARIANTS = os.environ.get("VARIANTS") == "1"
 
 
 def ask(item):
@@ -36,7 +40,16 @@ def ask(item):
                 questions[f"{qid}__order{r}"] = dict(
                     out, criteria={c["key"]: c.get("description") or c["key"] for c in turned})
         elif q["type"] == "score":
-            out["criteria"] = [c["description"] for c in sorted(q["criteria"], key=lambda c: c["level"])]
+            levels = sorted(q["criteria"], key=lambda c: c["level"])
+            out["criteria"] = [c["description"] for c in levels]
+            if VARIANTS:
+                questions[f"{qid}__lv"] = {"type": "choice", "instructions": q["instructions"],
+                                           "criteria": {f"level {i}": c["description"] for i, c in enumerate(levels)}}
+        if q["type"] == "noul" and VARIANTS:
+            questions[f"{qid}__yn"] = {"type": "choice", "instructions": q["instructions"],
+                                       "criteria": {"yes": None, "no": None}}
+            questions[f"{qid}__ab"] = {"type": "choice", "instructions": q["instructions"],
+                                       "criteria": {"yes.": None, "no.": None}}
         questions[qid] = out
     body = {"model": model, "state": item["state"], "questions": questions}
     req = urllib.request.Request(url + "/v1/decisions", data=json.dumps(body).encode(),
@@ -101,6 +114,17 @@ for f in files:
                 continue
             pred, truth, p_truth, p_pred = outcome(q, a)
             rows[(f.split("/")[-1], qid)].append((pred, truth, p_truth, p_pred))
+            for v in ("__yn", "__ab", "__lv"):
+                b = answers.get(qid + v, {})
+                if "probabilities" not in b:
+                    continue
+                probs = b["probabilities"]
+                if v == "__lv":
+                    b = {"probabilities": {str(i): probs[f"level {i}"] for i in range(len(probs))}}
+                else:
+                    b = {"noul": probs["yes" if v == "__yn" else "yes."]}
+                pred, truth, p_truth, p_pred = outcome(q, b)
+                rows[(f.split("/")[-1], qid + v)].append((pred, truth, p_truth, p_pred))
 
 print(f"{'question':40} {'n':>4} {'acc':>6} {'prior':>6} {'brier':>6} {'ece':>6}")
 accs, priors = [], []

@@ -81,7 +81,7 @@ from openapi_spec_validator import validate
 validate(yaml.safe_load(open(sys.argv[1])))
 print("openapi: document valid")
 PY
-python3 -m schemathesis.cli run "$url/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-60}" -w 2 \
+python3 -m schemathesis.cli --config-file scripts/schemathesis.toml run "$url/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-60}" -w 2 \
     --phases examples,coverage,fuzzing \
     --exclude-path-regex '^/v1/(chat/completions|completions|generate/.*)$' \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance

@@ -229,8 +229,29 @@ pub struct EmbeddingsRequestDoc {
     /// Only where the model declares layer outputs; otherwise 400.
     pub layer: Option<u64>,
     pub user: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub options: Option<Value>,
+    pub options: Option<EncoderOptionsDoc>,
+}
+
+/// `options` of `/v1/embeddings`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EncoderOptionsDoc {
+    /// Add `meta` (the vector space, revision, checksum) to the answer.
+    pub return_meta: Option<bool>,
+    /// Past this many milliseconds the request answers 504 `deadline_exceeded`; work not
+    /// started is not run.
+    #[schema(minimum = 0)]
+    pub deadline_ms: Option<u64>,
+}
+
+/// `options` of `/v1/rerank`.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerankOptionsDoc {
+    /// Past this many milliseconds the request answers 504 `deadline_exceeded`; work not
+    /// started is not run.
+    #[schema(minimum = 0)]
+    pub deadline_ms: Option<u64>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -269,8 +290,7 @@ pub struct RerankRequestDoc {
     #[schema(minimum = 1)]
     pub top_n: Option<u64>,
     pub return_documents: Option<bool>,
-    #[schema(value_type = Option<Object>)]
-    pub options: Option<Value>,
+    pub options: Option<RerankOptionsDoc>,
 }
 
 #[derive(Serialize, ToSchema)]

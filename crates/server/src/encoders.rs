@@ -96,6 +96,37 @@ fn return_meta(obj: &Map<String, Value>) -> Result<bool, ApiError> {
     }
 }
 
+/// `options.deadline_ms` of a body whose options were checked for unknown members.
+fn deadline_ms(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
+    match obj.get("options").and_then(|o| o.get("deadline_ms")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| invalid("options.deadline_ms must be a non-negative integer")),
+    }
+}
+
+/// Run `work` within `deadline_ms`: past it the caller gets 504 `deadline_exceeded`, and the
+/// work is dropped (a queued encoder or decision job whose caller is gone is not run).
+async fn within(
+    deadline_ms: Option<u64>,
+    work: impl std::future::Future<Output = CoreResult>,
+) -> CoreResult {
+    let Some(d) = deadline_ms else {
+        return work.await;
+    };
+    tokio::time::timeout(Duration::from_millis(d), work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                ErrorCode::DeadlineExceeded,
+                format!("options.deadline_ms ({d} ms) passed before the work was answered"),
+            ))
+        })
+}
+
 /// The vector space an encoder's vectors live in.
 pub(crate) fn representation(m: &EncoderModel) -> Value {
     let info = m.info();
@@ -154,6 +185,11 @@ fn parse_inputs(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
 /// `POST /v1/embeddings`, OpenAI-compatible.
 pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResult {
     let obj = object(body, "the request body")?;
+    return_meta(obj)?;
+    within(deadline_ms(obj)?, embed(state, obj)).await
+}
+
+async fn embed(state: &AppState, obj: &Map<String, Value>) -> CoreResult {
     only(
         obj,
         &[
@@ -361,6 +397,13 @@ fn document_text(v: &Value) -> Option<String> {
 /// `POST /v1/rerank`.
 pub(crate) async fn rerank_core(state: &AppState, body: &Value) -> CoreResult {
     let obj = object(body, "the request body")?;
+    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
+        only(object(o, "options")?, &["deadline_ms"], "options")?;
+    }
+    within(deadline_ms(obj)?, rank(state, obj)).await
+}
+
+async fn rank(state: &AppState, obj: &Map<String, Value>) -> CoreResult {
     only(
         obj,
         &[
@@ -432,7 +475,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
         .and_then(|n| state.registry.encoder(Some(n)).ok())
         .filter(|m| m.info().labels.is_some());
     if let Some(m) = head {
-        return classify_head(&m, obj).await;
+        return within(deadline_ms(obj)?, classify_head(&m, obj)).await;
     }
     let Some(c) = state
         .config
@@ -813,6 +856,7 @@ where
         (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
         (status = 422, description = "unsupported_surface: the model is no encoder", body = protocol::schema::ErrorDoc),
         (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
+        (status = 504, description = "deadline_exceeded: options.deadline_ms passed before the answer", body = protocol::schema::ErrorDoc),
         (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
     ))]
 pub async fn embeddings(
@@ -837,6 +881,7 @@ pub async fn embeddings(
         (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
         (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
         (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
+        (status = 504, description = "deadline_exceeded: options.deadline_ms passed before the answer", body = protocol::schema::ErrorDoc),
         (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
     ))]
 pub async fn rerank(
@@ -862,6 +907,7 @@ pub async fn rerank(
         (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
         (status = 422, description = "unsupported_surface", body = protocol::schema::ErrorDoc),
         (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
+        (status = 504, description = "deadline_exceeded: options.deadline_ms passed before the answer", body = protocol::schema::ErrorDoc),
         (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
     ))]
 pub async fn classify(
@@ -978,20 +1024,12 @@ pub(crate) async fn bundle_core(state: &AppState, body: &Value) -> CoreResult {
     let started = Instant::now();
     let futures = parsed.into_iter().map(|(id, kind, body)| async move {
         let run = run_task(state, kind, body, deadline_ms);
-        let result = match deadline_ms {
-            // Decisions honour the deadline themselves (work not started is not run); other
-            // tasks are cut off when it passes.
-            Some(d) if kind != "decisions" => {
-                match tokio::time::timeout(Duration::from_millis(d), run).await {
-                    Ok(r) => r,
-                    Err(_) => Err(ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        ErrorCode::DeadlineExceeded,
-                        format!("options.deadline_ms ({d} ms) passed before the task was answered"),
-                    )),
-                }
-            }
-            _ => run.await,
+        // Decisions honour the deadline themselves (work not started is not run); other
+        // tasks are cut off when it passes.
+        let result = if kind == "decisions" {
+            run.await
+        } else {
+            within(deadline_ms, run).await
         };
         (id, kind, result)
     });

@@ -86,6 +86,19 @@ mod tests {
     /// Two wire types of one name would share one schema, and one endpoint's answers would
     /// be documented with the other's shape (the decision `Usage` once carried OpenAI's).
     #[test]
+    fn encoder_options_are_described_member_by_member() {
+        let doc = super::yaml().unwrap();
+        for name in ["RerankOptionsDoc:", "EncoderOptionsDoc:"] {
+            let at = doc
+                .find(&format!("    {name}"))
+                .unwrap_or_else(|| panic!("no {name}"));
+            let schema = &doc[at..(at + 600).min(doc.len())];
+            assert!(schema.contains("deadline_ms"), "{schema}");
+            assert!(schema.contains("additionalProperties: false"), "{schema}");
+        }
+    }
+
+    #[test]
     fn schemas_of_the_same_name_are_not_merged() {
         use utoipa::OpenApi;
         let doc = super::ApiDoc::openapi();

@@ -178,6 +178,46 @@ async fn rerank_by_cosine_and_by_decision_model() {
     assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0);
 }
 
+/// `options.deadline_ms` acts on the encoder endpoints: past it the request answers 504
+/// `deadline_exceeded` (0 ms passes before any forward can answer), within it the answer is the
+/// usual one; rerank takes no other option.
+#[tokio::test]
+async fn encoder_deadlines_act_and_rerank_refuses_other_options() {
+    let s = server();
+    for (path, body) in [
+        (
+            "/v1/embeddings",
+            json!({"model": "minilm-l6", "input": ["x"], "options": {"deadline_ms": 0}}),
+        ),
+        (
+            "/v1/rerank",
+            json!({"model": "minilm-l6", "query": FOOD, "documents": [BREAD], "options": {"deadline_ms": 0}}),
+        ),
+    ] {
+        let (status, _, v) = post(&s.url(path), &body).await;
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (504, Some("deadline_exceeded")),
+            "{path}: {v}"
+        );
+    }
+    let (status, _, v) = post(&s.url("/v1/rerank"), &json!({"model": "minilm-l6", "query": FOOD, "documents": [BREAD, STOCKS], "options": {"deadline_ms": 600_000}})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["results"][0]["index"], 0, "{v}");
+    let (status, _, v) = post(
+        &s.url("/v1/embeddings"),
+        &json!({"model": "minilm-l6", "input": ["x"], "options": {"deadline_ms": 600_000}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, _, v) = post(&s.url("/v1/rerank"), &json!({"model": "minilm-l6", "query": FOOD, "documents": [BREAD], "options": {"window": 3}})).await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("window"),
+        "{v}"
+    );
+}
+
 #[tokio::test]
 async fn classify_entries_answer_labels_for_every_input_form() {
     let s = server();
