@@ -193,6 +193,25 @@ fn items(v: Option<&Value>) -> Result<&Vec<Value>, ApiError> {
 
 /// `params.options.overflow_policy`: `default` or `truncate_text` cut a long text to the
 /// model's length; `error` refuses it with INPUT_TOO_LONG. Returns whether to truncate.
+/// The `overflow` a decision backbone's questions take under `overflow_policy`: `default`
+/// passes the text as the model allows, so the backbone reads all of it, in windows when it is
+/// longer than one input (up to its scan budget); `truncate_text` reads its head; `error`
+/// refuses a text longer than one input.
+fn backbone_overflow(params: &Map<String, Value>) -> Result<&'static str, ApiError> {
+    truncates(params)?;
+    Ok(
+        match params
+            .get("options")
+            .and_then(|o| o.get("overflow_policy"))
+            .and_then(Value::as_str)
+        {
+            Some("truncate_text") => "truncate",
+            Some("error") => "reject",
+            _ => "window",
+        },
+    )
+}
+
 fn truncates(params: &Map<String, Value>) -> Result<bool, ApiError> {
     match params
         .get("options")
@@ -419,7 +438,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
         .and_then(|o| o.get("task"))
         .and_then(Value::as_str)
         .unwrap_or("classify");
-    let overflow = if truncates(&p)? { "truncate" } else { "reject" };
+    let overflow = backbone_overflow(&p)?;
     let m = state
         .registry
         .ready(Some(model))
@@ -471,10 +490,14 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
                 recipes::Read::Labels { ranked, .. } => {
                     json!({"id": ids[i], "classifications": ranked.iter().map(|(l, s)| json!({"label": l, "score": s})).collect::<Vec<_>>()})
                 }
-                // Under overflow_policy error, a text over the model's length fails the
-                // request, as SIE answers it.
+                // A text over what the model reads (its length under overflow_policy error,
+                // its scan budget by default) fails the request, as SIE answers it.
                 recipes::Read::Failed(f)
-                    if f.kind == protocol::QuestionErrorKind::MaxLengthExceeded =>
+                    if matches!(
+                        f.kind,
+                        protocol::QuestionErrorKind::MaxLengthExceeded
+                            | protocol::QuestionErrorKind::ScanBudgetExceeded
+                    ) =>
                 {
                     return Err(too_long(format!("items[{i}]: {}", f.message), f.limit));
                 }
@@ -725,5 +748,25 @@ pub async fn livez(State(state): State<Arc<AppState>>) -> Response {
         text(StatusCode::SERVICE_UNAVAILABLE, "stalled")
     } else {
         text(StatusCode::OK, "ok")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// sie-api.txt: `default` passes the input as the model allows (a decision backbone reads
+    /// it whole, in windows), `truncate_text` cuts its end, `error` refuses it.
+    #[test]
+    fn overflow_policy_maps_to_the_backbone_overflow_the_spec_describes() {
+        let of = |policy: serde_json::Value| {
+            let p = json!({"labels": ["a"], "options": {"overflow_policy": policy}});
+            super::backbone_overflow(p.as_object().unwrap()).map_err(|e| e.status.as_u16())
+        };
+        assert_eq!(of(json!(null)), Ok("window"));
+        assert_eq!(of(json!("default")), Ok("window"));
+        assert_eq!(of(json!("truncate_text")), Ok("truncate"));
+        assert_eq!(of(json!("error")), Ok("reject"));
+        assert_eq!(of(json!("cut")), Err(400));
     }
 }
