@@ -277,7 +277,17 @@ fn prepare<'r>(
                 continue;
             }
         };
-        let key = match model.place(backend, &mut views, view, &slot.id, q, cap, cap, max_tokens)? {
+        let key = match model.place(
+            backend,
+            &mut views,
+            view,
+            &slot.id,
+            q,
+            cap,
+            cap,
+            max_tokens,
+            r.options.window,
+        )? {
             Ok(key) => key,
             Err(f) => {
                 plans.push((None, failed(f), None));
@@ -443,7 +453,7 @@ fn evaluate(
             .collect();
         let questions: Vec<&DirectQuestion> = on.iter().map(|(_, q, _)| *q).collect();
         let view = match key {
-            RootKey::Whole(v) | RootKey::Truncated(v, _) | RootKey::Windows(v, _) => *v,
+            RootKey::Whole(v) | RootKey::Truncated(v, _) | RootKey::Windows(v, ..) => *v,
         };
         let text = &p.views.texts[view];
         for tokens in p.views.roots(*key) {

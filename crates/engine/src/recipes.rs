@@ -6,7 +6,7 @@
 
 use protocol::answer::{BatchResponse, DecisionResponse, SpanFound};
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
-use protocol::request::{parse_decision_body, DecisionBody, Schema};
+use protocol::request::{parse_decision_body, DecisionBody, Schema, Window};
 use protocol::{Answer, ProtocolError};
 use serde_json::{json, Map, Value};
 
@@ -178,17 +178,29 @@ impl Ask<'_> {
     }
 }
 
-/// The batch of `entries` (from [`Ask::entry`]), keyed by their index, with a deadline.
-pub fn batch(entries: Vec<Value>, deadline_ms: Option<u64>) -> Result<DecisionBody, ProtocolError> {
+/// The batch of `entries` (from [`Ask::entry`]), keyed by their index, with a deadline and the
+/// windows questions with `overflow: window` read.
+pub fn batch(
+    entries: Vec<Value>,
+    deadline_ms: Option<u64>,
+    window: Option<Window>,
+) -> Result<DecisionBody, ProtocolError> {
     let states: Map<String, Value> = entries
         .into_iter()
         .enumerate()
         .map(|(i, e)| (i.to_string(), e))
         .collect();
-    let mut body = json!({ "states": states });
+    let mut options = Map::new();
     if let Some(d) = deadline_ms {
-        body["options"] = json!({ "deadline_ms": d });
+        options.insert("deadline_ms".into(), json!(d));
     }
+    if let Some(w) = window {
+        options.insert(
+            "window".into(),
+            json!({"tokens": w.tokens, "overlap": w.overlap}),
+        );
+    }
+    let body = json!({ "states": states, "options": options });
     parse_decision_body(&body, Schema::Internal)
 }
 
@@ -306,7 +318,11 @@ mod tests {
             set.entry(json!("t"), None, None),
             spans.entry(json!({"user": "t"}), Some(json!({"user": "user"})), None),
         ];
-        let body = batch(entries, Some(500)).expect("a valid batch");
+        let window = Window {
+            tokens: 64,
+            overlap: 8,
+        };
+        let body = batch(entries, Some(500), Some(window)).expect("a valid batch");
         assert_eq!(
             single(&body),
             vec![
@@ -316,6 +332,7 @@ mod tests {
             ]
         );
         assert_eq!(body.options().deadline_ms, Some(500));
+        assert_eq!(body.options().window, Some(window));
         assert_eq!(
             choice.question(Some("window"))["instructions"],
             CHOOSE_LABEL

@@ -50,6 +50,16 @@ pub struct Options {
     pub return_meta: bool,
     pub max_tokens: Option<u64>,
     pub long_context: bool,
+    /// The windows a question with `overflow: window` reads (internal requests only: the
+    /// endpoints that take `options.window`, such as `/v1/classify`, set it).
+    pub window: Option<Window>,
+}
+
+/// Windows of `tokens` tokens of state, each overlapping the last by `overlap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub tokens: u64,
+    pub overlap: u64,
 }
 
 /// Which part of an object state plays which role.
@@ -377,10 +387,16 @@ fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, Proto
             "the request header TypeSafe-Danger-Zone-Long-Context: true",
         ));
     }
-    let allowed: &[&str] = if schema.legacy() {
-        &["deadline_ms", "return_meta", "max_tokens", "long_context"]
-    } else {
-        &["deadline_ms", "return_meta", "max_tokens"]
+    let allowed: &[&str] = match schema {
+        Schema::Internal => &[
+            "deadline_ms",
+            "return_meta",
+            "max_tokens",
+            "long_context",
+            "window",
+        ],
+        _ if schema.legacy() => &["deadline_ms", "return_meta", "max_tokens", "long_context"],
+        _ => &["deadline_ms", "return_meta", "max_tokens"],
     };
     refuse_unknown(obj, allowed, "options")?;
     let uint = |k: &str| -> Result<Option<u64>, ProtocolError> {
@@ -408,6 +424,24 @@ fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, Proto
     options.max_tokens = uint("max_tokens")?;
     options.return_meta = flag("return_meta")?;
     options.long_context = flag("long_context")?;
+    if let Some(w) = obj.get("window").filter(|w| !w.is_null()) {
+        let field = |k: &str| w.get(k).and_then(Value::as_u64);
+        options.window = match (
+            w.as_object().map(|o| o.len()),
+            field("tokens"),
+            field("overlap"),
+        ) {
+            (Some(2), Some(tokens), Some(overlap)) if overlap < tokens => {
+                Some(Window { tokens, overlap })
+            }
+            _ => {
+                return Err(ProtocolError::schema(
+                    &["options", "window"],
+                    "options.window is {tokens, overlap}: integers, overlap less than tokens",
+                ))
+            }
+        };
+    }
     Ok(options)
 }
 

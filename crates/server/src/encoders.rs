@@ -508,6 +508,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
     };
     let mut overflow = None;
     let mut deadline = None;
+    let mut window = None;
     let mut meta = false;
     if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
         let o = object(o, "options")?;
@@ -539,6 +540,27 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
                 return Err(invalid(
                     "options.window.tokens and overlap must be non-negative integers",
                 ));
+            }
+            if overflow != Some("window") {
+                return Err(invalid(
+                    "options.window applies with options.overflow window",
+                ));
+            }
+            // Windows no larger than what the backbone reads with the question (the engine
+            // caps them there); by default an eighth of a window overlaps.
+            let (tokens, overlap) = (
+                w.get("tokens").and_then(Value::as_u64),
+                w.get("overlap").and_then(Value::as_u64),
+            );
+            if tokens.is_some() || overlap.is_some() {
+                let tokens = tokens.unwrap_or(u64::MAX);
+                let overlap = overlap.unwrap_or(tokens.min(1 << 20) / 8);
+                if tokens == 0 || overlap >= tokens {
+                    return Err(invalid(
+                        "options.window.overlap must be less than options.window.tokens",
+                    ));
+                }
+                window = Some(protocol::request::Window { tokens, overlap });
             }
         }
         deadline = o.get("deadline_ms").and_then(Value::as_u64);
@@ -617,7 +639,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
         .registry
         .ready(Some(&c.backbone))
         .map_err(|e| engine_err(state, e))?;
-    let (b, timings) = decide_batch(state, &m, recipes::batch(entries, deadline)).await?;
+    let (b, timings) = decide_batch(state, &m, recipes::batch(entries, deadline, window)).await?;
     let mut data = Vec::with_capacity(items.len());
     for (i, (_, r)) in b.states.iter().enumerate() {
         data.push(match ask.read(r) {

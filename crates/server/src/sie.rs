@@ -478,7 +478,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
     let mut timings = Timings::default();
     if !entries.is_empty() {
         let (b, t) =
-            crate::encoders::decide_batch(state, &m, recipes::batch(entries, None)).await?;
+            crate::encoders::decide_batch(state, &m, recipes::batch(entries, None, None)).await?;
         timings = t;
         for (&i, (_, r)) in asked.iter().zip(b.states.iter()) {
             out[i] = Some(match ask.read(r) {

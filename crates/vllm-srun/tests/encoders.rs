@@ -278,8 +278,30 @@ async fn classify_entries_answer_labels_for_every_input_form() {
         .as_str()
         .unwrap()
         .contains("sentiment"));
-    let (status, _, _) = post(&s.url("/v1/classify"), &json!({"model": "sentiment", "input": "x", "options": {"overflow": "window", "window": {"tokens": 512, "overlap": 64}}})).await;
-    assert_eq!(status, 200);
+    // options.window acts: the same text (~150 tokens) read in 64-token windows reads the
+    // question once per window, so it counts more input tokens than read whole in one.
+    let text = format!("{} The delivery was late and I am angry.", BREAD.repeat(12));
+    let read = |window: Value| {
+        let body = json!({"model": "sentiment", "input": text, "options": {"overflow": "window", "window": window}});
+        let url = s.url("/v1/classify");
+        async move {
+            let (status, _, v) = post(&url, &body).await;
+            assert_eq!(status, 200, "{v}");
+            v["usage"]["input_tokens"].as_u64().expect("usage")
+        }
+    };
+    let whole = read(json!({})).await;
+    let windowed = read(json!({"tokens": 64, "overlap": 8})).await;
+    assert!(
+        windowed > whole,
+        "64-token windows read {windowed} tokens, one read {whole}"
+    );
+    let (status, _, v) = post(
+        &s.url("/v1/classify"),
+        &json!({"model": "sentiment", "input": "x", "options": {"window": {"tokens": 64}}}),
+    )
+    .await;
+    assert_eq!(status, 400, "a window without overflow window: {v}");
 }
 
 #[tokio::test]

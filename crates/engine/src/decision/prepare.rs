@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
-use protocol::request::{DecisionRequest, Overflow, Question, QuestionKind};
+use protocol::request::{DecisionRequest, Overflow, Question, QuestionKind, Window};
 use protocol::{ProtocolError, Usage};
 
 use super::views::{over_keys, span_part, view_index, RootKey, ViewKey, Views};
@@ -179,6 +179,7 @@ impl DecisionModel {
                 p.room,
                 cap,
                 max_tokens,
+                r.options.window,
             )? {
                 Ok(key) => key,
                 Err(f) => {
@@ -287,10 +288,15 @@ impl DecisionModel {
         room: usize,
         cap: usize,
         max_tokens: Option<usize>,
+        window: Option<Window>,
     ) -> Result<Result<RootKey, QuestionFailure>, ProtocolError> {
         let read = &views.reads[view];
         views.used[view] = true;
-        let budget = max_tokens.map_or(room, |m| m.min(room));
+        let mut budget = max_tokens.map_or(room, |m| m.min(room));
+        // Windows the request sizes apply to every view longer than one of them.
+        if let (Overflow::Window, Some(w)) = (q.overflow, window) {
+            budget = budget.min(usize::try_from(w.tokens).unwrap_or(usize::MAX));
+        }
         if read.complete && read.tokens.len() <= budget {
             return Ok(Ok(RootKey::Whole(view)));
         }
@@ -344,7 +350,17 @@ impl DecisionModel {
                     views.scans[view] = Some(whole);
                 }
                 if matches!(views.scans[view], Some(Some(_))) {
-                    Ok(RootKey::Windows(view, room.max(1)))
+                    // Windows as the request sets them (no larger than the question's room),
+                    // else the room, overlapping by an eighth.
+                    let size = room.max(1);
+                    let (size, overlap) = match window {
+                        Some(w) => {
+                            let s = usize::try_from(w.tokens).unwrap_or(size).clamp(1, size);
+                            (s, usize::try_from(w.overlap).unwrap_or(0).min(s - 1))
+                        }
+                        None => (size, size / 8),
+                    };
+                    Ok(RootKey::Windows(view, size, overlap))
                 } else {
                     Err(QuestionFailure::new(
                         QuestionErrorKind::ScanBudgetExceeded,

@@ -10,6 +10,7 @@ use protocol::{text, ProtocolError, Usage};
 use super::{DecisionModel, Tree};
 use crate::backend::{Node, Token};
 use crate::budget;
+use crate::tagger::windows;
 
 /// Whether `keys` name every key of an object state (then the question reads the whole state).
 fn covers_state(state: &serde_json::Value, keys: &[String]) -> bool {
@@ -25,8 +26,8 @@ pub(crate) enum RootKey {
     Whole(usize),
     /// The first tokens of the view.
     Truncated(usize, usize),
-    /// The whole view in windows of this many tokens.
-    Windows(usize, usize),
+    /// The whole view in windows of this many tokens, overlapping by the second count.
+    Windows(usize, usize, usize),
 }
 
 /// The views of a request's state (the whole state, or the keys an `over` names), each read
@@ -49,9 +50,9 @@ impl Views<'_> {
                 let n = n.min(self.reads[v].tokens.len());
                 vec![&self.reads[v].tokens[..n]]
             }
-            RootKey::Windows(v, w) => {
+            RootKey::Windows(v, w, overlap) => {
                 let tokens = self.scanned(v).unwrap_or(&[]);
-                windows(tokens.len(), w)
+                windows(tokens.len(), w, overlap)
                     .into_iter()
                     .map(|(a, b)| &tokens[a..b])
                     .collect()
@@ -70,12 +71,12 @@ impl Views<'_> {
                 .into_iter()
                 .map(|ts| (0, bytes(ts)))
                 .collect(),
-            RootKey::Windows(v, w) => {
+            RootKey::Windows(v, w, overlap) => {
                 let tokens = self.scanned(v).unwrap_or(&[]);
                 let mut offset = 0;
                 let mut done = 0;
                 let mut out = Vec::new();
-                for (a, b) in windows(tokens.len(), w) {
+                for (a, b) in windows(tokens.len(), w, overlap) {
                     offset += bytes(&tokens[done..a]).len();
                     done = a;
                     out.push((offset, bytes(&tokens[a..b])));
@@ -184,22 +185,6 @@ pub(super) fn span_part<'a>(
         None => Err(QuestionFailure::malformed(
             "a span question reads one text part of the state: name it with over",
         )),
-    }
-}
-
-/// Windows of `w` tokens over `len` tokens, overlapping by an eighth of a window.
-fn windows(len: usize, w: usize) -> Vec<(usize, usize)> {
-    let w = w.max(1);
-    let step = (w - w / 8).max(1);
-    let mut out = Vec::new();
-    let mut a = 0;
-    loop {
-        let b = (a + w).min(len);
-        out.push((a, b));
-        if b >= len {
-            return out;
-        }
-        a += step;
     }
 }
 
