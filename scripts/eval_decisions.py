@@ -10,6 +10,9 @@ canary is held out.
 ORDERS=k also asks every choice question with its options rotated by 1..k-1 places, in the
 same request, and prints the option-order sensitivity: per question, the largest change of
 any option's probability between orders; its mean and max over the manifest's questions.
+
+T* is the temperature (applied to log-probabilities) that minimises the NLL of the truth, per
+question and pooled per type: what a fitted `temperature` in decision_config.json would be.
 """
 import collections
 import json
@@ -57,6 +60,31 @@ def ask(item):
     return json.load(urllib.request.urlopen(req, timeout=600))["answers"]
 
 
+def distribution(q, a):
+    """(probabilities, index of the truth) of one answer."""
+    if "noul" in a:
+        return [a["noul"], 1 - a["noul"]], 0 if q["ground_truth"] else 1
+    keys = list(a["probabilities"])
+    truth = str(q["ground_truth"])
+    return [a["probabilities"][k] for k in keys], keys.index(truth) if truth in keys else None
+
+
+def best_temperature(ds):
+    """The temperature (on log-probabilities) that minimises the mean negative log-likelihood
+    of the truth, over a log-spaced grid from 0.05 to 20; with that NLL and the NLL at 1."""
+    def nll(t):
+        total = 0.0
+        for ps, i in ds:
+            logs = [math.log(max(p, 1e-12)) / t for p in ps]
+            top = max(logs)
+            z = sum(math.exp(x - top) for x in logs)
+            total -= logs[i] - top - math.log(z)
+        return total / len(ds)
+    grid = [0.05 * (400 ** (k / 120)) for k in range(121)]
+    t = min(grid, key=nll)
+    return t, nll(t), nll(1.0)
+
+
 def outcome(q, a):
     """(predicted, truth, probability of the truth, probability of the prediction)."""
     truth = q["ground_truth"]
@@ -97,6 +125,7 @@ def calibrated(item, answers):
 
 
 rows = collections.defaultdict(list)
+dists = collections.defaultdict(list)
 order_shift = []
 for f in files:
     for line in open(f):
@@ -114,6 +143,10 @@ for f in files:
                 continue
             pred, truth, p_truth, p_pred = outcome(q, a)
             rows[(f.split("/")[-1], qid)].append((pred, truth, p_truth, p_pred))
+            ps, i = distribution(q, a)
+            if i is not None:
+                dists[(f.split("/")[-1], qid)].append((ps, i))
+                dists[("type", q["type"])].append((ps, i))
             for v in ("__yn", "__ab", "__lv"):
                 b = answers.get(qid + v, {})
                 if "probabilities" not in b:
@@ -126,7 +159,7 @@ for f in files:
                 pred, truth, p_truth, p_pred = outcome(q, b)
                 rows[(f.split("/")[-1], qid + v)].append((pred, truth, p_truth, p_pred))
 
-print(f"{'question':40} {'n':>4} {'acc':>6} {'prior':>6} {'brier':>6} {'ece':>6}")
+print(f"{'question':40} {'n':>4} {'acc':>6} {'prior':>6} {'brier':>6} {'ece':>6} {'T*':>6}")
 accs, priors = [], []
 for (f, qid), rs in sorted(rows.items()):
     n = len(rs)
@@ -139,8 +172,14 @@ for (f, qid), rs in sorted(rows.items()):
     ece = sum(len(b) / n * abs(sum(x for x, _ in b) / len(b) - sum(y for _, y in b) / len(b)) for b in bins.values())
     accs.append(acc)
     priors.append(prior)
-    print(f"{f + ':' + qid:40} {n:4} {acc:6.3f} {prior:6.3f} {brier:6.3f} {ece:6.3f}")
+    temp = best_temperature(dists[(f, qid)])[0] if dists[(f, qid)] else float("nan")
+    print(f"{f + ':' + qid:40} {n:4} {acc:6.3f} {prior:6.3f} {brier:6.3f} {ece:6.3f} {temp:6.2f}")
 print(f"{'mean':40} {'':4} {sum(accs) / len(accs):6.3f} {sum(priors) / len(priors):6.3f}")
 if order_shift:
     print(f"option order ({ORDERS} orders, {len(order_shift)} choice questions): largest change of an "
           f"option's probability, mean {sum(order_shift) / len(order_shift):.3f}, max {max(order_shift):.3f}")
+for kind in ("choice", "noul", "score"):
+    ds = dists.get(("type", kind))
+    if ds:
+        temp, best, at_one = best_temperature(ds)
+        print(f"type {kind:6} n {len(ds):4}: NLL-optimal temperature {temp:.2f} (NLL {best:.3f}, at 1: {at_one:.3f})")
