@@ -136,6 +136,9 @@ impl LlamaBackend {
             max_sequences: config.sequences as usize - 1,
             trained_context: trained,
             threads: config.threads,
+            // Off: see `LlamaBackend::context` (measured in `bench --suite` row (a)).
+            flash_attention: Some(false),
+            micro_batch_tokens: Some(config.ubatch.min(config.context_tokens) as usize),
         };
         Ok(LlamaBackend {
             model,
@@ -158,6 +161,8 @@ impl LlamaBackend {
             max_sequences: 0,
             trained_context: model.n_ctx_train() as usize,
             threads: 1,
+            flash_attention: None,
+            micro_batch_tokens: None,
         };
         Ok(LlamaBackend {
             model,

@@ -346,6 +346,8 @@ impl SparrowModel {
             max_sequences: 64,
             trained_context: config.max_len,
             threads: 1,
+            flash_attention: None,
+            micro_batch_tokens: None,
         };
         Ok(SparrowModel {
             config,

@@ -103,6 +103,11 @@ pub struct BackendInfo {
     /// Context length the model was trained at.
     pub trained_context: usize,
     pub threads: usize,
+    /// Whether decisions evaluate with flash attention (llama.cpp; `None` where the engine has
+    /// no such switch).
+    pub flash_attention: Option<bool>,
+    /// Tokens of one micro-batch (llama.cpp's `n_ubatch`; `None` elsewhere).
+    pub micro_batch_tokens: Option<usize>,
 }
 
 /// Errors of a backend.

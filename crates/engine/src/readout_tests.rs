@@ -174,6 +174,8 @@ fn model(config: DecisionConfig, script: Script) -> DecisionModel {
             max_sequences: 16,
             trained_context: 8192,
             threads: 1,
+            flash_attention: None,
+            micro_batch_tokens: None,
         },
         script,
     };

@@ -515,6 +515,8 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
                 "max_sequences": info.max_sequences,
                 "scheduler": w.config(),
                 "system_prompt_tokens": m.prefix_tokens(),
+                "flash_attention": info.flash_attention,
+                "micro_batch_tokens": info.micro_batch_tokens,
             }),
             // A direct model answers on the request's thread: no worker, no queue.
             None => json!({"execution": "inline", "input_tokens": info.context_tokens}),

@@ -520,6 +520,9 @@ async fn models_health_and_metrics() {
         "measured by the load-time self-check"
     );
     assert!(m["card"]["limits"]["max_request_tokens"].as_u64().unwrap() > 0);
+    // The attention path and micro-batch the answers are computed with.
+    assert_eq!(m["card"]["engine_args"]["flash_attention"], false, "{m}");
+    assert_eq!(m["card"]["engine_args"]["micro_batch_tokens"], 512, "{m}");
     assert!(m["card"]["aliases"]
         .as_array()
         .unwrap()
