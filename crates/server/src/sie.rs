@@ -191,39 +191,44 @@ fn items(v: Option<&Value>) -> Result<&Vec<Value>, ApiError> {
     }
 }
 
-/// `params.options.overflow_policy`: `default` or `truncate_text` cut a long text to the
-/// model's length; `error` refuses it with INPUT_TOO_LONG. Returns whether to truncate.
-/// The `overflow` a decision backbone's questions take under `overflow_policy`: `default`
-/// passes the text as the model allows, so the backbone reads all of it, in windows when it is
-/// longer than one input (up to its scan budget); `truncate_text` reads its head; `error`
-/// refuses a text longer than one input.
-fn backbone_overflow(params: &Map<String, Value>) -> Result<&'static str, ApiError> {
-    truncates(params)?;
-    Ok(
-        match params
-            .get("options")
-            .and_then(|o| o.get("overflow_policy"))
-            .and_then(Value::as_str)
-        {
-            Some("truncate_text") => "truncate",
-            Some("error") => "reject",
-            _ => "window",
-        },
-    )
+/// `params.options.overflow_policy` (sie-api.txt): what a text longer than the model reads
+/// at once gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OverflowPolicy {
+    /// Passed as the model allows: an encoder cuts it to its length, a token head or a
+    /// decision backbone reads all of it in windows.
+    Default,
+    /// Its end cut to fit.
+    TruncateText,
+    /// Refused with INPUT_TOO_LONG.
+    Error,
 }
 
-fn truncates(params: &Map<String, Value>) -> Result<bool, ApiError> {
+fn overflow_policy(params: &Map<String, Value>) -> Result<OverflowPolicy, ApiError> {
     match params
         .get("options")
         .and_then(|o| o.get("overflow_policy"))
         .and_then(Value::as_str)
     {
-        None | Some("default" | "truncate_text") => Ok(true),
-        Some("error") => Ok(false),
+        None | Some("default") => Ok(OverflowPolicy::Default),
+        Some("truncate_text") => Ok(OverflowPolicy::TruncateText),
+        Some("error") => Ok(OverflowPolicy::Error),
         Some(other) => Err(invalid(format!(
             "params.options.overflow_policy {other:?}: use default, truncate_text or error"
         ))),
     }
+}
+
+/// The `overflow` a decision backbone's questions take under `overflow_policy`: `default`
+/// passes the text as the model allows, so the backbone reads all of it, in windows when it is
+/// longer than one input (up to its scan budget); `truncate_text` reads its head; `error`
+/// refuses a text longer than one input.
+fn backbone_overflow(params: &Map<String, Value>) -> Result<&'static str, ApiError> {
+    Ok(match overflow_policy(params)? {
+        OverflowPolicy::Default => "window",
+        OverflowPolicy::TruncateText => "truncate",
+        OverflowPolicy::Error => "reject",
+    })
 }
 
 /// INPUT_TOO_LONG for an item over the model's length under `overflow_policy: error`.
@@ -282,7 +287,7 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> crate::enco
     let (mut dtype, mut instruction, mut truncate) = ("float32".to_string(), None, true);
     if let Some(p) = obj.get("params").filter(|v| !v.is_null()) {
         let p = object(p, "params")?;
-        truncate = truncates(p)?;
+        truncate = overflow_policy(p)? != OverflowPolicy::Error;
         only(
             p,
             &["output_types", "instruction", "output_dtype", "options"],
@@ -530,15 +535,10 @@ async fn extract_tagged(
     p: &Map<String, Value>,
     labels: Option<&[String]>,
 ) -> crate::encoders::CoreResult {
-    let policy = p
-        .get("options")
-        .and_then(|o| o.get("overflow_policy"))
-        .and_then(Value::as_str);
-    let overflow = match policy {
-        Some("truncate_text") => engine::TagOverflow::Truncate,
-        Some("error") => engine::TagOverflow::Reject,
-        _ => {
-            truncates(p)?;
+    let overflow = match overflow_policy(p)? {
+        OverflowPolicy::TruncateText => engine::TagOverflow::Truncate,
+        OverflowPolicy::Error => engine::TagOverflow::Reject,
+        OverflowPolicy::Default => {
             let tokens = m.info().max_tokens;
             engine::TagOverflow::Window {
                 tokens,
