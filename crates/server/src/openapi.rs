@@ -83,8 +83,8 @@ mod tests {
         assert!(doc.contains("DecisionResponse"));
     }
 
-    /// Two wire types of one name would share one schema, and one endpoint's answers would
-    /// be documented with the other's shape (the decision `Usage` once carried OpenAI's).
+    /// The encoder endpoints' options are typed member by member, unknown members refused, so
+    /// the document says which options act.
     #[test]
     fn encoder_options_are_described_member_by_member() {
         let doc = super::yaml().unwrap();
@@ -98,6 +98,8 @@ mod tests {
         }
     }
 
+    /// Two wire types of one name would share one schema, and one endpoint's answers would
+    /// be documented with the other's shape (the decision `Usage` once carried OpenAI's).
     #[test]
     fn schemas_of_the_same_name_are_not_merged() {
         use utoipa::OpenApi;
