@@ -107,6 +107,14 @@ fn deadline_ms(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
     }
 }
 
+/// `options.deadline_ms` of a body whose `options` may hold nothing else (rerank, bundle).
+fn deadline_only(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
+    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
+        only(object(o, "options")?, &["deadline_ms"], "options")?;
+    }
+    deadline_ms(obj)
+}
+
 /// Run `work` within `deadline_ms`: past it the caller gets 504 `deadline_exceeded`, and the
 /// work is dropped (a queued encoder or decision job whose caller is gone is not run).
 async fn within(
@@ -185,11 +193,11 @@ fn parse_inputs(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
 /// `POST /v1/embeddings`, OpenAI-compatible.
 pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResult {
     let obj = object(body, "the request body")?;
-    return_meta(obj)?;
-    within(deadline_ms(obj)?, embed(state, obj)).await
+    let meta = return_meta(obj)?;
+    within(deadline_ms(obj)?, embed(state, obj, meta)).await
 }
 
-async fn embed(state: &AppState, obj: &Map<String, Value>) -> CoreResult {
+async fn embed(state: &AppState, obj: &Map<String, Value>, meta: bool) -> CoreResult {
     only(
         obj,
         &[
@@ -203,7 +211,6 @@ async fn embed(state: &AppState, obj: &Map<String, Value>) -> CoreResult {
         ],
         "request",
     )?;
-    let meta = return_meta(obj)?;
     let inputs = parse_inputs(obj.get("input"))?;
     let base64 = match obj.get("encoding_format") {
         None | Some(Value::Null) => false,
@@ -397,10 +404,7 @@ fn document_text(v: &Value) -> Option<String> {
 /// `POST /v1/rerank`.
 pub(crate) async fn rerank_core(state: &AppState, body: &Value) -> CoreResult {
     let obj = object(body, "the request body")?;
-    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
-        only(object(o, "options")?, &["deadline_ms"], "options")?;
-    }
-    within(deadline_ms(obj)?, rank(state, obj)).await
+    within(deadline_only(obj)?, rank(state, obj)).await
 }
 
 async fn rank(state: &AppState, obj: &Map<String, Value>) -> CoreResult {
@@ -533,14 +537,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
                 ))
             }
         };
-        if let Some(w) = o.get("window").filter(|v| !v.is_null()) {
-            let w = object(w, "options.window")?;
-            only(w, &["tokens", "overlap"], "options.window")?;
-            if w.values().any(|v| v.as_u64().is_none()) {
-                return Err(invalid(
-                    "options.window.tokens and overlap must be non-negative integers",
-                ));
-            }
+        if let Some((tokens, overlap)) = window_members(o)? {
             if overflow != Some("window") {
                 return Err(invalid(
                     "options.window applies with options.overflow window",
@@ -548,13 +545,9 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             }
             // Windows no larger than what the backbone reads with the question (the engine
             // caps them there); by default an eighth of a window overlaps.
-            let (tokens, overlap) = (
-                w.get("tokens").and_then(Value::as_u64),
-                w.get("overlap").and_then(Value::as_u64),
-            );
             if tokens.is_some() || overlap.is_some() {
                 let tokens = tokens.unwrap_or(u64::MAX);
-                let overlap = overlap.unwrap_or(tokens.min(1 << 20) / 8);
+                let overlap = overlap.unwrap_or(tokens / 8);
                 if tokens == 0 || overlap >= tokens {
                     return Err(invalid(
                         "options.window.overlap must be less than options.window.tokens",
@@ -668,6 +661,26 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
     Ok((resp, c.name.clone(), timings))
 }
 
+/// The `tokens` and `overlap` an `options.window` sets (each may be left out).
+type WindowMembers = (Option<u64>, Option<u64>);
+
+/// `options.window` of a classify body, when given: its `tokens` and `overlap` (each a
+/// non-negative integer when present; no other members).
+fn window_members(options: &Map<String, Value>) -> Result<Option<WindowMembers>, ApiError> {
+    let Some(w) = options.get("window").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let w = object(w, "options.window")?;
+    only(w, &["tokens", "overlap"], "options.window")?;
+    let field = |k: &str| match w.get(k) {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            invalid("options.window.tokens and overlap must be non-negative integers")
+        }),
+    };
+    Ok(Some((field("tokens")?, field("overlap")?)))
+}
+
 /// `/v1/classify` on a sequence-classification head: label probabilities (softmax) or
 /// independent label scores (sigmoid, `multi_label`) per input text, in one batch. On a
 /// token-classification head: the spans of each text.
@@ -685,19 +698,9 @@ async fn classify_head(m: &EncoderModel, obj: &Map<String, Value>) -> CoreResult
             None | Some("reject") => engine::TagOverflow::Reject,
             Some("truncate") => engine::TagOverflow::Truncate,
             Some("window") if m.info().per_token => {
-                let w = match o.get("window").filter(|v| !v.is_null()) {
-                    Some(w) => object(w, "options.window")?.clone(),
-                    None => Map::new(),
-                };
-                only(&w, &["tokens", "overlap"], "options.window")?;
-                let field = |k: &str| match w.get(k) {
-                    None => Ok(None),
-                    Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| {
-                        invalid("options.window.tokens and overlap must be non-negative integers")
-                    }),
-                };
-                let tokens = field("tokens")?.unwrap_or(m.info().max_tokens);
-                let overlap = field("overlap")?.unwrap_or(engine::TagOverflow::overlap(tokens));
+                let (tokens, overlap) = window_members(o)?.unwrap_or((None, None));
+                let tokens = tokens.map_or(m.info().max_tokens, |n| n as usize);
+                let overlap = overlap.map_or(engine::TagOverflow::overlap(tokens), |n| n as usize);
                 if overlap >= tokens {
                     return Err(invalid(
                         "options.window.overlap must be less than options.window.tokens",
@@ -1011,18 +1014,7 @@ pub(crate) async fn bundle_core(state: &AppState, body: &Value) -> CoreResult {
         e.limit = Some(limit as u64);
         return Err(e);
     }
-    let mut deadline_ms = None;
-    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
-        let o = object(o, "options")?;
-        only(o, &["deadline_ms"], "options")?;
-        deadline_ms = match o.get("deadline_ms") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_u64()
-                    .ok_or_else(|| invalid("options.deadline_ms must be a non-negative integer"))?,
-            ),
-        };
-    }
+    let deadline_ms = deadline_only(obj)?;
     let mut parsed = Vec::with_capacity(tasks.len());
     for (i, t) in tasks.iter().enumerate() {
         let t = object(t, &format!("tasks[{i}]"))?;
