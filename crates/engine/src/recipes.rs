@@ -195,10 +195,11 @@ pub fn batch(
         options.insert("deadline_ms".into(), json!(d));
     }
     if let Some(w) = window {
-        options.insert(
-            "window".into(),
-            json!({"tokens": w.tokens, "overlap": w.overlap}),
-        );
+        let mut window = json!({ "tokens": w.tokens });
+        if let Some(o) = w.overlap {
+            window["overlap"] = json!(o);
+        }
+        options.insert("window".into(), window);
     }
     let body = json!({ "states": states, "options": options });
     parse_decision_body(&body, Schema::Internal)
@@ -320,7 +321,7 @@ mod tests {
         ];
         let window = Window {
             tokens: 64,
-            overlap: 8,
+            overlap: Some(8),
         };
         let body = batch(entries, Some(500), Some(window)).expect("a valid batch");
         assert_eq!(

@@ -55,11 +55,12 @@ pub struct Options {
     pub window: Option<Window>,
 }
 
-/// Windows of `tokens` tokens of state, each overlapping the last by `overlap`.
+/// Windows of `tokens` tokens of state, each overlapping the last by `overlap` (by default,
+/// an eighth of the window the question reads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
     pub tokens: u64,
-    pub overlap: u64,
+    pub overlap: Option<u64>,
 }
 
 /// Which part of an object state plays which role.
@@ -426,18 +427,20 @@ fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, Proto
     options.long_context = flag("long_context")?;
     if let Some(w) = obj.get("window").filter(|w| !w.is_null()) {
         let field = |k: &str| w.get(k).and_then(Value::as_u64);
-        options.window = match (
-            w.as_object().map(|o| o.len()),
-            field("tokens"),
-            field("overlap"),
-        ) {
-            (Some(2), Some(tokens), Some(overlap)) if overlap < tokens => {
-                Some(Window { tokens, overlap })
-            }
+        let members = w.as_object().map_or(0, |o| o.len());
+        options.window = match (members, field("tokens"), field("overlap")) {
+            (1, Some(tokens), None) if tokens > 0 => Some(Window {
+                tokens,
+                overlap: None,
+            }),
+            (2, Some(tokens), Some(overlap)) if overlap < tokens => Some(Window {
+                tokens,
+                overlap: Some(overlap),
+            }),
             _ => {
                 return Err(ProtocolError::schema(
                     &["options", "window"],
-                    "options.window is {tokens, overlap}: integers, overlap less than tokens",
+                    "options.window is {tokens, overlap}: integers, overlap (optional) less than tokens",
                 ))
             }
         };
@@ -1159,6 +1162,41 @@ mod tests {
         mixed["state"] = json!("z");
         let e = parse_decision_body(&mixed, Schema::Internal).unwrap_err();
         assert_eq!(e.reason, Some(reason::FORMS_MIXED));
+    }
+
+    /// `options.window` is an internal option: endpoints that take a window set it; a V5 body
+    /// cannot. Its overlap may be left to the engine.
+    #[test]
+    fn a_window_is_internal_and_its_overlap_optional() {
+        let with = |window: Value| {
+            json!({"state": "x", "options": {"window": window},
+                "questions": {"q": {"type": "noul", "instructions": "?"}}})
+        };
+        let window =
+            |w: Value, schema| parse_decision_body(&with(w), schema).map(|b| b.options().window);
+        assert_eq!(
+            window(json!({"tokens": 64}), Schema::Internal),
+            Ok(Some(Window {
+                tokens: 64,
+                overlap: None
+            }))
+        );
+        assert_eq!(
+            window(json!({"tokens": 64, "overlap": 8}), Schema::Internal),
+            Ok(Some(Window {
+                tokens: 64,
+                overlap: Some(8)
+            }))
+        );
+        for bad in [
+            json!({"tokens": 64, "overlap": 64}),
+            json!({"tokens": 0}),
+            json!({"overlap": 8}),
+            json!({"tokens": 64, "stride": 8}),
+        ] {
+            assert!(window(bad.clone(), Schema::Internal).is_err(), "{bad}");
+        }
+        assert!(window(json!({"tokens": 64}), Schema::V5).is_err());
     }
 
     #[test]

@@ -544,11 +544,10 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
                 ));
             }
             // Windows no larger than what the backbone reads with the question (the engine
-            // caps them there); by default an eighth of a window overlaps.
+            // caps them there); by default an eighth of the window it reads overlaps.
             if tokens.is_some() || overlap.is_some() {
                 let tokens = tokens.unwrap_or(u64::MAX);
-                let overlap = overlap.unwrap_or(tokens / 8);
-                if tokens == 0 || overlap >= tokens {
+                if tokens == 0 || overlap.is_some_and(|o| o >= tokens) {
                     return Err(invalid(
                         "options.window.overlap must be less than options.window.tokens",
                     ));

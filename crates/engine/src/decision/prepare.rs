@@ -356,7 +356,10 @@ impl DecisionModel {
                     let (size, overlap) = match window {
                         Some(w) => {
                             let s = usize::try_from(w.tokens).unwrap_or(size).clamp(1, size);
-                            (s, usize::try_from(w.overlap).unwrap_or(0).min(s - 1))
+                            let overlap = w.overlap.map_or(s / 8, |o| {
+                                usize::try_from(o).unwrap_or(usize::MAX).min(s - 1)
+                            });
+                            (s, overlap)
                         }
                         None => (size, size / 8),
                     };
