@@ -178,11 +178,16 @@ impl LlamaBackend {
 }
 
 impl LlamaBackend {
+    /// The CPU threads every context of this model evaluates with, as llama.cpp takes them.
+    fn threads(&self) -> i32 {
+        i32::try_from(self.config.threads).unwrap_or(2)
+    }
+
     /// A context of `n_ctx` tokens split into `seqs` KV streams (one per sequence), with the
     /// plain attention path: the configuration whose branches are checked exact.
     fn context(&self, n_ctx: u32, seqs: u32) -> Result<LlamaContext<'_>, BackendError> {
         let rt = runtime()?;
-        let threads = i32::try_from(self.config.threads).unwrap_or(2);
+        let threads = self.threads();
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
             .with_n_batch(n_ctx)
@@ -250,7 +255,7 @@ impl Backend for LlamaBackend {
         let slot_tokens = slot_tokens.max(256).div_ceil(256) * 256;
         let n_ctx = slots * slot_tokens;
         let rt = runtime()?;
-        let threads = i32::try_from(self.config.threads).unwrap_or(2);
+        let threads = self.threads();
         let n_batch = n_ctx.min(GENERATION_BATCH);
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
@@ -866,15 +871,13 @@ impl LlamaBackend {
             capacity: n_ctx as usize,
         })
     }
-}
 
-impl LlamaBackend {
     /// A one-sequence evaluator on llama.cpp's own context defaults (flash attention `auto`,
     /// its batch and micro-batch sizes), with only the size and the threads set: the baseline
     /// a user of plain llama.cpp gets, which benchmarks hold beside [`LlamaBackend::plain`].
     pub fn plain_defaults(&self, tokens: u32) -> Result<PlainEvaluator<'_>, BackendError> {
         let n_ctx = tokens.max(256).div_ceil(256) * 256;
-        let threads = i32::try_from(self.config.threads).unwrap_or(2);
+        let threads = self.threads();
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
             .with_n_threads(threads)
