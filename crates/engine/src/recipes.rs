@@ -7,7 +7,7 @@
 use protocol::answer::{BatchResponse, DecisionResponse, SpanFound};
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{parse_decision_body, DecisionBody, Schema, Window};
-use protocol::{Answer, ProtocolError};
+use protocol::{Answer, Ordered, ProtocolError};
 use serde_json::{json, Map, Value};
 
 /// The question asked of each (query, document) pair.
@@ -147,8 +147,8 @@ impl Ask<'_> {
                     .unwrap_or_else(|| no_answer(missing)),
             )
         };
-        let ranked = |probabilities: &mut dyn Iterator<Item = (&String, &f64)>| {
-            let mut v: Vec<(String, f64)> = probabilities.map(|(k, p)| (k.clone(), *p)).collect();
+        let ranked = |probabilities: &Ordered<f64>| {
+            let mut v = probabilities.0.clone();
             v.sort_by(|a, b| b.1.total_cmp(&a.1));
             v
         };
@@ -162,14 +162,14 @@ impl Ask<'_> {
             },
             Ask::Choice { .. } => match answer {
                 Some(Answer::Choice(c)) if !c.probabilities.is_empty() => Read::Labels {
-                    ranked: ranked(&mut c.probabilities.iter().map(|(k, p)| (k, p))),
+                    ranked: ranked(&c.probabilities),
                     selected: None,
                 },
                 _ => failed("no labels were read"),
             },
             Ask::Set { .. } => match r.sets.get(ASKED) {
                 Some(s) if !s.probabilities.is_empty() => Read::Labels {
-                    ranked: ranked(&mut s.probabilities.iter().map(|(k, p)| (k, p))),
+                    ranked: ranked(&s.probabilities),
                     selected: Some(s.selected.clone()),
                 },
                 _ => failed("no labels were read"),
@@ -216,7 +216,7 @@ fn no_answer(message: &str) -> QuestionFailure {
 #[cfg(test)]
 mod tests {
     use protocol::answer::{AnswerEntry, ChoiceAnswer, NoulAnswer, SetResult};
-    use protocol::{Ordered, Usage};
+    use protocol::Usage;
 
     use super::*;
 
