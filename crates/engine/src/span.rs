@@ -443,9 +443,9 @@ fn join_pieces(text: &str, places: &mut Vec<(usize, usize, f64)>) {
 }
 
 /// Each place of the text to one label, as a tagger gives each word one tag: of spans of
-/// different labels that overlap, the more probable (then longer, then earlier) is kept. A
-/// small model asked for a label the text lacks copies its most salient words; the label
-/// that truly holds them claims them with a higher probability. In text order.
+/// different labels that overlap, the more probable (then longer, then earlier) is kept. The
+/// decision pipeline first settles places several labels claim by asking the model
+/// (`decision::contest`); this rule settles the rest. In text order.
 pub(crate) fn one_label_per_place(mut spans: Vec<SpanFound>) -> Vec<SpanFound> {
     spans.sort_by(|a, b| {
         b.probability

@@ -2,7 +2,8 @@
 //! answers `None` for every label, so nothing here could fail on it): the spans come back with
 //! code-point offsets that hold exactly their text, never outside it; the question's noul is
 //! the best span's probability; thresholds filter and come back; the `pii` preset, the label
-//! list form and refusals; and a span question beside others changes none of their answers.
+//! list form and refusals; a place two labels claim goes to the label the model names for it;
+//! and a span question beside others changes none of their answers.
 
 mod common;
 
@@ -129,6 +130,62 @@ async fn a_threshold_filters_spans_but_not_the_noul() {
     for s in default["spans"]["e"].as_array().unwrap() {
         assert!(s["probability"].as_f64().unwrap() >= 0.5, "{s}");
     }
+}
+
+/// A place two labels claim goes to the label the model names when asked what it is, not to
+/// the label whose branch copied it with the higher probability: asked on its own, the date
+/// label copies this phone number more surely than the phone label does.
+#[tokio::test]
+async fn a_place_two_labels_claim_goes_to_the_label_the_model_names_for_it() {
+    const REMINDER: &str =
+        "😀 Reminder: dentist on 19 June 1970. Call 993.340.8306x50847 to cancel.";
+    let phone = (
+        "PHONE_NUMBER",
+        "a telephone number, with its extension if it has one",
+    );
+    let date = ("DATE_TIME", "a date or a time");
+    let span = |labels: &[(&str, &str)]| {
+        let criteria: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, d)| (k.to_string(), json!(d)))
+            .collect();
+        json!({"type": "span", "criteria": criteria, "threshold": 0.0})
+    };
+    let apart = decide(json!({"model": MODEL, "state": REMINDER, "questions": {
+        "phone": span(&[phone]), "date": span(&[date])}}))
+    .await;
+    let copied = |v: &Value, id: &str, label: &str| -> f64 {
+        v["spans"][id]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["label"] == label && s["text"] == "993.340.8306x50847")
+            .map(|s| s["probability"].as_f64().unwrap())
+            .fold(0.0, f64::max)
+    };
+    let (as_phone, as_date) = (
+        copied(&apart, "phone", "PHONE_NUMBER"),
+        copied(&apart, "date", "DATE_TIME"),
+    );
+    assert!(as_date > as_phone && as_phone > 0.0, "{apart}");
+    let together = decide(json!({"model": MODEL, "state": REMINDER, "questions": {
+        "pii": span(&[phone, date])}}))
+    .await;
+    let found = check_offsets(REMINDER, &together["spans"]["pii"]);
+    let want = |label: &str, text: &str| (label.to_string(), text.to_string());
+    assert_eq!(
+        found,
+        [
+            want("DATE_TIME", "19 June 1970"),
+            want("PHONE_NUMBER", "993.340.8306x50847")
+        ],
+        "{together}"
+    );
+    // The phone keeps the probability its own branch gave it.
+    assert_eq!(copied(&together, "pii", "PHONE_NUMBER"), as_phone);
+    // The check read the text again: usage counts it.
+    let read = |v: &Value| v["usage"]["input_tokens"].as_u64().unwrap();
+    assert!(read(&together) > read(&apart), "{together} {apart}");
 }
 
 #[tokio::test]

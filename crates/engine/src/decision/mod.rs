@@ -9,6 +9,7 @@
 //!   roots (whole, truncated or in windows), the request's token limits;
 //! - `readout`: answers read from the logits, windows combined, spans replayed, the response.
 
+mod contest;
 mod load;
 mod plan;
 mod prepare;
@@ -133,7 +134,8 @@ pub(crate) enum Plan {
     /// One growing branch per label on each root; spans are read from their growth.
     Span {
         id: String,
-        labels: Vec<String>,
+        /// Each label with its description.
+        labels: Vec<(String, Option<String>)>,
         threshold: f64,
         complete: bool,
         /// The text the question read (offsets count into it).
@@ -154,6 +156,33 @@ struct Prepared {
     /// state in windows; none when it failed).
     plans: Vec<(Vec<usize>, Plan, Option<Trie>)>,
     usage: Usage,
+}
+
+/// What was read of one request's logits: each question's probability groups, and each span
+/// question's spans (every label's, in plan order) before the places several labels claim
+/// are settled.
+pub(super) struct Reading<'p> {
+    groups: Vec<(&'p Plan, Option<Vec<Vec<f64>>>)>,
+    spans: Vec<Option<Vec<protocol::SpanFound>>>,
+    usage: Usage,
+}
+
+/// The logits of each root of `p` that had questions to evaluate, taken in turn from the
+/// job's logits.
+fn per_root<'a>(
+    p: &Prepared,
+    logits: &mut impl Iterator<Item = &'a RootLogits>,
+) -> Vec<Option<&'a RootLogits>> {
+    p.roots
+        .iter()
+        .map(|root| {
+            if root.children.is_empty() {
+                None
+            } else {
+                logits.next()
+            }
+        })
+        .collect()
 }
 
 /// A loaded decision model: a causal LM read through a token tree, or a direct backend.
@@ -296,7 +325,138 @@ impl DecisionModel {
             .options()
             .deadline_ms
             .map(|ms| started + Duration::from_millis(ms));
-        // Queue every root that has a question to evaluate.
+        let outcome = self.forward(t, &prepared, deadline, &mut timings).await?;
+        let t_post = Instant::now();
+        let mut logits = match &outcome {
+            Ok(l) => l.iter(),
+            Err(_) => [].iter(),
+        };
+        let mut readings: Vec<Result<Reading, ProtocolError>> = prepared
+            .iter()
+            .map(|p| match p {
+                Ok(p) => Ok(self.read(t, p, per_root(p, &mut logits))),
+                Err(e) => Err(e.clone()),
+            })
+            .collect();
+        let failure = outcome.as_ref().err();
+        timings.post = t_post.elapsed();
+        let contests = match failure {
+            None => {
+                self.contest(t, &mut readings, deadline, &mut timings)
+                    .await?
+            }
+            Some(_) => Vec::new(),
+        };
+        let t_post = Instant::now();
+        let mut responses = Vec::with_capacity(prepared.len());
+        for (i, ((name, req), reading)) in requests.iter().zip(readings).enumerate() {
+            let resp = match reading {
+                Ok(mut r) => {
+                    for (q, spans) in r.spans.iter_mut().enumerate() {
+                        if let Some(all) = spans.take() {
+                            let mine = contests
+                                .iter()
+                                .filter(|(c, _)| c.request == i && c.question == q);
+                            *spans = Some(contest::settle(all, mine));
+                        }
+                    }
+                    self.response(r.groups, r.spans, failure, r.usage)
+                }
+                Err(e) => self.refused(req, &e),
+            };
+            responses.push((name.to_string(), resp));
+        }
+        timings.post += t_post.elapsed();
+        Ok((self.finish(batch, responses)?, timings))
+    }
+
+    /// Settle the places several labels of a span question claim (see `contest`): one more
+    /// job asks the check of every contest of the body, and its tokens count in the usage of
+    /// the request each check is for. A contest whose check could not be asked (refused, or
+    /// its deadline passed) is left unsettled.
+    async fn contest(
+        &self,
+        t: &Tree,
+        readings: &mut [Result<Reading<'_>, ProtocolError>],
+        deadline: Option<Instant>,
+        timings: &mut Timings,
+    ) -> Result<Vec<(contest::Contest, Option<String>)>, EngineError> {
+        let mut found = Vec::new();
+        for (r, reading) in readings.iter().enumerate() {
+            let Ok(reading) = reading else { continue };
+            let plans = reading.groups.iter().filter_map(|(plan, _)| match plan {
+                Plan::Span {
+                    labels,
+                    text,
+                    reads,
+                    ..
+                } => Some((labels, text, reads)),
+                _ => None,
+            });
+            for (q, ((labels, text, reads), spans)) in plans.zip(&reading.spans).enumerate() {
+                if let Some(spans) = spans {
+                    found.extend(contest::find(r, q, spans, labels, text, reads));
+                }
+            }
+        }
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let unsettled =
+            |found: Vec<contest::Contest>| found.into_iter().map(|c| (c, None)).collect();
+        let Ok((body, asked)) = contest::checks(&found) else {
+            return Ok(unsettled(found));
+        };
+        let prepared: Vec<Result<Prepared, ProtocolError>> = entries(&body)
+            .iter()
+            .map(|(_, r)| self.prepare(t, r))
+            .collect();
+        let Ok(logits) = self.forward(t, &prepared, deadline, timings).await? else {
+            return Ok(unsettled(found));
+        };
+        let mut logits = logits.iter();
+        let answers: Vec<Option<DecisionResponse>> = prepared
+            .iter()
+            .map(|p| {
+                let p = p.as_ref().ok()?;
+                let r = self.read(t, p, per_root(p, &mut logits));
+                Some(self.response(r.groups, r.spans, None, r.usage))
+            })
+            .collect();
+        // Each entry's tokens count once, in the usage of the request it checks.
+        let mut counted = vec![false; answers.len()];
+        let mut settled = Vec::with_capacity(found.len());
+        for (c, (entry, id)) in found.into_iter().zip(asked) {
+            let Some(Ok(reading)) = readings.get_mut(c.request) else {
+                settled.push((c, None));
+                continue;
+            };
+            let answer = answers.get(entry).and_then(Option::as_ref);
+            if let (Some(a), Some(seen)) = (answer, counted.get_mut(entry)) {
+                if !*seen {
+                    reading.usage.add(&a.usage);
+                    *seen = true;
+                }
+            }
+            let spans = reading.spans.get(c.question).and_then(Option::as_ref);
+            let won = match (answer, spans) {
+                (Some(a), Some(spans)) => contest::winner(&c, spans, a, &id),
+                _ => None,
+            };
+            settled.push((c, won));
+        }
+        Ok(settled)
+    }
+
+    /// Queue every root of `prepared` that has a question to evaluate, as one job; the logits
+    /// of those roots in order, or the failure every question of the job shares.
+    async fn forward(
+        &self,
+        t: &Tree,
+        prepared: &[Result<Prepared, ProtocolError>],
+        deadline: Option<Instant>,
+        timings: &mut Timings,
+    ) -> Result<Result<Vec<RootLogits>, QuestionFailure>, EngineError> {
         let roots: Vec<Node> = prepared
             .iter()
             .filter_map(|p| p.as_ref().ok())
@@ -304,59 +464,27 @@ impl DecisionModel {
             .filter(|root| !root.children.is_empty())
             .cloned()
             .collect();
-        let outcome = if roots.is_empty() {
-            Ok(Vec::new())
-        } else {
-            match t.worker.submit(roots, deadline).await {
-                Ok(out) => {
-                    timings.queue = out.queue;
-                    timings.forward = out.forward;
-                    timings.batch_jobs = out.batch_jobs;
-                    timings.batch_tokens = out.batch_tokens;
-                    Ok(out.logits)
-                }
-                Err(JobError::DeadlineExceeded) => Err(QuestionFailure::new(
-                    QuestionErrorKind::DeadlineExceeded,
-                    reason::DEADLINE,
-                    "options.deadline_ms passed before the model started this work",
-                )),
-                Err(JobError::Overloaded) => return Err(EngineError::Overloaded),
-                Err(JobError::OutOfMemory { shared }) => {
-                    return Err(EngineError::OutOfMemory { shared })
-                }
-                Err(JobError::Unavailable) => return Err(EngineError::Unavailable),
-                Err(JobError::Forward(m)) => return Err(EngineError::Forward(m)),
-            }
-        };
-        let t_post = Instant::now();
-        let mut logits = match &outcome {
-            Ok(l) => l.iter(),
-            Err(_) => [].iter(),
-        };
-        let mut responses = Vec::with_capacity(prepared.len());
-        for ((name, req), p) in requests.iter().zip(prepared) {
-            let resp = match p {
-                Ok(p) => {
-                    let root_logits: Vec<Option<&RootLogits>> = p
-                        .roots
-                        .iter()
-                        .map(|root| {
-                            if root.children.is_empty() {
-                                None
-                            } else {
-                                logits.next()
-                            }
-                        })
-                        .collect();
-                    let failure = outcome.as_ref().err();
-                    self.assemble(t, &p, root_logits, failure)
-                }
-                Err(e) => self.refused(req, &e),
-            };
-            responses.push((name.to_string(), resp));
+        if roots.is_empty() {
+            return Ok(Ok(Vec::new()));
         }
-        timings.post = t_post.elapsed();
-        Ok((self.finish(batch, responses)?, timings))
+        match t.worker.submit(roots, deadline).await {
+            Ok(out) => {
+                timings.queue += out.queue;
+                timings.forward += out.forward;
+                timings.batch_jobs = timings.batch_jobs.max(out.batch_jobs);
+                timings.batch_tokens += out.batch_tokens;
+                Ok(Ok(out.logits))
+            }
+            Err(JobError::DeadlineExceeded) => Ok(Err(QuestionFailure::new(
+                QuestionErrorKind::DeadlineExceeded,
+                reason::DEADLINE,
+                "options.deadline_ms passed before the model started this work",
+            ))),
+            Err(JobError::Overloaded) => Err(EngineError::Overloaded),
+            Err(JobError::OutOfMemory { shared }) => Err(EngineError::OutOfMemory { shared }),
+            Err(JobError::Unavailable) => Err(EngineError::Unavailable),
+            Err(JobError::Forward(m)) => Err(EngineError::Forward(m)),
+        }
     }
 
     /// The answer to a body from each request's response, in order.

@@ -255,7 +255,7 @@ impl DecisionModel {
                 Ok((
                     Plan::Span {
                         id,
-                        labels: labels.into_iter().map(|(k, _)| k).collect(),
+                        labels,
                         threshold: threshold.unwrap_or(self.config.span_threshold),
                         complete,
                         text: String::new(),

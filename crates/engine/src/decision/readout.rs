@@ -10,7 +10,7 @@ use protocol::confidence::{argmax, choice_confidence, expected_level, score_conf
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::{Answer, Ordered, Usage};
 
-use super::{DecisionModel, Plan, Prepared, Tree};
+use super::{DecisionModel, Plan, Prepared, Reading, Tree};
 use crate::backend::RootLogits;
 use crate::labels::Trie;
 use crate::span::CopySteer;
@@ -79,22 +79,23 @@ impl DecisionModel {
         }
     }
 
-    pub(super) fn assemble(
+    /// Read one request's answers from its roots' logits: each question's probability groups
+    /// and each span question's spans, every label's (overlapping places not yet settled).
+    pub(super) fn read<'p>(
         &self,
         t: &Tree,
-        p: &Prepared,
+        p: &'p Prepared,
         logits: Vec<Option<&RootLogits>>,
-        failure: Option<&QuestionFailure>,
-    ) -> DecisionResponse {
+    ) -> Reading<'p> {
         let mut per_root: Vec<std::slice::Iter<'_, Vec<f32>>> = logits
             .into_iter()
             .map(|l| l.map(|l| l.iter()).unwrap_or_default())
             .collect();
-        let mut read = Vec::with_capacity(p.plans.len());
+        let mut groups = Vec::with_capacity(p.plans.len());
         let mut usage = p.usage;
         for (roots, plan, trie) in &p.plans {
             if matches!(plan, Plan::Span { .. }) {
-                read.push((plan, None));
+                groups.push((plan, None));
                 continue;
             }
             // Every root (window) the question read, then the windows combined.
@@ -104,11 +105,11 @@ impl DecisionModel {
                 let reads = per_root.get_mut(at).unwrap_or(&mut none);
                 per_window.push(self.read_groups(t, plan, trie.as_ref(), reads));
             }
-            let groups: Option<Vec<Vec<f64>>> = per_window
+            let read: Option<Vec<Vec<f64>>> = per_window
                 .into_iter()
                 .collect::<Option<Vec<_>>>()
                 .and_then(|w| combine_windows(plan, w));
-            read.push((plan, groups));
+            groups.push((plan, read));
         }
         // A root's growth steps follow all its fixed reads, branch by branch in the order the
         // span questions were placed.
@@ -131,7 +132,11 @@ impl DecisionModel {
                 ));
             }
         }
-        self.response(read, spans, failure, usage)
+        Reading {
+            groups,
+            spans,
+            usage,
+        }
     }
 
     /// The response to one request from each question's plan and probability groups (`None`
@@ -302,10 +307,11 @@ impl DecisionModel {
 
 /// Read one span question's spans from the growth steps of its branches (one per label on each
 /// root it read), adding the tokens the growth fed back to `usage`; `None` when the steps do
-/// not fit.
+/// not fit. Every label's spans, in label order: places several labels claim are settled
+/// after (see `contest`).
 pub(super) fn read_spans(
     roots: &[usize],
-    labels: &[String],
+    labels: &[(String, Option<String>)],
     text: &str,
     reads: &[(Arc<CopySteer>, usize)],
     per_root: &mut [std::slice::Iter<'_, Vec<f32>>],
@@ -322,12 +328,13 @@ pub(super) fn read_spans(
             found.push((*offset, steer.text_len(), copies));
         }
     }
-    let all: Vec<SpanFound> = labels
-        .iter()
-        .zip(per_label)
-        .flat_map(|(label, found)| crate::span::locate(label, text, &found))
-        .collect();
-    Some(crate::span::one_label_per_place(all))
+    Some(
+        labels
+            .iter()
+            .zip(per_label)
+            .flat_map(|((label, _), found)| crate::span::locate(label, text, &found))
+            .collect(),
+    )
 }
 
 /// The normalised geometric mean of distributions over the same options: a bias that
