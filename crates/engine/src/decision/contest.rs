@@ -8,8 +8,9 @@
 //! asked what the place is, a choice among the claiming labels (shown in every order turn, as
 //! any choice). Each claim weighs its span's probability by that choice's probability of its
 //! label; the heaviest claim's label keeps the place. A body with no contest costs nothing
-//! more. Places left unsettled (the check could not be asked, or its deadline passed) go to
-//! the most probable span, as do the places the check left to several spans of one label.
+//! more. Places left unsettled (the check could not be asked, its deadline passed or the
+//! queue was full) go to the most probable span, as do the places the check left to several
+//! spans of one label.
 
 use std::sync::Arc;
 

@@ -372,8 +372,8 @@ impl DecisionModel {
 
     /// Settle the places several labels of a span question claim (see `contest`): one more
     /// job asks the check of every contest of the body, and its tokens count in the usage of
-    /// the request each check is for. A contest whose check could not be asked (refused, or
-    /// its deadline passed) is left unsettled.
+    /// the request each check is for. A contest whose check could not be asked (refused, its
+    /// deadline passed, or the queue full) is left unsettled.
     async fn contest(
         &self,
         t: &Tree,
@@ -411,8 +411,12 @@ impl DecisionModel {
             .iter()
             .map(|(_, r)| self.prepare(t, r))
             .collect();
-        let Ok(logits) = self.forward(t, &prepared, deadline, timings).await? else {
-            return Ok(unsettled(found));
+        // The spans are read: a check that cannot run now leaves its contests to the
+        // probability rule rather than fail the work done.
+        let logits = match self.forward(t, &prepared, deadline, timings).await {
+            Ok(Ok(logits)) => logits,
+            Ok(Err(_)) | Err(EngineError::Overloaded) => return Ok(unsettled(found)),
+            Err(e) => return Err(e),
         };
         let mut logits = logits.iter();
         let answers: Vec<Option<DecisionResponse>> = prepared
