@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use protocol::request::{parse_decision_body, DecisionBody, Schema};
+use protocol::request::DecisionBody;
 use protocol::{Answer, DecisionResponse, SpanFound};
 use serde_json::{json, Map, Value};
 
@@ -141,17 +141,11 @@ pub(super) fn checks(
         questions.insert(id.clone(), q);
         asked.push((at, id));
     }
-    let states: Map<String, Value> = entries
+    let entries = entries
         .into_iter()
-        .enumerate()
-        .map(|(i, (_, state, questions))| {
-            (
-                i.to_string(),
-                json!({"state": state, "questions": questions}),
-            )
-        })
+        .map(|(_, state, questions)| json!({"state": state, "questions": questions}))
         .collect();
-    let body = parse_decision_body(&json!({ "states": states }), Schema::Internal)?;
+    let body = crate::recipes::batch(entries, None, None)?;
     Ok((body, asked))
 }
 
