@@ -11,6 +11,8 @@
 //! `*ForTokenClassification` directory is a head over every token, whose output for an input
 //! is one row of label probabilities per token.
 
+pub mod gguf;
+
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
@@ -35,7 +37,8 @@ enum Head {
 
 /// A loaded BERT encoder, or a BERT sequence classifier.
 pub struct BertEncoder {
-    model: BertModel,
+    /// None when loaded for its text side only ([`BertEncoder::load_text`]).
+    model: Option<BertModel>,
     head: Option<Head>,
     tokenizer: Tokenizer,
     device: Device,
@@ -66,6 +69,16 @@ fn load_err(what: &str, e: impl std::fmt::Display) -> BackendError {
 impl BertEncoder {
     /// Load an encoder directory.
     pub fn load(dir: &Path) -> Result<BertEncoder, BackendError> {
+        BertEncoder::load_with(dir, true)
+    }
+
+    /// Load an encoder directory's tokenizer, pooling and facts without its weights: the text
+    /// side for another backend's forward. Its own `embed` fails.
+    pub fn load_text(dir: &Path) -> Result<BertEncoder, BackendError> {
+        BertEncoder::load_with(dir, false)
+    }
+
+    fn load_with(dir: &Path, weights: bool) -> Result<BertEncoder, BackendError> {
         let read = |name: &str| {
             std::fs::read_to_string(dir.join(name))
                 .map_err(|e| load_err(&dir.join(name).display().to_string(), e))
@@ -115,32 +128,6 @@ impl BertEncoder {
             Err(_) => false,
         };
         let device = Device::Cpu;
-        // SAFETY: the weights file is memory-mapped read-only and not modified while loaded.
-        let vb = unsafe {
-            VarBuilder::from_mmaped_safetensors(
-                &[dir.join("model.safetensors")],
-                DType::F32,
-                &device,
-            )
-        }
-        .map_err(|e| load_err("model.safetensors", e))?;
-        let model =
-            BertModel::load(vb.clone(), &config).map_err(|e| load_err("model.safetensors", e))?;
-        let head = match &labels {
-            Some(labels) => {
-                let h = config.hidden_size;
-                let classifier = candle_nn::linear(h, labels.len(), vb.pp("classifier"))
-                    .map_err(|e| load_err("model.safetensors (classifier)", e))?;
-                if per_token {
-                    Some(Head::Token { classifier })
-                } else {
-                    let pooler = candle_nn::linear(h, h, vb.pp("bert.pooler.dense"))
-                        .map_err(|e| load_err("model.safetensors (bert.pooler.dense)", e))?;
-                    Some(Head::Sequence { pooler, classifier })
-                }
-            }
-            None => None,
-        };
         let pad_id = config.pad_token_id as u32;
         let info = EncoderInfo {
             engine: "candle".into(),
@@ -165,8 +152,45 @@ impl BertEncoder {
             [first, rest @ ..] => (vec![*first], rest.to_vec()),
             [] => (Vec::new(), Vec::new()),
         };
+        if !weights {
+            return Ok(BertEncoder {
+                model: None,
+                head: None,
+                tokenizer,
+                device,
+                info,
+                pad_id,
+                special,
+            });
+        }
+        // SAFETY: the weights file is memory-mapped read-only and not modified while loaded.
+        let vb = unsafe {
+            VarBuilder::from_mmaped_safetensors(
+                &[dir.join("model.safetensors")],
+                DType::F32,
+                &device,
+            )
+        }
+        .map_err(|e| load_err("model.safetensors", e))?;
+        let model =
+            BertModel::load(vb.clone(), &config).map_err(|e| load_err("model.safetensors", e))?;
+        let head = match &info.labels {
+            Some(labels) => {
+                let h = config.hidden_size;
+                let classifier = candle_nn::linear(h, labels.len(), vb.pp("classifier"))
+                    .map_err(|e| load_err("model.safetensors (classifier)", e))?;
+                if per_token {
+                    Some(Head::Token { classifier })
+                } else {
+                    let pooler = candle_nn::linear(h, h, vb.pp("bert.pooler.dense"))
+                        .map_err(|e| load_err("model.safetensors (bert.pooler.dense)", e))?;
+                    Some(Head::Sequence { pooler, classifier })
+                }
+            }
+            None => None,
+        };
         Ok(BertEncoder {
-            model,
+            model: Some(model),
             head,
             tokenizer,
             device,
@@ -190,7 +214,11 @@ impl BertEncoder {
         let ids = Tensor::from_vec(ids, (n, len), &self.device)?;
         let mask = Tensor::from_vec(mask, (n, len), &self.device)?;
         let types = ids.zeros_like()?;
-        let hidden = self.model.forward(&ids, &types, Some(&mask))?; // (n, len, dims)
+        let model = self
+            .model
+            .as_ref()
+            .ok_or_else(|| candle_core::Error::Msg("loaded without its weights".into()))?;
+        let hidden = model.forward(&ids, &types, Some(&mask))?; // (n, len, dims)
         use candle_core::Module;
         match &self.head {
             Some(Head::Sequence { pooler, classifier }) => {

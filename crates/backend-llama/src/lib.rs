@@ -14,6 +14,9 @@
 //! `examples/branches.rs`); separate streams give every branch exactly the logits it gets
 //! alone.
 
+pub mod encoder;
+pub use encoder::{LlamaEncoder, LlamaEncoderConfig};
+
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::OnceLock;

@@ -6,7 +6,7 @@ pub mod bench;
 pub mod models_file;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -265,6 +265,75 @@ fn plan_kind(spec: &str) -> ModelKind {
     }
 }
 
+/// How an encoder directory's forward runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EncoderPath {
+    /// candle, F32: the reference path.
+    Candle,
+    /// llama.cpp on a GGUF copy of the weights, their matrices in this precision.
+    Llama(backend_candle::gguf::Precision),
+}
+
+/// The path a plain embedding model runs on, chosen by `bench --embeddings` (its table of
+/// candidates): the fastest whose vectors stay within 1e-3 cosine of the F32 candle path.
+pub const ENCODER_PATH: EncoderPath = EncoderPath::Llama(backend_candle::gguf::Precision::F32);
+
+/// The GGUF copy of an encoder's weights in `precision`, written into the cache on first use
+/// (keyed by the weights' checksum) and reused after.
+pub fn encoder_gguf(
+    dir: &Path,
+    sha256: Option<&str>,
+    pooling: &str,
+    precision: backend_candle::gguf::Precision,
+) -> Result<PathBuf, String> {
+    let sha = match sha256 {
+        Some(s) => s.to_string(),
+        None => hub::sha256_file(&dir.join("model.safetensors")).map_err(|e| e.to_string())?,
+    };
+    let short: String = sha.chars().take(16).collect();
+    let out = hub::cache_dir()
+        .join("converted")
+        .join(format!("{short}-{pooling}-{}.gguf", precision.name()));
+    if !out.is_file() {
+        std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))
+            .map_err(|e| format!("{}: {e}", out.display()))?;
+        backend_candle::gguf::write_bert(dir, pooling, precision, &out)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+/// Load an encoder directory on `path`. Classification heads and max pooling, which llama.cpp
+/// does not serve, stay on candle whatever the path.
+pub fn load_encoder(
+    dir: &Path,
+    sha256: Option<&str>,
+    threads: usize,
+    path: EncoderPath,
+) -> Result<Arc<dyn engine::Encoder>, String> {
+    let text = backend_candle::BertEncoder::load_text(dir).map_err(|e| e.to_string())?;
+    let info = engine::Encoder::info(&text);
+    let plain = info.labels.is_none()
+        && !info.per_token
+        && backend_candle::gguf::pooling_type(&info.pooling).is_some();
+    match path {
+        EncoderPath::Llama(precision) if plain => {
+            let gguf = encoder_gguf(dir, sha256, &info.pooling.clone(), precision)?;
+            let config = backend_llama::LlamaEncoderConfig {
+                threads,
+                dtype: precision.name().into(),
+                ..Default::default()
+            };
+            let enc = backend_llama::LlamaEncoder::load(&gguf, text, config)
+                .map_err(|e| e.to_string())?;
+            Ok(Arc::new(enc))
+        }
+        _ => Ok(Arc::new(
+            backend_candle::BertEncoder::load(dir).map_err(|e| e.to_string())?,
+        )),
+    }
+}
+
 /// Resolve, load and start one model; the slot's state follows the steps.
 fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     slot.set_state(ModelState::Loading);
@@ -278,11 +347,11 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         if meta.sha256.is_none() {
             meta.sha256 = hub::sha256_file(&resolved.weights).ok();
         }
-        let backend = backend_candle::BertEncoder::load(&dir).map_err(|e| e.to_string())?;
+        let backend = load_encoder(&dir, meta.sha256.as_deref(), o.threads, ENCODER_PATH)?;
         slot.set_state(ModelState::Warming);
         let model = EncoderModel::start(
             meta,
-            Arc::new(backend),
+            backend,
             engine::encoder::EncoderConfig {
                 max_scan_tokens: o.max_scan_tokens,
                 ..o.encoder

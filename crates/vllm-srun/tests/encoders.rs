@@ -712,3 +712,53 @@ async fn arbitrary_bodies_to_the_encoder_and_sie_endpoints_never_get_a_5xx() {
         }
     }
 }
+
+/// The served forward (llama.cpp on a GGUF copy of the weights) gives the vectors of the F32
+/// candle path, for inputs of many lengths, alone and in batches that llama.cpp evaluates in
+/// several parts.
+#[test]
+fn the_served_encoder_forward_gives_the_f32_candle_vectors() {
+    let dir = hub::resolve("minilm-l6", false)
+        .expect("minilm-l6 is cached")
+        .dir
+        .unwrap();
+    let served = vllm_srun::load_encoder(&dir, None, 0, vllm_srun::ENCODER_PATH).unwrap();
+    let reference = vllm_srun::load_encoder(&dir, None, 0, vllm_srun::EncoderPath::Candle).unwrap();
+    assert_eq!(served.info().engine, "llama.cpp");
+    assert_eq!(reference.info().engine, "candle");
+    let words = ["parcel", "refund", "late", "the", "delivery", "never", "arrived", "again"];
+    // 1 to ~500 tokens, and 70 inputs in all: more tokens and more inputs than one llama.cpp
+    // evaluation holds (512 tokens, 64 inputs).
+    let texts: Vec<String> = (0..70)
+        .map(|i| {
+            let n = [1, 3, 12, 40, 7, 2, 30, 9, 120, 400][i % 10] + i / 10;
+            (0..n).map(|k| words[(k * 7 + i) % words.len()]).collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    let ids: Vec<Vec<u32>> = texts.iter().map(|t| served.tokenize(t).unwrap()).collect();
+    assert!(ids.iter().any(|t| t.len() > 400), "{:?}", ids.iter().map(Vec::len).max());
+    let batched = served.embed(&ids).unwrap();
+    // One at a time: the candle path pads a batch to its longest input.
+    let expected: Vec<Vec<f32>> = ids
+        .iter()
+        .map(|t| reference.embed(std::slice::from_ref(t)).unwrap().remove(0))
+        .collect();
+    assert_eq!(batched.len(), ids.len());
+    for (i, input) in ids.iter().enumerate() {
+        let c = cosine_f32(&batched[i], &expected[i]);
+        assert!(c > 0.9999, "input {i} ({} tokens): cosine {c}", input.len());
+        let norm: f32 = batched[i].iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+        if i % 9 == 0 {
+            let alone = served.embed(std::slice::from_ref(input)).unwrap();
+            let c = cosine_f32(&alone[0], &batched[i]);
+            assert!(c > 0.99999, "input {i} alone vs batched: {c}");
+        }
+    }
+}
+
+fn cosine_f32(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let n = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (n(a) * n(b))
+}
