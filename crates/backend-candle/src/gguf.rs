@@ -15,6 +15,10 @@ use engine::backend::BackendError;
 
 use crate::load_err;
 
+/// Version of what [`write_bert`] writes: a cache of converted files keys on it, so a changed
+/// converter never reuses an older file.
+pub const FORMAT: u32 = 1;
+
 /// Precision of the weight matrices in a converted file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {

@@ -854,12 +854,8 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
             let body = json!({"model": model.meta.name, "input": chunk});
             time_request(&client, &url, &body).await?;
         }
-        let http = t.elapsed().as_secs_f64();
-        println!(
-            "  batch {batch:>2}: HTTP {:8.1} texts/s {:9.0} tokens/s",
-            n as f64 / http,
-            total_tokens as f64 / http,
-        );
+        let http = n as f64 / t.elapsed().as_secs_f64();
+        println!("  batch {batch:>2}:");
         let mut base_rate = 0.0;
         for (name, enc) in &candidates {
             enc.embed(&ids[..batch]).map_err(|e| e.to_string())?;
@@ -883,6 +879,12 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
                 rate / base_rate
             );
         }
+        println!(
+            "    {:<34} {http:8.1} texts/s {:9.0} tokens/s | x{:.2} of candle F32",
+            format!("served over HTTP ({})", model.info().dtype),
+            total_tokens as f64 * http / n as f64,
+            http / base_rate
+        );
     }
     Ok(())
 }

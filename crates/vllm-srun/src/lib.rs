@@ -276,10 +276,11 @@ pub enum EncoderPath {
 
 /// The path a plain embedding model runs on, chosen by `bench --embeddings` (its table of
 /// candidates): the fastest whose vectors stay within 1e-3 cosine of the F32 candle path.
-pub const ENCODER_PATH: EncoderPath = EncoderPath::Llama(backend_candle::gguf::Precision::F32);
+pub const ENCODER_PATH: EncoderPath = EncoderPath::Llama(backend_candle::gguf::Precision::F16);
 
-/// The GGUF copy of an encoder's weights in `precision`, written into the cache on first use
-/// (keyed by the weights' checksum) and reused after.
+/// The GGUF copy of an encoder's weights in `precision`, written into the cache by `models
+/// pull` or on first use (keyed by the weights' checksum and the converter's format) and
+/// reused after.
 pub fn encoder_gguf(
     dir: &Path,
     sha256: Option<&str>,
@@ -293,7 +294,11 @@ pub fn encoder_gguf(
     let short: String = sha.chars().take(16).collect();
     let out = hub::cache_dir()
         .join("converted")
-        .join(format!("{short}-{pooling}-{}.gguf", precision.name()));
+        .join(format!(
+            "{short}-{pooling}-{}-v{}.gguf",
+            precision.name(),
+            backend_candle::gguf::FORMAT
+        ));
     if !out.is_file() {
         std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))
             .map_err(|e| format!("{}: {e}", out.display()))?;
@@ -301,6 +306,31 @@ pub fn encoder_gguf(
             .map_err(|e| e.to_string())?;
     }
     Ok(out)
+}
+
+/// Write a cached catalogue encoder's GGUF copy for [`ENCODER_PATH`] if its forward runs
+/// there; `None` for other models and for encoders that stay on candle.
+pub fn prepare_encoder(e: &hub::Entry) -> Result<Option<PathBuf>, String> {
+    let EncoderPath::Llama(precision) = ENCODER_PATH else {
+        return Ok(None);
+    };
+    if e.kind != hub::Kind::Encoder {
+        return Ok(None);
+    }
+    let dir = hub::package_dir(e.id);
+    let text = backend_candle::BertEncoder::load_text(&dir).map_err(|e| e.to_string())?;
+    let info = engine::Encoder::info(&text);
+    if !runs_on_llama(info) {
+        return Ok(None);
+    }
+    encoder_gguf(&dir, Some(e.sha256), &info.pooling, precision).map(Some)
+}
+
+/// Whether llama.cpp can run an encoder: no classification head, mean or CLS pooling.
+fn runs_on_llama(info: &engine::encoder::EncoderInfo) -> bool {
+    info.labels.is_none()
+        && !info.per_token
+        && backend_candle::gguf::pooling_type(&info.pooling).is_some()
 }
 
 /// Load an encoder directory on `path`. Classification heads and max pooling, which llama.cpp
@@ -313,11 +343,8 @@ pub fn load_encoder(
 ) -> Result<Arc<dyn engine::Encoder>, String> {
     let text = backend_candle::BertEncoder::load_text(dir).map_err(|e| e.to_string())?;
     let info = engine::Encoder::info(&text);
-    let plain = info.labels.is_none()
-        && !info.per_token
-        && backend_candle::gguf::pooling_type(&info.pooling).is_some();
     match path {
-        EncoderPath::Llama(precision) if plain => {
+        EncoderPath::Llama(precision) if runs_on_llama(info) => {
             let gguf = encoder_gguf(dir, sha256, &info.pooling.clone(), precision)?;
             let config = backend_llama::LlamaEncoderConfig {
                 threads,

@@ -296,18 +296,25 @@ fn models(cmd: ModelsCommand) -> i32 {
             };
             if hub::is_cached(&e) {
                 println!("{id} is cached at {}", hub::package_dir(e.id).display());
-                return 0;
-            }
-            match hub::pull(&e, true) {
-                Ok(p) => {
-                    println!("{id} ready at {}", p.display());
-                    0
+            } else {
+                match hub::pull(&e, true) {
+                    Ok(p) => println!("{id} ready at {}", p.display()),
+                    Err(err) => {
+                        eprintln!("pull {id} failed: {err}");
+                        return 1;
+                    }
                 }
+            }
+            // An encoder's GGUF copy for the served forward is written now, not at first serve.
+            match vllm_srun::prepare_encoder(&e) {
+                Ok(Some(p)) => println!("{id}: llama.cpp weights at {}", p.display()),
+                Ok(None) => {}
                 Err(err) => {
-                    eprintln!("pull {id} failed: {err}");
-                    1
+                    eprintln!("{id}: {err}");
+                    return 1;
                 }
             }
+            0
         }
         ModelsCommand::List => {
             println!("{:<16} {:>12}  {:<8}  description", "id", "bytes", "cached");
