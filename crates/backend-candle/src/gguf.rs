@@ -73,8 +73,8 @@ pub fn write_bert(
     precision: Precision,
     out: &Path,
 ) -> Result<(), BackendError> {
-    let config_text = std::fs::read_to_string(dir.join("config.json"))
-        .map_err(|e| load_err("config.json", e))?;
+    let config_text =
+        std::fs::read_to_string(dir.join("config.json")).map_err(|e| load_err("config.json", e))?;
     let config: Config =
         serde_json::from_str(&config_text).map_err(|e| load_err("config.json", e))?;
     let pooling = pooling_type(pooling)
@@ -89,11 +89,31 @@ pub fn write_bert(
             .ok_or_else(|| load_err("model.safetensors", format!("no tensor {name}")))
     };
     let mut names: Vec<(String, String, bool)> = vec![
-        ("embeddings.word_embeddings.weight".into(), "token_embd.weight".into(), false),
-        ("embeddings.position_embeddings.weight".into(), "position_embd.weight".into(), false),
-        ("embeddings.token_type_embeddings.weight".into(), "token_types.weight".into(), false),
-        ("embeddings.LayerNorm.weight".into(), "token_embd_norm.weight".into(), false),
-        ("embeddings.LayerNorm.bias".into(), "token_embd_norm.bias".into(), false),
+        (
+            "embeddings.word_embeddings.weight".into(),
+            "token_embd.weight".into(),
+            false,
+        ),
+        (
+            "embeddings.position_embeddings.weight".into(),
+            "position_embd.weight".into(),
+            false,
+        ),
+        (
+            "embeddings.token_type_embeddings.weight".into(),
+            "token_types.weight".into(),
+            false,
+        ),
+        (
+            "embeddings.LayerNorm.weight".into(),
+            "token_embd_norm.weight".into(),
+            false,
+        ),
+        (
+            "embeddings.LayerNorm.bias".into(),
+            "token_embd_norm.bias".into(),
+            false,
+        ),
     ];
     for i in 0..config.num_hidden_layers {
         let p = format!("encoder.layer.{i}");
@@ -108,7 +128,11 @@ pub fn write_bert(
             ("output.dense", "ffn_down", true),
             ("output.LayerNorm", "layer_output_norm", false),
         ] {
-            names.push((format!("{p}.{hf}.weight"), format!("{b}.{gg}.weight"), matrix));
+            names.push((
+                format!("{p}.{hf}.weight"),
+                format!("{b}.{gg}.weight"),
+                matrix,
+            ));
             names.push((format!("{p}.{hf}.bias"), format!("{b}.{gg}.bias"), false));
         }
     }
@@ -131,11 +155,17 @@ pub fn write_bert(
         ("general.architecture", V::String("bert".into())),
         ("general.name", V::String("encoder".into())),
         ("general.file_type", V::U32(precision.file_type())),
-        ("bert.context_length", u32_of(config.max_position_embeddings)),
+        (
+            "bert.context_length",
+            u32_of(config.max_position_embeddings),
+        ),
         ("bert.embedding_length", u32_of(config.hidden_size)),
         ("bert.feed_forward_length", u32_of(config.intermediate_size)),
         ("bert.block_count", u32_of(config.num_hidden_layers)),
-        ("bert.attention.head_count", u32_of(config.num_attention_heads)),
+        (
+            "bert.attention.head_count",
+            u32_of(config.num_attention_heads),
+        ),
         (
             "bert.attention.layer_norm_epsilon",
             V::F32(config.layer_norm_eps as f32),
@@ -144,7 +174,10 @@ pub fn write_bert(
         ("bert.pooling_type", V::U32(pooling)),
         ("bert.vocab_size", u32_of(config.vocab_size)),
         ("tokenizer.ggml.model", V::String("none".into())),
-        ("tokenizer.ggml.token_type_count", u32_of(config.type_vocab_size)),
+        (
+            "tokenizer.ggml.token_type_count",
+            u32_of(config.type_vocab_size),
+        ),
     ];
     let metadata: Vec<(&str, &V)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
     let tensors: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (*k, v)).collect();

@@ -132,11 +132,6 @@ impl<E: Encoder> LlamaEncoder<E> {
         })
     }
 
-    /// The wrapped encoder (its own forward included).
-    pub fn text(&self) -> &E {
-        &self.text
-    }
-
     /// Evaluate `inputs` (at most `self.sequences`, `self.tokens` tokens in all) in one
     /// llama.cpp evaluation, appending their vectors to `out`.
     fn evaluate(
@@ -221,7 +216,10 @@ impl<E: Encoder> Encoder for LlamaEncoder<E> {
                 used += batch[end].len();
                 end += 1;
             }
-            if batch[start..end].iter().any(|t| t.is_empty() || t.len() > self.tokens) {
+            if batch[start..end]
+                .iter()
+                .any(|t| t.is_empty() || t.len() > self.tokens)
+            {
                 return Err(BackendError::Forward(format!(
                     "an input must hold 1 to {} tokens",
                     self.tokens

@@ -292,13 +292,11 @@ pub fn encoder_gguf(
         None => hub::sha256_file(&dir.join("model.safetensors")).map_err(|e| e.to_string())?,
     };
     let short: String = sha.chars().take(16).collect();
-    let out = hub::cache_dir()
-        .join("converted")
-        .join(format!(
-            "{short}-{pooling}-{}-v{}.gguf",
-            precision.name(),
-            backend_candle::gguf::FORMAT
-        ));
+    let out = hub::cache_dir().join("converted").join(format!(
+        "{short}-{pooling}-{}-v{}.gguf",
+        precision.name(),
+        backend_candle::gguf::FORMAT
+    ));
     if !out.is_file() {
         std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))
             .map_err(|e| format!("{}: {e}", out.display()))?;

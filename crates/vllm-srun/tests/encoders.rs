@@ -726,17 +726,26 @@ fn the_served_encoder_forward_gives_the_f32_candle_vectors() {
     let reference = vllm_srun::load_encoder(&dir, None, 0, vllm_srun::EncoderPath::Candle).unwrap();
     assert_eq!(served.info().engine, "llama.cpp");
     assert_eq!(reference.info().engine, "candle");
-    let words = ["parcel", "refund", "late", "the", "delivery", "never", "arrived", "again"];
+    let words = [
+        "parcel", "refund", "late", "the", "delivery", "never", "arrived", "again",
+    ];
     // 1 to ~500 tokens, and 70 inputs in all: more tokens and more inputs than one llama.cpp
     // evaluation holds (512 tokens, 64 inputs).
     let texts: Vec<String> = (0..70)
         .map(|i| {
             let n = [1, 3, 12, 40, 7, 2, 30, 9, 120, 400][i % 10] + i / 10;
-            (0..n).map(|k| words[(k * 7 + i) % words.len()]).collect::<Vec<_>>().join(" ")
+            (0..n)
+                .map(|k| words[(k * 7 + i) % words.len()])
+                .collect::<Vec<_>>()
+                .join(" ")
         })
         .collect();
     let ids: Vec<Vec<u32>> = texts.iter().map(|t| served.tokenize(t).unwrap()).collect();
-    assert!(ids.iter().any(|t| t.len() > 400), "{:?}", ids.iter().map(Vec::len).max());
+    assert!(
+        ids.iter().any(|t| t.len() > 400),
+        "{:?}",
+        ids.iter().map(Vec::len).max()
+    );
     let batched = served.embed(&ids).unwrap();
     // One at a time: the candle path pads a batch to its longest input.
     let expected: Vec<Vec<f32>> = ids
