@@ -61,6 +61,9 @@ pub struct LlamaConfig {
     pub threads: usize,
     /// Tokens per llama.cpp micro-batch.
     pub ubatch: u32,
+    /// Flash attention for decisions: `None` chooses at load by measurement
+    /// ([`engine::backend::FlashProbe`]).
+    pub flash_attention: Option<bool>,
 }
 
 impl Default for LlamaConfig {
@@ -70,6 +73,7 @@ impl Default for LlamaConfig {
             sequences: 8,
             threads: 0,
             ubatch: 512,
+            flash_attention: None,
         }
     }
 }
@@ -139,15 +143,25 @@ impl LlamaBackend {
             max_sequences: config.sequences as usize - 1,
             trained_context: trained,
             threads: config.threads,
-            // Off: see `LlamaBackend::context` (measured in `bench --suite` row (a)).
-            flash_attention: Some(false),
+            flash_attention: config.flash_attention,
             micro_batch_tokens: Some(config.ubatch.min(config.context_tokens) as usize),
+            flash_attention_probe: None,
         };
-        Ok(LlamaBackend {
+        let mut backend = LlamaBackend {
             model,
             info,
             config,
-        })
+        };
+        if backend.config.flash_attention.is_none() {
+            let probe = backend.probe_flash_attention()?;
+            let on = probe.same_argmax
+                && probe.max_logit_difference <= FLASH_TOLERANCE
+                && probe.on_ms < probe.off_ms * FLASH_GAIN;
+            backend.config.flash_attention = Some(on);
+            backend.info.flash_attention = Some(on);
+            backend.info.flash_attention_probe = Some(probe);
+        }
+        Ok(backend)
     }
 
     /// Load only a GGUF file's tokenizer (no weights): tokenize and read tokens, no sessions.
@@ -166,6 +180,7 @@ impl LlamaBackend {
             threads: 1,
             flash_attention: None,
             micro_batch_tokens: None,
+            flash_attention_probe: None,
         };
         Ok(LlamaBackend {
             model,
@@ -187,8 +202,18 @@ impl LlamaBackend {
     }
 
     /// A context of `n_ctx` tokens split into `seqs` KV streams (one per sequence), with the
-    /// plain attention path: the configuration whose branches are checked exact.
+    /// attention path chosen at load: the configuration whose branches the engine's self-check
+    /// measures exact.
     fn context(&self, n_ctx: u32, seqs: u32) -> Result<LlamaContext<'_>, BackendError> {
+        self.context_with(n_ctx, seqs, self.config.flash_attention.unwrap_or(false))
+    }
+
+    fn context_with(
+        &self,
+        n_ctx: u32,
+        seqs: u32,
+        flash_attention: bool,
+    ) -> Result<LlamaContext<'_>, BackendError> {
         let rt = runtime()?;
         let threads = self.threads();
         let params = LlamaContextParams::default()
@@ -197,13 +222,69 @@ impl LlamaBackend {
             .with_n_ubatch(self.config.ubatch.min(n_ctx))
             .with_n_seq_max(seqs)
             .with_kv_unified(false)
-            // LLAMA_FLASH_ATTN_TYPE_DISABLED
-            .with_flash_attention_policy(0)
+            // LLAMA_FLASH_ATTN_TYPE_ENABLED (1) or _DISABLED (0).
+            .with_flash_attention_policy(i32::from(flash_attention))
             .with_n_threads(threads)
             .with_n_threads_batch(threads);
         self.model
             .new_context(rt, params)
             .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))
+    }
+}
+
+/// Tokens of the load-time flash attention measurement.
+const FLASH_PROBE_TOKENS: usize = 256;
+/// Largest logit difference between the two attention paths accepted as rounding (quantized
+/// models differ by up to ~0.35 between them on their next-token logits).
+const FLASH_TOLERANCE: f32 = 1.0;
+/// Flash attention is kept only if it takes less than this share of the plain path's time.
+const FLASH_GAIN: f64 = 0.97;
+
+impl LlamaBackend {
+    /// Evaluate the same tokens with flash attention off and on, alternately, twice each.
+    fn probe_flash_attention(&self) -> Result<engine::backend::FlashProbe, BackendError> {
+        let text = "The parcel arrived two days late, the box was crushed, and the invoice \
+            listed three items I never ordered; support has not answered my two emails. "
+            .repeat(16);
+        let mut tokens = Backend::tokenize(self, &text, false)?;
+        tokens.truncate(FLASH_PROBE_TOKENS);
+        let n = tokens.len();
+        let run = |fa: bool| -> Result<(f64, Vec<f32>), BackendError> {
+            let mut ctx = self.context_with(512, 1, fa)?;
+            let mut batch = LlamaBatch::new(n, 1);
+            for (i, &t) in tokens.iter().enumerate() {
+                batch
+                    .add(LlamaToken(t as i32), i as i32, &[0], i + 1 == n)
+                    .map_err(|e| BackendError::Forward(e.to_string()))?;
+            }
+            let start = std::time::Instant::now();
+            ctx.decode(&mut batch)
+                .map_err(|e| BackendError::Forward(e.to_string()))?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            Ok((ms, ctx.get_logits_ith(n as i32 - 1).to_vec()))
+        };
+        let (off1, off_logits) = run(false)?;
+        let (on1, on_logits) = run(true)?;
+        let (off2, _) = run(false)?;
+        let (on2, _) = run(true)?;
+        let argmax = |v: &[f32]| {
+            v.iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(i, _)| i)
+        };
+        let max_logit_difference = off_logits
+            .iter()
+            .zip(&on_logits)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        Ok(engine::backend::FlashProbe {
+            tokens: n,
+            off_ms: off1.min(off2),
+            on_ms: on1.min(on2),
+            max_logit_difference,
+            same_argmax: argmax(&off_logits) == argmax(&on_logits),
+        })
     }
 }
 

@@ -348,6 +348,7 @@ impl SparrowModel {
             threads: 1,
             flash_attention: None,
             micro_batch_tokens: None,
+            flash_attention_probe: None,
         };
         Ok(SparrowModel {
             config,

@@ -108,6 +108,23 @@ pub struct BackendInfo {
     pub flash_attention: Option<bool>,
     /// Tokens of one micro-batch (llama.cpp's `n_ubatch`; `None` elsewhere).
     pub micro_batch_tokens: Option<usize>,
+    /// The load-time measurement that chose `flash_attention`, where one ran.
+    pub flash_attention_probe: Option<FlashProbe>,
+}
+
+/// One evaluation of the same tokens with flash attention off and on, at load: the setting is
+/// kept on only where it is faster and reads the same next-token logits (within rounding).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FlashProbe {
+    pub tokens: usize,
+    /// The faster of two evaluations with flash attention off, in milliseconds.
+    pub off_ms: f64,
+    /// The same with flash attention on.
+    pub on_ms: f64,
+    /// Largest difference between the two settings' logits of the last token.
+    pub max_logit_difference: f32,
+    /// Whether both settings' logits name the same most likely token.
+    pub same_argmax: bool,
 }
 
 /// Errors of a backend.

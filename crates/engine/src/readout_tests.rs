@@ -176,6 +176,7 @@ fn model(config: DecisionConfig, script: Script) -> DecisionModel {
             threads: 1,
             flash_attention: None,
             micro_batch_tokens: None,
+            flash_attention_probe: None,
         },
         script,
     };

@@ -517,6 +517,7 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
                 "system_prompt_tokens": m.prefix_tokens(),
                 "flash_attention": info.flash_attention,
                 "micro_batch_tokens": info.micro_batch_tokens,
+                "flash_attention_probe": info.flash_attention_probe,
             }),
             // A direct model answers on the request's thread: no worker, no queue.
             None => json!({"execution": "inline", "input_tokens": info.context_tokens}),

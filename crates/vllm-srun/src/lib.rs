@@ -35,6 +35,8 @@ pub struct ServeOptions {
     /// Sequences evaluated at once (KV streams), the system prompt's included.
     pub sequences: u32,
     pub threads: usize,
+    /// Flash attention for decisions on GGUF models; `None` measures at load.
+    pub flash_attention: Option<bool>,
     pub scheduler: SchedulerConfig,
     pub pull_missing: bool,
     /// Replaces every decision model's and token head's scan budget (`limits.max_scan_tokens`).
@@ -156,6 +158,7 @@ impl Default for ServeOptions {
             context_tokens: 8192,
             sequences: 8,
             threads: 0,
+            flash_attention: None,
             scheduler: SchedulerConfig::default(),
             pull_missing: true,
             max_scan_tokens: None,
@@ -422,6 +425,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
             context_tokens: o.context_tokens,
             sequences: o.sequences,
             threads: o.threads,
+            flash_attention: o.flash_attention,
             ..Default::default()
         },
     )

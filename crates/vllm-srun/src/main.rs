@@ -190,6 +190,10 @@ struct ServeArgs {
     /// CPU threads for evaluation (0: every core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Flash attention for decisions on GGUF models: auto (measured at load, kept where it is
+    /// faster and reads the same logits), on or off.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    flash_attention: String,
     /// Most jobs queued per model before requests are refused with 429/529.
     #[arg(long, default_value_t = 256)]
     max_queued_jobs: usize,
@@ -494,6 +498,11 @@ fn serve(args: ServeArgs) -> i32 {
         context_tokens: args.context_tokens,
         sequences: args.sequences,
         threads: args.threads,
+        flash_attention: match args.flash_attention.as_str() {
+            "on" => Some(true),
+            "off" => Some(false),
+            _ => None,
+        },
         scheduler: SchedulerConfig {
             max_queued_jobs: args.max_queued_jobs,
             max_queued_tokens: args.max_queued_tokens,

@@ -520,9 +520,21 @@ async fn models_health_and_metrics() {
         "measured by the load-time self-check"
     );
     assert!(m["card"]["limits"]["max_request_tokens"].as_u64().unwrap() > 0);
-    // The attention path and micro-batch the answers are computed with.
-    assert_eq!(m["card"]["engine_args"]["flash_attention"], false, "{m}");
-    assert_eq!(m["card"]["engine_args"]["micro_batch_tokens"], 512, "{m}");
+    // The attention path and micro-batch the answers are computed with; flash attention was
+    // measured at load and kept on only where it is faster and reads the same logits.
+    let args = &m["card"]["engine_args"];
+    assert_eq!(args["micro_batch_tokens"], 512, "{m}");
+    let probe = &args["flash_attention_probe"];
+    let (off, on) = (
+        probe["off_ms"].as_f64().unwrap(),
+        probe["on_ms"].as_f64().unwrap(),
+    );
+    assert!(off > 0.0 && on > 0.0, "{probe}");
+    assert!(probe["tokens"].as_u64().unwrap() >= 64, "{probe}");
+    let kept = probe["same_argmax"] == true
+        && probe["max_logit_difference"].as_f64().unwrap() <= 1.0
+        && on < off * 0.97;
+    assert_eq!(args["flash_attention"], kept, "{probe}");
     assert!(m["card"]["aliases"]
         .as_array()
         .unwrap()
@@ -621,5 +633,46 @@ async fn arbitrary_bodies_never_get_a_5xx() {
             let (status, _, body) = post(&s.url(path), v).await;
             assert!(status < 500, "{path}: {v} got {status}: {body}");
         }
+    }
+}
+
+/// Flash attention forced on and forced off: each path passes the load-time self-check
+/// (`numerics: exact`), gives a question the same bits beside other questions, and both read
+/// nearly the same probabilities.
+#[tokio::test]
+async fn both_attention_paths_are_exact_and_agree() {
+    let mut answers = Vec::new();
+    for flash in [true, false] {
+        let mut o = options();
+        o.flash_attention = Some(flash);
+        let s = start(o);
+        let (status, v) = get(&s.url("/v1/models")).await;
+        assert_eq!(status, 200);
+        let card = &v["models"][0]["card"];
+        assert_eq!(card["engine_args"]["flash_attention"], flash, "{card}");
+        assert!(card["engine_args"]["flash_attention_probe"].is_null());
+        assert_eq!(card["numerics"], "exact", "flash attention {flash}");
+        let alone = json!({"state": TICKET, "questions": {"team": team()}});
+        let crowded = json!({"state": TICKET, "questions": {"a": anger(), "team": team(), "c": noul("Polite?")}});
+        let (sa, _, a) = post(&s.url("/v1/systemone"), &alone).await;
+        let (sc, _, c) = post(&s.url("/v1/systemone"), &crowded).await;
+        assert_eq!((sa, sc), (200, 200), "{a} {c}");
+        assert!(a["answers"]["team"]["probabilities"].is_object(), "{a}");
+        assert_eq!(
+            a["answers"]["team"], c["answers"]["team"],
+            "flash attention {flash}"
+        );
+        answers.push(a["answers"]["team"]["probabilities"].clone());
+    }
+    let keys: Vec<&String> = answers[0].as_object().unwrap().keys().collect();
+    for k in keys {
+        let (x, y) = (
+            answers[0][k].as_f64().unwrap(),
+            answers[1][k].as_f64().unwrap(),
+        );
+        assert!(
+            (x - y).abs() < 0.05,
+            "{k}: {x} with flash attention, {y} without"
+        );
     }
 }
