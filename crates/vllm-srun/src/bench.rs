@@ -269,6 +269,14 @@ async fn closed_loop(url: &str, bodies: &[Value], c: usize) -> Result<(f64, Late
     Ok((bodies.len() as f64 / wall, Latencies(all)))
 }
 
+fn on_off(flag: Option<bool>) -> &'static str {
+    match flag {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "unknown",
+    }
+}
+
 /// The full side-by-side suite (issue 6): raw llama.cpp against the server, in one process.
 pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(), String> {
     let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
@@ -334,10 +342,16 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
     let (ours, defaults, b) = (median(ta), median(ts), median(tb));
     let a = ours.min(defaults);
     println!(
-        "(a) raw llama.cpp, one question's {} tokens: median {:.1} ms on llama.cpp's defaults (flash attention auto), {:.1} ms on the server's settings (flash attention off); the faster is the baseline",
+        "(a) raw llama.cpp, one question's {} tokens: median {:.1} ms on llama.cpp's defaults (flash attention auto), {:.1} ms on the server's settings (flash attention {}); the faster is the baseline",
         seq.len(),
         ms(defaults),
-        ms(ours)
+        ms(ours),
+        on_off(engine::Backend::info(&raw).flash_attention)
+    );
+    println!(
+        "    the server's load-time probe chose flash attention {}: {:?}",
+        on_off(model.info().flash_attention),
+        model.info().flash_attention_probe
     );
     println!(
         "(b) the same question over HTTP:             median {:.1} ms",
