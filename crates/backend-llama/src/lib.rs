@@ -17,9 +17,10 @@
 pub mod encoder;
 pub use encoder::{LlamaEncoder, LlamaEncoderConfig};
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::path::Path;
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use engine::backend::{
     Backend, BackendError, BackendInfo, Feed, Generator, Node, RootLogits, Sampled, Sampling,
@@ -64,6 +65,9 @@ pub struct LlamaConfig {
     /// Flash attention for decisions: `None` chooses at load by measurement
     /// ([`engine::backend::FlashProbe`]).
     pub flash_attention: Option<bool>,
+    /// A JSON file keeping those measurements per model file (path, size, modification time,
+    /// threads), so a model keeps its choice, and its exact answers, across loads.
+    pub probe_cache: Option<PathBuf>,
 }
 
 impl Default for LlamaConfig {
@@ -74,6 +78,7 @@ impl Default for LlamaConfig {
             threads: 0,
             ubatch: 512,
             flash_attention: None,
+            probe_cache: None,
         }
     }
 }
@@ -153,7 +158,7 @@ impl LlamaBackend {
             config,
         };
         if backend.config.flash_attention.is_none() {
-            let probe = backend.probe_flash_attention()?;
+            let probe = backend.remembered_probe(path)?;
             let on = probe.same_argmax
                 && probe.max_logit_difference <= FLASH_TOLERANCE
                 && probe.on_ms < probe.off_ms * FLASH_GAIN;
@@ -240,7 +245,61 @@ const FLASH_TOLERANCE: f32 = 1.0;
 /// Flash attention is kept only if it takes less than this share of the plain path's time.
 const FLASH_GAIN: f64 = 0.97;
 
+/// Probes measured in this process, by model file: one measurement per file, so two loads of
+/// the same weights choose the same attention path and give the same bits.
+static PROBES: Mutex<Option<HashMap<String, engine::backend::FlashProbe>>> = Mutex::new(None);
+
 impl LlamaBackend {
+    /// The flash attention probe of the model file at `path`: remembered in this process or in
+    /// the probe cache file, else measured now and remembered in both.
+    fn remembered_probe(&self, path: &Path) -> Result<engine::backend::FlashProbe, BackendError> {
+        let meta = std::fs::metadata(path).ok();
+        let key = format!(
+            "{}|{}|{}|{} threads",
+            std::fs::canonicalize(path)
+                .unwrap_or_else(|_| path.to_path_buf())
+                .display(),
+            meta.as_ref().map_or(0, |m| m.len()),
+            meta.and_then(|m| m.modified().ok())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs()),
+            self.config.threads
+        );
+        // Held while measuring: concurrent loads of one file wait for its one measurement.
+        let mut memo = PROBES.lock().unwrap_or_else(|e| e.into_inner());
+        let memo = memo.get_or_insert_with(HashMap::new);
+        if let Some(p) = memo.get(&key) {
+            return Ok(p.clone());
+        }
+        let read_file = |f: &Path| -> HashMap<String, engine::backend::FlashProbe> {
+            std::fs::read(f)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default()
+        };
+        let cached = self.config.probe_cache.as_deref().map(read_file);
+        let probe = match cached.as_ref().and_then(|c| c.get(&key)) {
+            Some(p) => p.clone(),
+            None => {
+                let p = self.probe_flash_attention()?;
+                if let Some(f) = self.config.probe_cache.as_deref() {
+                    let mut all = read_file(f);
+                    all.insert(key.clone(), p.clone());
+                    // A cache that cannot be written only costs a measurement next time.
+                    if let Ok(text) = serde_json::to_vec_pretty(&all) {
+                        let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+                        if std::fs::write(&tmp, text).is_ok() {
+                            let _ = std::fs::rename(&tmp, f);
+                        }
+                    }
+                }
+                p
+            }
+        };
+        memo.insert(key, probe.clone());
+        Ok(probe)
+    }
+
     /// Evaluate the same tokens with flash attention off and on, alternately, twice each.
     fn probe_flash_attention(&self) -> Result<engine::backend::FlashProbe, BackendError> {
         let text = "The parcel arrived two days late, the box was crushed, and the invoice \

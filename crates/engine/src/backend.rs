@@ -114,7 +114,7 @@ pub struct BackendInfo {
 
 /// One evaluation of the same tokens with flash attention off and on, at load: the setting is
 /// kept on only where it is faster and reads the same next-token logits (within rounding).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FlashProbe {
     pub tokens: usize,
     /// The faster of two evaluations with flash attention off, in milliseconds.

@@ -426,6 +426,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
             sequences: o.sequences,
             threads: o.threads,
             flash_attention: o.flash_attention,
+            probe_cache: Some(hub::cache_dir().join("flash-attention-probes.json")),
             ..Default::default()
         },
     )
