@@ -65,6 +65,37 @@ pub fn pooling_type(pooling: &str) -> Option<u32> {
     }
 }
 
+/// Why llama.cpp's `bert` graph cannot run the encoder in `dir`, if it cannot: it computes a
+/// plain BERT (absolute positions from 0, GELU), so other model types (RoBERTa's offset
+/// positions) and activations stay on candle.
+pub fn unsupported(dir: &Path) -> Option<String> {
+    let text = match std::fs::read_to_string(dir.join("config.json")) {
+        Ok(t) => t,
+        Err(e) => return Some(format!("config.json: {e}")),
+    };
+    let raw: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return Some(format!("config.json: {e}")),
+    };
+    let field = |k: &str| raw[k].as_str();
+    if !matches!(field("model_type"), None | Some("bert")) {
+        return Some(format!("model_type {:?}", field("model_type")));
+    }
+    if !matches!(field("position_embedding_type"), None | Some("absolute")) {
+        return Some(format!(
+            "position_embedding_type {:?}",
+            field("position_embedding_type")
+        ));
+    }
+    if !matches!(
+        field("hidden_act"),
+        Some("gelu" | "gelu_new" | "gelu_pytorch_tanh")
+    ) {
+        return Some(format!("hidden_act {:?}", field("hidden_act")));
+    }
+    None
+}
+
 /// Write the BERT encoder in `dir` (`config.json`, `model.safetensors`) to `out` as GGUF,
 /// pooled as `pooling` (`mean` or `cls`).
 pub fn write_bert(
@@ -77,6 +108,9 @@ pub fn write_bert(
         std::fs::read_to_string(dir.join("config.json")).map_err(|e| load_err("config.json", e))?;
     let config: Config =
         serde_json::from_str(&config_text).map_err(|e| load_err("config.json", e))?;
+    if let Some(why) = unsupported(dir) {
+        return Err(load_err("GGUF conversion", why));
+    }
     let pooling = pooling_type(pooling)
         .ok_or_else(|| load_err("GGUF conversion", format!("{pooling} pooling")))?;
     let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)
@@ -197,4 +231,46 @@ pub fn write_bert(
         let _ = std::fs::remove_file(&tmp);
         load_err(&out.display().to_string(), e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir_with(config: serde_json::Value) -> std::path::PathBuf {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("vsr-gguf-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("config.json"), config.to_string()).unwrap();
+        d
+    }
+
+    #[test]
+    fn only_a_plain_bert_goes_to_llama_cpp() {
+        let bert = serde_json::json!({"model_type": "bert", "hidden_act": "gelu",
+            "position_embedding_type": "absolute"});
+        let d = dir_with(bert.clone());
+        assert_eq!(unsupported(&d), None);
+        for (k, v) in [
+            ("model_type", "roberta"),
+            ("hidden_act", "relu"),
+            ("position_embedding_type", "relative_key"),
+        ] {
+            let mut c = bert.clone();
+            c[k] = serde_json::json!(v);
+            let why = unsupported(&dir_with(c)).expect(k);
+            assert!(why.contains(k) && why.contains(v), "{why}");
+        }
+        assert!(unsupported(&d.join("missing")).is_some());
+        assert!(write_bert(
+            &dir_with(serde_json::json!({"model_type": "roberta", "hidden_act": "gelu"})),
+            "mean",
+            Precision::F16,
+            &d.join("x.gguf")
+        )
+        .is_err());
+        assert_eq!(pooling_type("max"), None);
+        assert_eq!(pooling_type("cls"), Some(2));
+    }
 }

@@ -37,6 +37,8 @@ pub struct ServeOptions {
     pub threads: usize,
     /// Flash attention for decisions on GGUF models; `None` measures at load.
     pub flash_attention: Option<bool>,
+    /// The forward plain embedding models run on ([`ENCODER_PATH`] by default).
+    pub encoder_path: EncoderPath,
     pub scheduler: SchedulerConfig,
     pub pull_missing: bool,
     /// Replaces every decision model's and token head's scan budget (`limits.max_scan_tokens`).
@@ -159,6 +161,7 @@ impl Default for ServeOptions {
             sequences: 8,
             threads: 0,
             flash_attention: None,
+            encoder_path: ENCODER_PATH,
             scheduler: SchedulerConfig::default(),
             pull_missing: true,
             max_scan_tokens: None,
@@ -321,17 +324,19 @@ pub fn prepare_encoder(e: &hub::Entry) -> Result<Option<PathBuf>, String> {
     let dir = hub::package_dir(e.id);
     let text = backend_candle::BertEncoder::load_text(&dir).map_err(|e| e.to_string())?;
     let info = engine::Encoder::info(&text);
-    if !runs_on_llama(info) {
+    if !runs_on_llama(&dir, info) {
         return Ok(None);
     }
     encoder_gguf(&dir, Some(e.sha256), &info.pooling, precision).map(Some)
 }
 
-/// Whether llama.cpp can run an encoder: no classification head, mean or CLS pooling.
-fn runs_on_llama(info: &engine::encoder::EncoderInfo) -> bool {
+/// Whether llama.cpp can run an encoder: a plain BERT, no classification head, mean or CLS
+/// pooling.
+fn runs_on_llama(dir: &Path, info: &engine::encoder::EncoderInfo) -> bool {
     info.labels.is_none()
         && !info.per_token
         && backend_candle::gguf::pooling_type(&info.pooling).is_some()
+        && backend_candle::gguf::unsupported(dir).is_none()
 }
 
 /// Load an encoder directory on `path`. Classification heads and max pooling, which llama.cpp
@@ -345,7 +350,7 @@ pub fn load_encoder(
     let text = backend_candle::BertEncoder::load_text(dir).map_err(|e| e.to_string())?;
     let info = engine::Encoder::info(&text);
     match path {
-        EncoderPath::Llama(precision) if runs_on_llama(info) => {
+        EncoderPath::Llama(precision) if runs_on_llama(dir, info) => {
             let gguf = encoder_gguf(dir, sha256, &info.pooling.clone(), precision)?;
             let config = backend_llama::LlamaEncoderConfig {
                 threads,
@@ -375,7 +380,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         if meta.sha256.is_none() {
             meta.sha256 = hub::sha256_file(&resolved.weights).ok();
         }
-        let backend = load_encoder(&dir, meta.sha256.as_deref(), o.threads, ENCODER_PATH)?;
+        let backend = load_encoder(&dir, meta.sha256.as_deref(), o.threads, o.encoder_path)?;
         slot.set_state(ModelState::Warming);
         let model = EncoderModel::start(
             meta,

@@ -194,6 +194,10 @@ struct ServeArgs {
     /// faster and reads the same logits), on or off.
     #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
     flash_attention: String,
+    /// The forward of plain embedding models: llama (llama.cpp on an F16 GGUF copy of the
+    /// weights) or candle (the F32 reference). Heads always run on candle.
+    #[arg(long, default_value = "llama", value_parser = ["llama", "candle"])]
+    encoder_engine: String,
     /// Most jobs queued per model before requests are refused with 429/529.
     #[arg(long, default_value_t = 256)]
     max_queued_jobs: usize,
@@ -502,6 +506,11 @@ fn serve(args: ServeArgs) -> i32 {
             "on" => Some(true),
             "off" => Some(false),
             _ => None,
+        },
+        encoder_path: if args.encoder_engine == "candle" {
+            vllm_srun::EncoderPath::Candle
+        } else {
+            vllm_srun::ENCODER_PATH
         },
         scheduler: SchedulerConfig {
             max_queued_jobs: args.max_queued_jobs,
