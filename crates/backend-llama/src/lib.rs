@@ -239,8 +239,8 @@ impl LlamaBackend {
 
 /// Tokens of the load-time flash attention measurement.
 const FLASH_PROBE_TOKENS: usize = 256;
-/// Largest logit difference between the two attention paths accepted as rounding (quantized
-/// models differ by up to ~0.35 between them on their next-token logits).
+/// Largest logit difference between the two attention paths accepted as rounding (the
+/// catalogue's quantized models differed by 0.29 to 0.68 between them on next-token logits).
 const FLASH_TOLERANCE: f32 = 1.0;
 /// Flash attention is kept only if it takes less than this share of the plain path's time.
 const FLASH_GAIN: f64 = 0.97;
