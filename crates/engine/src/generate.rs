@@ -4,9 +4,9 @@
 //!
 //! Invariants:
 //! - Every running generation advances in every step: a step is one `Generator::step` that
-//!   holds one token of each decoding slot, plus at most one prompt chunk
-//!   (`prefill_chunk` tokens) of the slots still reading their prompts, so a long prompt that
-//!   joins never stalls the running streams for more than a chunk.
+//!   holds one token of each decoding slot, plus prompt tokens of the slots still reading
+//!   their prompts up to `prefill_chunk` tokens in all, so a long prompt that joins never
+//!   stalls the running streams for more than a chunk.
 //! - New requests join between steps, in arrival order, as slots free up. Over
 //!   `max_waiting` queued requests a request is refused at once (`Overloaded`).
 //! - A request whose receiver is gone (the client went away) is dropped before the next
@@ -399,13 +399,7 @@ impl<'a> Loop<'a> {
 
     fn step(&mut self) {
         let decoding = self.active.iter().filter(|a| a.generated > 0).count();
-        // Alone, a prompt reads in chunks as large as a step holds.
-        let mut budget = if decoding > 0 {
-            self.config.prefill_chunk.max(1)
-        } else {
-            self.config.prefill_chunk.max(1) * 8
-        }
-        .min(self.gen.step_tokens().saturating_sub(decoding).max(1));
+        let mut budget = prompt_budget(self.config.prefill_chunk, decoding, self.gen.step_tokens());
         // (index into active, tokens range start, end, sample)
         let mut plan: Vec<(usize, usize, usize, bool)> = Vec::new();
         for (i, a) in self.active.iter().enumerate() {
@@ -609,9 +603,36 @@ impl From<JobError> for crate::error::EngineError {
     }
 }
 
+/// Prompt tokens one step may read beside `decoding` running streams. Beside them, a step
+/// holds at most `chunk` tokens in all, their decode tokens included, so it costs them no more
+/// than a chunk's prefill; alone, a prompt reads in chunks as large as a step holds (at most
+/// 8 chunks). Never more than the step holds, and never 0, so a prompt always advances.
+fn prompt_budget(chunk: usize, decoding: usize, step_tokens: usize) -> usize {
+    let chunk = chunk.max(1);
+    let want = if decoding > 0 {
+        chunk.saturating_sub(decoding)
+    } else {
+        chunk * 8
+    };
+    want.min(step_tokens.saturating_sub(decoding)).max(1)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::held_back;
+    use super::{held_back, prompt_budget};
+
+    #[test]
+    fn a_step_beside_running_streams_holds_one_chunk_in_all() {
+        // 4 streams decode: 252 prompt tokens + 4 decode tokens = one 256-token chunk.
+        assert_eq!(prompt_budget(256, 4, 2048), 252);
+        // Alone, up to 8 chunks, within what a step holds.
+        assert_eq!(prompt_budget(256, 0, 4096), 2048);
+        assert_eq!(prompt_budget(256, 0, 1000), 1000);
+        // The step's own limit wins, and a prompt always advances.
+        assert_eq!(prompt_budget(256, 4, 100), 96);
+        assert_eq!(prompt_budget(2, 4, 2048), 1);
+        assert_eq!(prompt_budget(0, 0, 2048), 8);
+    }
 
     #[test]
     fn held_back_keeps_a_possible_stop_start() {

@@ -216,7 +216,8 @@ struct ServeArgs {
     /// Tokens one generation holds, prompt and output together.
     #[arg(long, default_value_t = 4096)]
     generate_context_tokens: u32,
-    /// Most prompt tokens one decode step reads while other generations run.
+    /// Most tokens one decode step holds while other generations run (prompt tokens of
+    /// joining generations and one decode token of each running one).
     #[arg(long, default_value_t = 256)]
     prefill_chunk: usize,
     /// Serve decisions only: no chat, completions or SIE generate.
