@@ -73,10 +73,14 @@ pub fn unsupported(dir: &Path) -> Option<String> {
         Ok(t) => t,
         Err(e) => return Some(format!("config.json: {e}")),
     };
-    let raw: serde_json::Value = match serde_json::from_str(&text) {
-        Ok(v) => v,
-        Err(e) => return Some(format!("config.json: {e}")),
-    };
+    match serde_json::from_str(&text) {
+        Ok(raw) => unsupported_config(&raw),
+        Err(e) => Some(format!("config.json: {e}")),
+    }
+}
+
+/// [`unsupported`] on a parsed `config.json`.
+fn unsupported_config(raw: &serde_json::Value) -> Option<String> {
     let field = |k: &str| raw[k].as_str();
     if !matches!(field("model_type"), None | Some("bert")) {
         return Some(format!("model_type {:?}", field("model_type")));
@@ -106,11 +110,12 @@ pub fn write_bert(
 ) -> Result<(), BackendError> {
     let config_text =
         std::fs::read_to_string(dir.join("config.json")).map_err(|e| load_err("config.json", e))?;
-    let config: Config =
+    let raw: serde_json::Value =
         serde_json::from_str(&config_text).map_err(|e| load_err("config.json", e))?;
-    if let Some(why) = unsupported(dir) {
+    if let Some(why) = unsupported_config(&raw) {
         return Err(load_err("GGUF conversion", why));
     }
+    let config: Config = serde_json::from_value(raw).map_err(|e| load_err("config.json", e))?;
     let pooling = pooling_type(pooling)
         .ok_or_else(|| load_err("GGUF conversion", format!("{pooling} pooling")))?;
     let weights = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)

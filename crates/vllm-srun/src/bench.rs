@@ -794,13 +794,15 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
         Box::new(backend_candle::BertEncoder::load(&dir).map_err(|e| e.to_string())?),
     )];
     let pooling = model.info().pooling.clone();
+    // Hashed once: each candidate's GGUF copy is keyed by it.
+    let sha = hub::sha256_file(&dir.join("model.safetensors")).map_err(|e| e.to_string())?;
     for (precision, flash) in [
         (Precision::F32, true),
         (Precision::F32, false),
         (Precision::F16, true),
         (Precision::Q8_0, true),
     ] {
-        let gguf = crate::encoder_gguf(&dir, None, &pooling, precision)?;
+        let gguf = crate::encoder_gguf(&dir, Some(&sha), &pooling, precision)?;
         let text = backend_candle::BertEncoder::load_text(&dir).map_err(|e| e.to_string())?;
         let config = backend_llama::LlamaEncoderConfig {
             threads,

@@ -347,24 +347,27 @@ pub fn load_encoder(
     threads: usize,
     path: EncoderPath,
 ) -> Result<Arc<dyn engine::Encoder>, String> {
+    let candle = || -> Result<Arc<dyn engine::Encoder>, String> {
+        Ok(Arc::new(
+            backend_candle::BertEncoder::load(dir).map_err(|e| e.to_string())?,
+        ))
+    };
+    let EncoderPath::Llama(precision) = path else {
+        return candle();
+    };
     let text = backend_candle::BertEncoder::load_text(dir).map_err(|e| e.to_string())?;
     let info = engine::Encoder::info(&text);
-    match path {
-        EncoderPath::Llama(precision) if runs_on_llama(dir, info) => {
-            let gguf = encoder_gguf(dir, sha256, &info.pooling.clone(), precision)?;
-            let config = backend_llama::LlamaEncoderConfig {
-                threads,
-                dtype: precision.name().into(),
-                ..Default::default()
-            };
-            let enc = backend_llama::LlamaEncoder::load(&gguf, text, config)
-                .map_err(|e| e.to_string())?;
-            Ok(Arc::new(enc))
-        }
-        _ => Ok(Arc::new(
-            backend_candle::BertEncoder::load(dir).map_err(|e| e.to_string())?,
-        )),
+    if !runs_on_llama(dir, info) {
+        return candle();
     }
+    let gguf = encoder_gguf(dir, sha256, &info.pooling, precision)?;
+    let config = backend_llama::LlamaEncoderConfig {
+        threads,
+        dtype: precision.name().into(),
+        ..Default::default()
+    };
+    let enc = backend_llama::LlamaEncoder::load(&gguf, text, config).map_err(|e| e.to_string())?;
+    Ok(Arc::new(enc))
 }
 
 /// Resolve, load and start one model; the slot's state follows the steps.
