@@ -100,6 +100,15 @@ pub struct DecisionConfig {
     /// spread evenly; the answer is their geometric mean). 1 asks once; more cancel the
     /// favour a model shows some places in a list, at the cost of one branch each.
     pub choice_orders: usize,
+    /// Question types (`choice`, `score`) whose answers are divided by the same question's
+    /// answer about an empty state (content-free calibration), which removes the favour a
+    /// model shows some labels whatever the state says. Each distinct question's empty-state
+    /// answer is evaluated once and remembered.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub content_free: Vec<String>,
+    /// A noul's yes-against-no log-odds are lowered by this much before its temperature: the
+    /// lean toward yes a model shows, fitted on labelled development data (0: none).
+    pub noul_bias: f64,
 }
 
 impl Default for DecisionConfig {
@@ -127,6 +136,8 @@ impl Default for DecisionConfig {
             max_scan_tokens: None,
             truncate_tokens: None,
             choice_orders: 1,
+            content_free: Vec::new(),
+            noul_bias: 0.0,
         }
     }
 }
@@ -137,6 +148,8 @@ pub const TREE_LAYOUTS: &[&str] = &["question-last-v1"];
 pub const TREE_ATTENTION_MODES: &[&str] = &["prefix_causal", "state_once"];
 /// The most orders a choice may be asked in (each is one more branch per choice question).
 pub const MAX_CHOICE_ORDERS: usize = 8;
+/// The question types whose answers a content-free reading corrects.
+pub const CONTENT_FREE_TYPES: &[&str] = &["choice", "score"];
 /// The question types a package may declare.
 const QUESTION_TYPES: &[&str] = &["choice", "noul", "score", "set", "span", "box", "track"];
 
@@ -208,6 +221,22 @@ impl DecisionConfig {
                 self.choice_orders
             ));
         }
+        if let Some(t) = self
+            .content_free
+            .iter()
+            .find(|t| !CONTENT_FREE_TYPES.contains(&t.as_str()))
+        {
+            return Err(format!(
+                "decision_config.json: content_free names {t:?}; it corrects only {}",
+                CONTENT_FREE_TYPES.join(" and ")
+            ));
+        }
+        if !self.noul_bias.is_finite() {
+            return Err(format!(
+                "decision_config.json: noul_bias must be a finite number, not {}",
+                self.noul_bias
+            ));
+        }
         for (name, value) in [
             ("set_threshold", self.set_threshold),
             ("span_threshold", self.span_threshold),
@@ -274,6 +303,12 @@ mod tests {
         assert!(check(|c| c.choice_orders = 0).is_err());
         assert!(check(|c| c.choice_orders = MAX_CHOICE_ORDERS + 1).is_err());
         assert!(check(|c| c.choice_orders = 3).is_ok());
+        let e = check(|c| c.content_free = vec!["noul".into()]).unwrap_err();
+        assert!(e.contains("content_free") && e.contains("noul"), "{e}");
+        assert!(check(|c| c.content_free = vec!["choice".into(), "score".into()]).is_ok());
+        let e = check(|c| c.noul_bias = f64::INFINITY).unwrap_err();
+        assert!(e.contains("noul_bias"), "{e}");
+        assert!(check(|c| c.noul_bias = -0.7).is_ok());
     }
 }
 

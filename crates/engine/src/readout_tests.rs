@@ -539,3 +539,133 @@ fn a_model_that_answers_none_finds_no_span() {
     assert_eq!(v["answers"]["e"]["noul"], json!(0.0));
     assert_eq!(v["thresholds"]["e"], json!(0.5));
 }
+
+/// A score model that leans to level 2 whatever the text (logit 2) and reads the level a
+/// text names (logit 1.5).
+fn leans_to_two() -> Script {
+    Arc::new(|context: &str, candidates: &[String]| {
+        let state = context
+            .split("Text:\n")
+            .nth(1)
+            .and_then(|s| s.split("\n\n").next())
+            .unwrap_or("")
+            .to_string();
+        candidates
+            .iter()
+            .map(|c| {
+                let lean = if c == "2" { 2.0 } else { 0.0 };
+                let read = if state.contains(&format!("level {c}")) {
+                    1.5
+                } else {
+                    0.0
+                };
+                lean + read
+            })
+            .collect()
+    })
+}
+
+/// The most probable level of a score answer.
+fn level(a: &Value) -> String {
+    let p = a["probabilities"].as_object().expect("probabilities");
+    p.iter()
+        .max_by(|x, y| x.1.as_f64().partial_cmp(&y.1.as_f64()).expect("numbers"))
+        .map(|(k, _)| k.clone())
+        .expect("levels")
+}
+
+#[test]
+fn content_free_calibration_divides_out_what_the_empty_state_says() {
+    let q = json!({"s": {"type": "score", "instructions": "Which level?", "criteria": ["a", "b", "c"]}});
+    let plain = model(DecisionConfig::default(), leans_to_two());
+    assert_eq!(level(&ask(&plain, "this is level 0", q.clone())["s"]), "2");
+    let mut config = DecisionConfig {
+        content_free: vec!["score".into()],
+        ..Default::default()
+    };
+    config.temperature.score = 0.5;
+    let m = model(config, leans_to_two());
+    // Logits [1.5, 0, 2] less the empty state's [0, 0, 2], at temperature 0.5.
+    let z = (3.0f64).exp() + 2.0;
+    let first = ask(&m, "this is level 0", q.clone());
+    assert_eq!(level(&first["s"]), "0", "{first}");
+    let p0 = first["s"]["probabilities"]["0"].as_f64().expect("p");
+    assert!((p0 - 3f64.exp() / z).abs() < 1e-6, "{first}");
+    // The second time the empty-state answer is remembered: the same answer, bit for bit;
+    // and beside another question, with other ids, the same again.
+    assert_eq!(ask(&m, "this is level 0", q.clone()), first);
+    let two = ask(
+        &m,
+        "this is level 0",
+        json!({"n": {"type": "noul", "instructions": "Any?"},
+               "t": {"type": "score", "instructions": "Which level?", "criteria": ["a", "b", "c"]}}),
+    );
+    assert_eq!(two["t"], first["s"], "{two}");
+    // Another question's empty state is its own.
+    let other = ask(
+        &m,
+        "this is level 1",
+        json!({"s": {"type": "score", "instructions": "Which one?", "criteria": ["a", "b", "c"]}}),
+    );
+    assert_eq!(level(&other["s"]), "1", "{other}");
+    // Nouls are not corrected this way: content_free names score only.
+    let noul = json!({"n": {"type": "noul", "instructions": "Any?"}});
+    assert_eq!(ask(&m, "x", noul.clone()), ask(&plain, "x", noul));
+}
+
+#[test]
+fn a_noul_bias_lowers_yes_before_the_temperature() {
+    let mut config = DecisionConfig {
+        noul_bias: 0.7,
+        ..Default::default()
+    };
+    config.temperature.noul = 0.5;
+    let m = model(config, table(&[("Yes", 1.2), ("No", 0.3)]));
+    let a = ask(
+        &m,
+        "x",
+        json!({"q": {"type": "noul", "instructions": "Rain?"}}),
+    );
+    let p = a["q"]["noul"].as_f64().expect("noul");
+    let want = share(&[1.2 - 0.7], &[0.3], 0.5);
+    assert!((p - want).abs() < 1e-6, "p(yes) {p}, want {want}");
+}
+
+#[test]
+fn content_free_choices_keep_each_option_its_own_correction_in_any_order() {
+    // Leans to "cooking" (its readout token "c") whatever the text; reads the named option.
+    let reads = names_what_it_reads();
+    let script: Script = Arc::new(move |context: &str, candidates: &[String]| {
+        let mut l = reads(context, candidates);
+        for (x, c) in l.iter_mut().zip(candidates) {
+            if c == "c" {
+                *x += 5.0;
+            }
+        }
+        l
+    });
+    let config = DecisionConfig {
+        content_free: vec!["choice".into()],
+        ..Default::default()
+    };
+    let m = model(config, script);
+    let ask_in = |criteria: Value| {
+        ask(
+            &m,
+            "a text about finance",
+            json!({"t": {"type": "choice", "instructions": "Topic?", "criteria": criteria}}),
+        )
+    };
+    // The first order asked is the one remembered; the other must map by key, not place.
+    let a = ask_in(json!({"sports": null, "cooking": null, "finance": null}));
+    let b = ask_in(json!({"finance": null, "sports": null, "cooking": null}));
+    assert_eq!(a["t"]["choice"], json!("finance"), "{a}");
+    for key in ["sports", "cooking", "finance"] {
+        let (pa, pb) = (&a["t"]["probabilities"][key], &b["t"]["probabilities"][key]);
+        let d = pa.as_f64().expect("p") - pb.as_f64().expect("p");
+        assert!(d.abs() < 1e-12, "{key}: {a} against {b}");
+    }
+    // Logits [0, 5, 4] less the empty state's [0, 5, 0].
+    let p = a["t"]["probabilities"]["finance"].as_f64().expect("p");
+    assert!((p - 4f64.exp() / (4f64.exp() + 2.0)).abs() < 1e-6, "{a}");
+}

@@ -121,6 +121,7 @@ impl DecisionModel {
             header,
             sep,
             spans,
+            remembered: Default::default(),
         };
         let mut model = DecisionModel {
             meta,

@@ -9,6 +9,7 @@
 //!   roots (whole, truncated or in windows), the request's token limits;
 //! - `readout`: answers read from the logits, windows combined, spans replayed, the response.
 
+mod calibrate;
 mod contest;
 mod load;
 mod plan;
@@ -221,6 +222,8 @@ pub(crate) struct Tree {
     sep: Vec<Token>,
     /// What span branches may copy from (`None` when the vocabulary cannot steer them).
     spans: Option<Arc<SpanVocab>>,
+    /// Empty-state answers of the questions content-free calibration corrects.
+    remembered: calibrate::Remembered,
 }
 
 /// The requests of a body with their names (a single request's is empty).
@@ -314,9 +317,20 @@ impl DecisionModel {
         let t0 = Instant::now();
         let requests = entries(body);
         let batch = matches!(body, DecisionBody::Batch { .. });
-        let prepared: Vec<Result<Prepared, ProtocolError>> =
+        let mut prepared: Vec<Result<Prepared, ProtocolError>> =
             requests.iter().map(|(_, r)| self.prepare(t, r)).collect();
         refusal(batch, &prepared)?;
+        // Empty-state answers not yet remembered ride in the same forward, read raw, as one
+        // more request after the body's.
+        let (corrected, mut content_free) = self.content_free(&requests, &t.remembered);
+        let asked = content_free.request.take().and_then(|(request, keys)| {
+            let mut p = self.prepare(t, &request).ok()?;
+            for (_, plan, _) in &mut p.plans {
+                plan.at_unit_temperature();
+            }
+            prepared.push(Ok(p));
+            Some(keys)
+        });
         let mut timings = Timings {
             tokenize: t0.elapsed(),
             ..Timings::default()
@@ -339,6 +353,16 @@ impl DecisionModel {
             })
             .collect();
         let failure = outcome.as_ref().err();
+        if let Some(keys) = asked {
+            if let Some(Ok(r)) = readings.pop() {
+                self.remember(&t.remembered, &mut content_free.known, keys, &r);
+            }
+        }
+        for (reading, keys) in readings.iter_mut().zip(&corrected) {
+            if let Ok(r) = reading {
+                self.correct(&content_free.known, keys, r);
+            }
+        }
         timings.post = t_post.elapsed();
         let contests = match failure {
             None => {

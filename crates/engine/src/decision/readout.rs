@@ -48,7 +48,9 @@ impl DecisionModel {
                 Some(vec![geometric_mean(&turns)?])
             }
             (Plan::Noul { temperature, .. }, _) => {
-                Some(vec![t.yes_no.probabilities(reads, 2, *temperature)?])
+                let mut p = t.yes_no.probabilities(reads, 2, *temperature)?;
+                super::calibrate::lower_yes(&mut p, self.config.noul_bias, *temperature);
+                Some(vec![p])
             }
             (
                 Plan::Score {
