@@ -61,6 +61,9 @@ pub struct Entry {
     /// sha256 of the GGUF or `.sparrow` file, or of an encoder's `model.safetensors`.
     pub sha256: &'static str,
     pub size: u64,
+    /// The package's `decision_config.json`, where the catalogue ships one (fitted on
+    /// labelled development data for these weights); otherwise the engine's defaults.
+    pub decision_config: Option<&'static str>,
 }
 
 /// Every model the catalogue knows.
@@ -83,6 +86,9 @@ pub fn catalog() -> Vec<Entry> {
                 .collect(),
             sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             size: 1_117_320_768,
+            decision_config: Some(include_str!(
+                "../catalogue/qwen2.5-1.5b/decision_config.json"
+            )),
         },
         Entry {
             id: "qwen2.5-0.5b",
@@ -101,6 +107,7 @@ pub fn catalog() -> Vec<Entry> {
                 .collect(),
             sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             size: 491_400_064,
+            decision_config: None,
         },
         Entry {
             id: "smollm2-135m",
@@ -115,6 +122,7 @@ pub fn catalog() -> Vec<Entry> {
             )],
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             size: 98_362_432,
+            decision_config: None,
         },
         Entry {
             id: "minilm-l6",
@@ -129,6 +137,7 @@ pub fn catalog() -> Vec<Entry> {
             )],
             sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
             size: 90_868_376,
+            decision_config: None,
         },
         Entry {
             id: "sparrow-nano",
@@ -144,6 +153,7 @@ pub fn catalog() -> Vec<Entry> {
             )],
             sha256: "d1d3ee04cdfa58f325bb7f06b701df92bc29a3debea59743bf14a7a6215ef2e3",
             size: 2_550_300,
+            decision_config: None,
         },
         Entry {
             id: "sparrow-nano-robot",
@@ -158,6 +168,7 @@ pub fn catalog() -> Vec<Entry> {
             )],
             sha256: "0fe7a7fee5b369c02c760e2c33c115b72e16a6a0a98e911ee5fea53a25248608",
             size: 1_299_700,
+            decision_config: None,
         },
     ]
 }

@@ -403,14 +403,27 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         max_scan_tokens: o.max_scan_tokens,
         ..DecisionConfig::default()
     };
-    if let Some(dir) = resolved.dir.as_deref() {
-        config = read_json(&dir.join("decision_config.json"))?;
+    if let Some(shipped) = resolved.entry.as_ref().and_then(|e| e.decision_config) {
+        config = serde_json::from_str(shipped)
+            .map_err(|e| format!("{spec}: the catalogue's decision_config.json: {e}"))?;
         config.validate(
             engine::package::TREE_LAYOUTS,
             engine::package::TREE_ATTENTION_MODES,
         )?;
-        if o.max_scan_tokens.is_some() {
-            config.max_scan_tokens = o.max_scan_tokens;
+        config.max_scan_tokens = o.max_scan_tokens;
+    }
+    if let Some(dir) = resolved.dir.as_deref() {
+        // A package's own file wins over what the catalogue ships.
+        let own = dir.join("decision_config.json");
+        if own.is_file() {
+            config = read_json(&own)?;
+            config.validate(
+                engine::package::TREE_LAYOUTS,
+                engine::package::TREE_ATTENTION_MODES,
+            )?;
+            if o.max_scan_tokens.is_some() {
+                config.max_scan_tokens = o.max_scan_tokens;
+            }
         }
         let card: CardFile = read_json(&dir.join("card.json"))?;
         if let Some(d) = card.description {

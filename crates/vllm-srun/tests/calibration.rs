@@ -1,0 +1,104 @@
+//! The label-bias corrections the catalogue ships for `qwen2.5-1.5b` act end to end (issue
+//! 10): content-free calibration divides each choice and score answer by the same question's
+//! answer about an empty state, so a question about an empty state is answered with equal
+//! probabilities, exactly; the empty-state answer is remembered, so asking again, beside other
+//! questions or with the options in another order gives the same answer; and the corrected
+//! answers are still right on plain cases.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::{json, Value};
+
+const MODEL: &str = "qwen2.5-1.5b";
+
+fn server() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| start(deciding(MODEL)))
+}
+
+async fn answers(state: &str, questions: Value) -> Value {
+    let body = json!({"model": MODEL, "state": state, "questions": questions});
+    let s = tokio::task::spawn_blocking(server).await.expect("server");
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    v["answers"].clone()
+}
+
+fn probabilities(a: &Value) -> Vec<(String, f64)> {
+    let mut p: Vec<(String, f64)> = a["probabilities"]
+        .as_object()
+        .expect("probabilities")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_f64().expect("p")))
+        .collect();
+    p.sort_by(|a, b| a.0.cmp(&b.0));
+    p
+}
+
+fn queue() -> Value {
+    json!({"type": "choice", "instructions": "Which queue should handle this ticket?",
+           "criteria": {"billing": "Charges, refunds, invoices", "shipping": "Deliveries and tracking",
+                        "account": "Login and passwords"}})
+}
+
+fn severity() -> Value {
+    json!({"type": "score", "instructions": "How severe is the problem?",
+           "criteria": ["No problem at all", "A small annoyance", "A complete outage"]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_state_gets_equal_probabilities_from_choice_and_score() {
+    let a = answers("", json!({"q": queue(), "s": severity()})).await;
+    for id in ["q", "s"] {
+        let p = probabilities(&a[id]);
+        let even = 1.0 / p.len() as f64;
+        for (k, x) in &p {
+            assert!(
+                (x - even).abs() < 1e-9,
+                "{id}.{k}: {x} (without the correction the model's own lean shows): {a}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrected_answers_are_right_and_do_not_depend_on_order_or_siblings() {
+    let ticket = "I was charged twice for my order and I want a refund for the second charge.";
+    let alone = answers(ticket, json!({"q": queue()})).await["q"].clone();
+    assert_eq!(alone["choice"], "billing", "{alone}");
+    // Again, now remembered; with the options listed the other way round; beside a score.
+    let again = answers(ticket, json!({"q": queue()})).await["q"].clone();
+    assert_eq!(again, alone);
+    let mut reversed = queue();
+    let turned: serde_json::Map<String, Value> = reversed["criteria"]
+        .as_object()
+        .expect("criteria")
+        .iter()
+        .rev()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    reversed["criteria"] = Value::Object(turned);
+    let both = answers(ticket, json!({"s": severity(), "r": reversed})).await;
+    for ((k, x), (_, y)) in probabilities(&both["r"]).iter().zip(probabilities(&alone)) {
+        assert!((x - y).abs() < 1e-12, "{k}: {x} against {y}");
+    }
+    // A score read the right way round: an outage is more severe than nothing wrong.
+    let outage = answers(
+        "The whole site has been down for every customer since this morning.",
+        json!({"s": severity()}),
+    )
+    .await["s"]["score"]
+        .as_f64()
+        .expect("score");
+    let fine = answers(
+        "Everything works perfectly, I just wanted to say thanks.",
+        json!({"s": severity()}),
+    )
+    .await["s"]["score"]
+        .as_f64()
+        .expect("score");
+    assert!(outage > fine, "outage {outage}, fine {fine}");
+}
