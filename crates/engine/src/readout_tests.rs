@@ -297,16 +297,22 @@ fn temperatures_act_per_type_and_by_question_count() {
     }
 }
 
+/// The state a scripted model reads in its context: what stands between `Text:` and the
+/// blank line after it.
+fn state_of(context: &str) -> String {
+    context
+        .split("Text:\n")
+        .nth(1)
+        .and_then(|s| s.split("\n\n").next())
+        .unwrap_or("")
+        .to_string()
+}
+
 /// A model that answers a choice with whatever option the text names: by the name's first
 /// letter when the options are read by name, by the option's letter otherwise.
 fn names_what_it_reads() -> Script {
     Arc::new(|context: &str, candidates: &[String]| {
-        let state = context
-            .split("Text:\n")
-            .nth(1)
-            .and_then(|s| s.split("\n\n").next())
-            .unwrap_or("")
-            .to_string();
+        let state = state_of(context);
         let block = context.rsplit("Options:\n").next().unwrap_or("");
         // Each option line's readout token: "- name: ..." → the name's first byte,
         // "B. name: ..." → the letter.
@@ -544,12 +550,7 @@ fn a_model_that_answers_none_finds_no_span() {
 /// text names (logit 1.5).
 fn leans_to_two() -> Script {
     Arc::new(|context: &str, candidates: &[String]| {
-        let state = context
-            .split("Text:\n")
-            .nth(1)
-            .and_then(|s| s.split("\n\n").next())
-            .unwrap_or("")
-            .to_string();
+        let state = state_of(context);
         candidates
             .iter()
             .map(|c| {
