@@ -7,7 +7,9 @@
 //! - `plan`: one question's type checked, its block rendered and tokenized, its label trie;
 //! - `views` and `prepare`: the state's views read within budget, each question placed on its
 //!   roots (whole, truncated or in windows), the request's token limits;
-//! - `readout`: answers read from the logits, windows combined, spans replayed, the response.
+//! - `readout`: answers read from the logits, windows combined, spans replayed, the response;
+//! - `calibrate`: label-bias corrections a package asks for (empty-state division, noul bias);
+//! - `contest`: places several labels of a span question claim, settled by a short second job.
 
 mod calibrate;
 mod contest;
