@@ -1126,4 +1126,42 @@ impl PlainEvaluator<'_> {
             })
             .collect())
     }
+
+    /// Prefill `tokens` from an empty cache in decodes of at most `chunk` tokens, as a server
+    /// that chunks prompts does; return how long each decode took. Later chunks attend to the
+    /// earlier ones, so they cost more than the first.
+    pub fn prefill_chunks(
+        &mut self,
+        tokens: &[Token],
+        chunk: usize,
+    ) -> Result<Vec<std::time::Duration>, BackendError> {
+        if tokens.len() > self.capacity || chunk == 0 {
+            return Err(BackendError::OutOfMemory(format!(
+                "{} tokens in chunks of {chunk} do not fit a plain context of {}",
+                tokens.len(),
+                self.capacity
+            )));
+        }
+        self.ctx.clear_kv_cache();
+        let mut times = Vec::with_capacity(tokens.len().div_ceil(chunk));
+        for (c, part) in tokens.chunks(chunk).enumerate() {
+            self.batch.clear();
+            for (i, t) in part.iter().enumerate() {
+                self.batch
+                    .add(
+                        LlamaToken(*t as i32),
+                        (c * chunk + i) as i32,
+                        &[0],
+                        i + 1 == part.len(),
+                    )
+                    .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+            }
+            let start = std::time::Instant::now();
+            self.ctx
+                .decode(&mut self.batch)
+                .map_err(|e| BackendError::Forward(e.to_string()))?;
+            times.push(start.elapsed());
+        }
+        Ok(times)
+    }
 }
