@@ -399,32 +399,28 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     if resolved.kind == hub::Kind::Sparrow {
         return load_sparrow(&resolved, meta, slot, o);
     }
-    let mut config = DecisionConfig {
-        max_scan_tokens: o.max_scan_tokens,
-        ..DecisionConfig::default()
+    // A package's own file wins over what the catalogue ships; without either, the engine's
+    // defaults. Whichever it is, it is validated and `--max-scan-tokens` replaces its budget.
+    let own = resolved
+        .dir
+        .as_deref()
+        .map(|d| d.join("decision_config.json"))
+        .filter(|p| p.is_file());
+    let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
+    let mut config: DecisionConfig = match (own, shipped) {
+        (Some(path), _) => read_json(&path)?,
+        (None, Some(text)) => serde_json::from_str(text)
+            .map_err(|e| format!("{spec}: the catalogue's decision_config.json: {e}"))?,
+        (None, None) => DecisionConfig::default(),
     };
-    if let Some(shipped) = resolved.entry.as_ref().and_then(|e| e.decision_config) {
-        config = serde_json::from_str(shipped)
-            .map_err(|e| format!("{spec}: the catalogue's decision_config.json: {e}"))?;
-        config.validate(
-            engine::package::TREE_LAYOUTS,
-            engine::package::TREE_ATTENTION_MODES,
-        )?;
+    config.validate(
+        engine::package::TREE_LAYOUTS,
+        engine::package::TREE_ATTENTION_MODES,
+    )?;
+    if o.max_scan_tokens.is_some() {
         config.max_scan_tokens = o.max_scan_tokens;
     }
     if let Some(dir) = resolved.dir.as_deref() {
-        // A package's own file wins over what the catalogue ships.
-        let own = dir.join("decision_config.json");
-        if own.is_file() {
-            config = read_json(&own)?;
-            config.validate(
-                engine::package::TREE_LAYOUTS,
-                engine::package::TREE_ATTENTION_MODES,
-            )?;
-            if o.max_scan_tokens.is_some() {
-                config.max_scan_tokens = o.max_scan_tokens;
-            }
-        }
         let card: CardFile = read_json(&dir.join("card.json"))?;
         if let Some(d) = card.description {
             meta.description = d;
