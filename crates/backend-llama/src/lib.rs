@@ -1053,15 +1053,8 @@ impl PlainEvaluator<'_> {
             ));
         }
         self.ctx.clear_kv_cache();
-        self.batch.clear();
-        for (i, t) in prompt.iter().enumerate() {
-            self.batch
-                .add(LlamaToken(*t as i32), i as i32, &[0], i + 1 == prompt.len())
-                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
-        }
-        self.ctx
-            .decode(&mut self.batch)
-            .map_err(|e| BackendError::Forward(e.to_string()))?;
+        self.fill(prompt, 0)?;
+        self.decode()?;
         let start = std::time::Instant::now();
         let mut out = Vec::with_capacity(n);
         let mut last = self.batch.n_tokens() - 1;
@@ -1074,18 +1067,8 @@ impl PlainEvaluator<'_> {
             if k + 1 == n {
                 break;
             }
-            self.batch.clear();
-            self.batch
-                .add(
-                    LlamaToken(best as i32),
-                    (prompt.len() + k) as i32,
-                    &[0],
-                    true,
-                )
-                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
-            self.ctx
-                .decode(&mut self.batch)
-                .map_err(|e| BackendError::Forward(e.to_string()))?;
+            self.fill(&[best as Token], prompt.len() + k)?;
+            self.decode()?;
             last = 0;
         }
         Ok((out, start.elapsed()))
@@ -1106,15 +1089,8 @@ impl PlainEvaluator<'_> {
             )));
         }
         self.ctx.clear_kv_cache();
-        self.batch.clear();
-        for (i, t) in tokens.iter().enumerate() {
-            self.batch
-                .add(LlamaToken(*t as i32), i as i32, &[0], i + 1 == tokens.len())
-                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
-        }
-        self.ctx
-            .decode(&mut self.batch)
-            .map_err(|e| BackendError::Forward(e.to_string()))?;
+        self.fill(tokens, 0)?;
+        self.decode()?;
         let logits = self.ctx.get_logits_ith(self.batch.n_tokens() - 1);
         Ok(candidates
             .iter()
@@ -1145,23 +1121,33 @@ impl PlainEvaluator<'_> {
         self.ctx.clear_kv_cache();
         let mut times = Vec::with_capacity(tokens.len().div_ceil(chunk));
         for (c, part) in tokens.chunks(chunk).enumerate() {
-            self.batch.clear();
-            for (i, t) in part.iter().enumerate() {
-                self.batch
-                    .add(
-                        LlamaToken(*t as i32),
-                        (c * chunk + i) as i32,
-                        &[0],
-                        i + 1 == part.len(),
-                    )
-                    .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
-            }
+            self.fill(part, c * chunk)?;
             let start = std::time::Instant::now();
-            self.ctx
-                .decode(&mut self.batch)
-                .map_err(|e| BackendError::Forward(e.to_string()))?;
+            self.decode()?;
             times.push(start.elapsed());
         }
         Ok(times)
+    }
+
+    /// Put `tokens` in the batch at positions from `first` on, with logits for the last only.
+    fn fill(&mut self, tokens: &[Token], first: usize) -> Result<(), BackendError> {
+        self.batch.clear();
+        for (i, t) in tokens.iter().enumerate() {
+            self.batch
+                .add(
+                    LlamaToken(*t as i32),
+                    (first + i) as i32,
+                    &[0],
+                    i + 1 == tokens.len(),
+                )
+                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn decode(&mut self) -> Result<(), BackendError> {
+        self.ctx
+            .decode(&mut self.batch)
+            .map_err(|e| BackendError::Forward(e.to_string()))
     }
 }
