@@ -49,6 +49,13 @@ fn severity() -> Value {
            "criteria": ["No problem at all", "A small annoyance", "A complete outage"]})
 }
 
+/// The expected severity level of `text`.
+async fn severity_of(text: &str) -> f64 {
+    answers(text, json!({"s": severity()})).await["s"]["score"]
+        .as_f64()
+        .expect("score")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_state_gets_equal_probabilities_from_choice_and_score() {
     let a = answers("", json!({"q": queue(), "s": severity()})).await;
@@ -86,19 +93,8 @@ async fn corrected_answers_are_right_and_do_not_depend_on_order_or_siblings() {
         assert!((x - y).abs() < 1e-12, "{k}: {x} against {y}");
     }
     // A score read the right way round: an outage is more severe than nothing wrong.
-    let outage = answers(
-        "The whole site has been down for every customer since this morning.",
-        json!({"s": severity()}),
-    )
-    .await["s"]["score"]
-        .as_f64()
-        .expect("score");
-    let fine = answers(
-        "Everything works perfectly, I just wanted to say thanks.",
-        json!({"s": severity()}),
-    )
-    .await["s"]["score"]
-        .as_f64()
-        .expect("score");
+    let outage =
+        severity_of("The whole site has been down for every customer since this morning.").await;
+    let fine = severity_of("Everything works perfectly, I just wanted to say thanks.").await;
     assert!(outage > fine, "outage {outage}, fine {fine}");
 }
