@@ -872,6 +872,17 @@ impl LlamaGenerator<'_> {
     }
 }
 
+/// The token with the largest logit (the first of equals).
+fn argmax(logits: &[f32]) -> Token {
+    let mut best = 0;
+    for (i, l) in logits.iter().enumerate() {
+        if *l > logits[best] {
+            best = i;
+        }
+    }
+    best as Token
+}
+
 /// The log-softmax of `logits` at `chosen`, and the `top` most likely tokens with theirs.
 fn log_probs(logits: &[f32], chosen: usize, top: usize) -> (f32, Vec<(Token, f32)>) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -1015,6 +1026,38 @@ impl LlamaBackend {
         })
     }
 
+    /// A plain context for `seqs` sequences of up to `tokens` tokens each in one unified
+    /// cache, on the generator's settings: what llama.cpp's batched example runs, for
+    /// [`PlainEvaluator::greedy_batched`].
+    pub fn plain_batched(
+        &self,
+        tokens: u32,
+        seqs: u32,
+    ) -> Result<PlainEvaluator<'_>, BackendError> {
+        let seqs = seqs.clamp(1, 256);
+        let n_ctx = tokens.max(256).div_ceil(256) * 256 * seqs;
+        let threads = self.threads();
+        let n_batch = n_ctx.min(GENERATION_BATCH);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(n_batch)
+            .with_n_ubatch(self.config.ubatch.min(n_batch))
+            .with_n_seq_max(seqs)
+            .with_kv_unified(true)
+            .with_flash_attention_policy(0)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = self
+            .model
+            .new_context(runtime()?, params)
+            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        Ok(PlainEvaluator {
+            ctx,
+            batch: LlamaBatch::new(n_batch as usize, seqs as i32),
+            capacity: n_batch as usize,
+        })
+    }
+
     /// A one-sequence evaluator on llama.cpp's own context defaults (flash attention `auto`,
     /// its batch and micro-batch sizes), with only the size and the threads set: the baseline
     /// a user of plain llama.cpp gets, which benchmarks hold beside [`LlamaBackend::plain`].
@@ -1059,17 +1102,56 @@ impl PlainEvaluator<'_> {
         let mut out = Vec::with_capacity(n);
         let mut last = self.batch.n_tokens() - 1;
         for k in 0..n {
-            let logits = self.ctx.get_logits_ith(last);
-            let best = (0..logits.len())
-                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
-                .unwrap_or(0);
-            out.push(best as Token);
+            let best = argmax(self.ctx.get_logits_ith(last));
+            out.push(best);
             if k + 1 == n {
                 break;
             }
-            self.fill(&[best as Token], prompt.len() + k)?;
+            self.fill(&[best], prompt.len() + k)?;
             self.decode()?;
             last = 0;
+        }
+        Ok((out, start.elapsed()))
+    }
+
+    /// Greedy generation for several prompts at once, as llama.cpp's batched example does it
+    /// (needs [`LlamaBackend::plain_batched`] with a sequence per prompt): the prompts in one
+    /// decode, then one decode per step carrying every sequence's last token. Returns each
+    /// prompt's tokens and the time spent after the prompts.
+    pub fn greedy_batched(
+        &mut self,
+        prompts: &[Vec<Token>],
+        n: usize,
+    ) -> Result<(Vec<Vec<Token>>, std::time::Duration), BackendError> {
+        let total: usize = prompts.iter().map(Vec::len).sum();
+        if prompts.iter().any(Vec::is_empty) || total > self.capacity || n == 0 {
+            return Err(BackendError::OutOfMemory(
+                "the generation does not fit".into(),
+            ));
+        }
+        self.ctx.clear_kv_cache();
+        self.batch.clear();
+        let mut lasts = Vec::with_capacity(prompts.len());
+        for (s, p) in prompts.iter().enumerate() {
+            self.push(p, 0, s)?;
+            lasts.push(self.batch.n_tokens() - 1);
+        }
+        self.decode()?;
+        let start = std::time::Instant::now();
+        let mut out = vec![Vec::with_capacity(n); prompts.len()];
+        for k in 0..n {
+            for (s, &at) in lasts.iter().enumerate() {
+                out[s].push(argmax(self.ctx.get_logits_ith(at)));
+            }
+            if k + 1 == n {
+                break;
+            }
+            self.batch.clear();
+            for (s, p) in prompts.iter().enumerate() {
+                self.push(&out[s][k..=k], p.len() + k, s)?;
+                lasts[s] = self.batch.n_tokens() - 1;
+            }
+            self.decode()?;
         }
         Ok((out, start.elapsed()))
     }
@@ -1132,12 +1214,18 @@ impl PlainEvaluator<'_> {
     /// Put `tokens` in the batch at positions from `first` on, with logits for the last only.
     fn fill(&mut self, tokens: &[Token], first: usize) -> Result<(), BackendError> {
         self.batch.clear();
+        self.push(tokens, first, 0)
+    }
+
+    /// Add `tokens` of sequence `seq` to the batch at positions from `first` on, with logits
+    /// for the last only.
+    fn push(&mut self, tokens: &[Token], first: usize, seq: usize) -> Result<(), BackendError> {
         for (i, t) in tokens.iter().enumerate() {
             self.batch
                 .add(
                     LlamaToken(*t as i32),
                     (first + i) as i32,
-                    &[0],
+                    &[seq as i32],
                     i + 1 == tokens.len(),
                 )
                 .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;

@@ -1143,6 +1143,30 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
     }
     let o4 = med(four);
     println!("(c) four concurrent streams, total decode:     median {o4:.1} tokens/s ({:.2}x one stream)", o4 / o1);
+    // The ceiling: the same four prompts decoded raw, one llama.cpp decode per step for all.
+    let prompts = (0..4)
+        .map(|i| {
+            engine::Backend::tokenize(&raw, &format!("{STORY} Story number {}.", i + 1), false)
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut batched = raw
+        .plain_batched((longest + max_tokens) as u32, 4)
+        .map_err(|e| e.to_string())?;
+    let mut raw4 = Vec::new();
+    for _ in 0..runs {
+        let (_, t) = tokio::task::block_in_place(|| batched.greedy_batched(&prompts, max_tokens))
+            .map_err(|e| e.to_string())?;
+        raw4.push((4 * (max_tokens - 1)) as f64 / t.as_secs_f64());
+    }
+    drop(batched);
+    let r4 = med(raw4);
+    println!(
+        "    raw llama.cpp, the same four prompts batched: median {r4:.1} tokens/s ({:.2}x raw one sequence); (c)/raw = {:.3}",
+        r4 / r,
+        o4 / r4
+    );
     println!(
         "    time to first token over {} requests: p50 {:.0} ms, p99 {:.0} ms",
         ttfts.len(),
