@@ -361,6 +361,27 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
         "    (b)/(a) = {:.3}  [target <= 1.0]",
         b.as_secs_f64() / a.as_secs_f64()
     );
+    // (b2) A question the server has not seen: where the model's config asks for content-free
+    // calibration, its empty-state branch rides in this forward (later askings remember it).
+    let mut tf = Vec::new();
+    for i in 0..runs {
+        let mut fresh = body.clone();
+        let q = &mut fresh["questions"]["route"]["instructions"];
+        *q = json!(format!(
+            "{} (asked {} time)",
+            q.as_str().unwrap_or_default(),
+            i + 1
+        ));
+        tf.push(time_request(&client, &url, &fresh).await?);
+    }
+    let first = median(tf);
+    println!(
+        "(b2) the same question first seen (content-free calibration {}): median {:.1} ms; (b2)/(a) = {:.3}, (b2)/(b) = {:.3}",
+        if model.config.content_free.is_empty() { "off" } else { "on: its empty-state branch included" },
+        ms(first),
+        first.as_secs_f64() / a.as_secs_f64(),
+        first.as_secs_f64() / b.as_secs_f64()
+    );
     drop(stock);
 
     // (c) six questions vs (d) one about one ~200-token state.
