@@ -107,7 +107,9 @@ pub fn catalog() -> Vec<Entry> {
                 .collect(),
             sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             size: 491_400_064,
-            decision_config: None,
+            decision_config: Some(include_str!(
+                "../catalogue/qwen2.5-0.5b/decision_config.json"
+            )),
         },
         Entry {
             id: "smollm2-135m",

@@ -622,3 +622,30 @@ pub async fn bind_router(
         app,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `decision_config.json` the catalogue ships parses and passes the validation a
+    /// load applies, so a shipped model cannot fail to load on its own config.
+    #[test]
+    fn the_catalogues_decision_configs_load() {
+        let mut shipped = Vec::new();
+        for e in hub::catalog() {
+            let Some(text) = e.decision_config else {
+                continue;
+            };
+            let config: DecisionConfig =
+                serde_json::from_str(text).unwrap_or_else(|err| panic!("{}: {err}", e.id));
+            config
+                .validate(
+                    engine::package::TREE_LAYOUTS,
+                    engine::package::TREE_ATTENTION_MODES,
+                )
+                .unwrap_or_else(|err| panic!("{}: {err}", e.id));
+            shipped.push(e.id);
+        }
+        assert_eq!(shipped, ["qwen2.5-1.5b", "qwen2.5-0.5b"]);
+    }
+}
