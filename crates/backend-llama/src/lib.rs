@@ -396,28 +396,7 @@ impl Backend for LlamaBackend {
     ) -> Result<Box<dyn Generator + '_>, BackendError> {
         let slots = slots.clamp(1, 256);
         let slot_tokens = slot_tokens.max(256).div_ceil(256) * 256;
-        let n_ctx = slots * slot_tokens;
-        let rt = runtime()?;
-        let threads = self.threads();
-        let n_batch = n_ctx.min(GENERATION_BATCH);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(n_batch)
-            .with_n_ubatch(self.config.ubatch.min(n_batch))
-            .with_n_seq_max(slots)
-            // One cache for every slot: llama.cpp then evaluates the slots' tokens of a step in
-            // one micro-batch (separate streams split a step into one micro-batch per slot).
-            // Generation does not promise bit-equal logits across batch compositions.
-            .with_kv_unified(true)
-            // LLAMA_FLASH_ATTN_TYPE_DISABLED: with separate streams, auto (flash attention on
-            // CPU) turned greedy SmolLM2 output into broken words in this llama.cpp build.
-            .with_flash_attention_policy(0)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
-        let ctx = self
-            .model
-            .new_context(rt, params)
-            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        let (ctx, n_batch) = self.generation_context(slots, slots * slot_tokens)?;
         Ok(Box::new(LlamaGenerator {
             model: &self.model,
             ctx,
@@ -1026,6 +1005,36 @@ impl LlamaBackend {
         })
     }
 
+    /// A context of `n_ctx` cells shared by `slots` sequences, as generation uses it; with its
+    /// batch size (steps hold at most that many tokens).
+    fn generation_context(
+        &self,
+        slots: u32,
+        n_ctx: u32,
+    ) -> Result<(LlamaContext<'_>, u32), BackendError> {
+        let threads = self.threads();
+        let n_batch = n_ctx.min(GENERATION_BATCH);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(n_batch)
+            .with_n_ubatch(self.config.ubatch.min(n_batch))
+            .with_n_seq_max(slots)
+            // One cache for every slot: llama.cpp then evaluates the slots' tokens of a step in
+            // one micro-batch (separate streams split a step into one micro-batch per slot).
+            // Generation does not promise bit-equal logits across batch compositions.
+            .with_kv_unified(true)
+            // LLAMA_FLASH_ATTN_TYPE_DISABLED: with separate streams, auto (flash attention on
+            // CPU) turned greedy SmolLM2 output into broken words in this llama.cpp build.
+            .with_flash_attention_policy(0)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = self
+            .model
+            .new_context(runtime()?, params)
+            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        Ok((ctx, n_batch))
+    }
+
     /// A plain context for `seqs` sequences of up to `tokens` tokens each in one unified
     /// cache, on the generator's settings: what llama.cpp's batched example runs, for
     /// [`PlainEvaluator::greedy_batched`].
@@ -1035,22 +1044,8 @@ impl LlamaBackend {
         seqs: u32,
     ) -> Result<PlainEvaluator<'_>, BackendError> {
         let seqs = seqs.clamp(1, 256);
-        let n_ctx = tokens.max(256).div_ceil(256) * 256 * seqs;
-        let threads = self.threads();
-        let n_batch = n_ctx.min(GENERATION_BATCH);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(n_batch)
-            .with_n_ubatch(self.config.ubatch.min(n_batch))
-            .with_n_seq_max(seqs)
-            .with_kv_unified(true)
-            .with_flash_attention_policy(0)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
-        let ctx = self
-            .model
-            .new_context(runtime()?, params)
-            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        let (ctx, n_batch) =
+            self.generation_context(seqs, tokens.max(256).div_ceil(256) * 256 * seqs)?;
         Ok(PlainEvaluator {
             ctx,
             batch: LlamaBatch::new(n_batch as usize, seqs as i32),
