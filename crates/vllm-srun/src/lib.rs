@@ -371,6 +371,26 @@ pub fn load_encoder(
 }
 
 /// Resolve, load and start one model; the slot's state follows the steps.
+/// A decision model's config: a package's own file (`own`) wins over what the catalogue ships;
+/// without either, the engine's defaults. Whichever it is, it is validated.
+fn decision_config(
+    spec: &str,
+    own: Option<&Path>,
+    shipped: Option<&str>,
+) -> Result<DecisionConfig, String> {
+    let config: DecisionConfig = match (own, shipped) {
+        (Some(path), _) => read_json(path)?,
+        (None, Some(text)) => serde_json::from_str(text)
+            .map_err(|e| format!("{spec}: the catalogue's decision_config.json: {e}"))?,
+        (None, None) => DecisionConfig::default(),
+    };
+    config.validate(
+        engine::package::TREE_LAYOUTS,
+        engine::package::TREE_ATTENTION_MODES,
+    )?;
+    Ok(config)
+}
+
 fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     slot.set_state(ModelState::Loading);
     let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
@@ -399,24 +419,14 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     if resolved.kind == hub::Kind::Sparrow {
         return load_sparrow(&resolved, meta, slot, o);
     }
-    // A package's own file wins over what the catalogue ships; without either, the engine's
-    // defaults. Whichever it is, it is validated and `--max-scan-tokens` replaces its budget.
     let own = resolved
         .dir
         .as_deref()
         .map(|d| d.join("decision_config.json"))
         .filter(|p| p.is_file());
     let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
-    let mut config: DecisionConfig = match (own, shipped) {
-        (Some(path), _) => read_json(&path)?,
-        (None, Some(text)) => serde_json::from_str(text)
-            .map_err(|e| format!("{spec}: the catalogue's decision_config.json: {e}"))?,
-        (None, None) => DecisionConfig::default(),
-    };
-    config.validate(
-        engine::package::TREE_LAYOUTS,
-        engine::package::TREE_ATTENTION_MODES,
-    )?;
+    let mut config = decision_config(spec, own.as_deref(), shipped)?;
+    // `--max-scan-tokens` replaces the config's budget.
     if o.max_scan_tokens.is_some() {
         config.max_scan_tokens = o.max_scan_tokens;
     }
@@ -627,8 +637,8 @@ pub async fn bind_router(
 mod tests {
     use super::*;
 
-    /// Every `decision_config.json` the catalogue ships parses and passes the validation a
-    /// load applies, so a shipped model cannot fail to load on its own config.
+    /// Every `decision_config.json` the catalogue ships parses and validates through the path
+    /// a load takes, so a shipped model cannot fail to load on its own config.
     #[test]
     fn the_catalogues_decision_configs_load() {
         let mut shipped = Vec::new();
@@ -636,14 +646,9 @@ mod tests {
             let Some(text) = e.decision_config else {
                 continue;
             };
-            let config: DecisionConfig =
-                serde_json::from_str(text).unwrap_or_else(|err| panic!("{}: {err}", e.id));
-            config
-                .validate(
-                    engine::package::TREE_LAYOUTS,
-                    engine::package::TREE_ATTENTION_MODES,
-                )
-                .unwrap_or_else(|err| panic!("{}: {err}", e.id));
+            if let Err(err) = decision_config(e.id, None, Some(text)) {
+                panic!("{}: {err}", e.id);
+            }
             shipped.push(e.id);
         }
         assert_eq!(shipped, ["qwen2.5-1.5b", "qwen2.5-0.5b"]);
