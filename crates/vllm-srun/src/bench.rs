@@ -938,6 +938,11 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 const STORY: &str = "Write a long, detailed story about a lighthouse keeper who finds a message \
 in a bottle, describing the sea, the weather and the town nearby.";
 
+/// The prompt of concurrent stream `i`: the story prompt, numbered so streams differ.
+fn story(i: usize) -> String {
+    format!("{STORY} Story number {}.", i + 1)
+}
+
 /// One streamed completion: when it was sent, when each text chunk arrived, and its usage.
 struct Streamed {
     sent: Instant,
@@ -1035,7 +1040,7 @@ async fn concurrent(
     let tasks: Vec<_> = (0..n)
         .map(|i| {
             let (client, base, model) = (client.clone(), base.to_string(), model.to_string());
-            let prompt = format!("{STORY} Story number {}.", i + 1);
+            let prompt = story(i);
             tokio::spawn(async move {
                 stream_completion(&client, &base, &model, &prompt, max_tokens).await
             })
@@ -1166,9 +1171,7 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
     println!("(c) four concurrent streams, total decode:     median {o4:.1} tokens/s ({:.2}x one stream)", o4 / o1);
     // The ceiling: the same four prompts decoded raw, one llama.cpp decode per step for all.
     let prompts = (0..4)
-        .map(|i| {
-            engine::Backend::tokenize(&raw, &format!("{STORY} Story number {}.", i + 1), false)
-        })
+        .map(|i| engine::Backend::tokenize(&raw, &story(i), false))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
@@ -1208,7 +1211,7 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
     let running: Vec<_> = (0..4)
         .map(|i| {
             let (client, base, name) = (client.clone(), base.clone(), name.clone());
-            let prompt = format!("{STORY} Story number {}.", i + 1);
+            let prompt = story(i);
             tokio::spawn(async move {
                 stream_completion(&client, &base, &name, &prompt, max_tokens * 4).await
             })
