@@ -457,10 +457,11 @@ impl<'a> Loop<'a> {
                 a.read = e;
             }
             if let Some(s) = s {
+                // Counted before its event is sent: a caller that has its answer sees it counted.
+                self.status.generated.fetch_add(1, Ordering::Relaxed);
                 if on_token(self.backend, a, s, self.gen.slot_tokens()) {
                     done.push(i);
                 }
-                self.status.generated.fetch_add(1, Ordering::Relaxed);
             }
         }
         done.sort_unstable_by(|a, b| b.cmp(a));
