@@ -675,7 +675,14 @@ impl LlamaSession<'_> {
                     }
                 }
             }
+            let started = std::time::Instant::now();
             self.decode()?;
+            tracing::debug!(
+                nodes = chunk.len(),
+                tokens = self.batch.n_tokens(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "a level's chunk evaluated"
+            );
             for (it, ri, bi) in read_slots {
                 let picked = self.candidate_logits(bi, &items[it].node.reads[ri].candidates)?;
                 let slot = items[it].read_base + ri;
@@ -768,7 +775,13 @@ impl LlamaSession<'_> {
                     .add(LlamaToken(token as i32), pos, &[item.seq], true)
                     .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
             }
+            let started = std::time::Instant::now();
             self.decode()?;
+            tracing::debug!(
+                nodes = self.batch.n_tokens(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "a growth step evaluated"
+            );
         }
     }
 
