@@ -1,0 +1,36 @@
+//! What one decode of N tokens costs after a 114-token prefix (a question block under a state):
+//! the best of four runs per N. Small decodes pay a fixed share per micro-batch (every weight
+//! is read once per micro-batch), so a branch of 30 tokens costs more per token than a root of
+//! 114. Build with `GGML_CPU_REPACK=OFF` (in the environment) to compare llama.cpp without its
+//! weight repacking.
+//!
+//! `cargo run --release -p backend-llama --example ubatch -- MODEL.gguf`
+use engine::Backend;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let path = std::env::args().nth(1).ok_or("usage: ubatch MODEL.gguf")?;
+    let b = backend_llama::LlamaBackend::load(
+        std::path::Path::new(&path),
+        backend_llama::LlamaConfig::default(),
+    )?;
+    let text = "The quick brown fox jumps over the lazy dog while the farmer counts his sheep. "
+        .repeat(20);
+    let p = b.tokenize(&text, false)?;
+    let mut ev = b.plain(1024)?;
+    let sizes = [1usize, 8, 16, 30, 32, 64, 114];
+    let mut best = [f64::MAX; 7];
+    for _ in 0..4 {
+        for (i, n) in sizes.iter().enumerate() {
+            let t = ev.prefill_chunks(&p[..114 + n], 114)?;
+            let last = t.last().map_or(0.0, |d| d.as_secs_f64() * 1e3);
+            best[i] = best[i].min(last);
+        }
+    }
+    for (n, ms) in sizes.iter().zip(best) {
+        println!(
+            "{n:3} tokens: {ms:7.1} ms, {:.2} ms a token",
+            ms / *n as f64
+        );
+    }
+    Ok(())
+}
