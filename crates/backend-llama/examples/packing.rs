@@ -59,6 +59,11 @@ fn run(
     Ok(out)
 }
 
+/// Groups that evaluate questions `0..n` each in its own decode, in sequence 1.
+fn one_by_one(n: usize) -> Vec<Vec<(usize, i32)>> {
+    (0..n).map(|q| vec![(q, 1)]).collect()
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
@@ -94,12 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     // Prefixes of one question, 1 to 20 tokens: alone, and two or three copies in one decode.
     let qs: Vec<Vec<LlamaToken>> = (1..=20).map(|l| question[..l].to_vec()).collect();
-    let alone = run(
-        &mut ctx,
-        &state,
-        &qs,
-        &(0..qs.len()).map(|q| vec![(q, 1)]).collect::<Vec<_>>(),
-    )?;
+    let alone = run(&mut ctx, &state, &qs, &one_by_one(qs.len()))?;
     println!("fa={fa}; tokens: difference alone vs 2 copies packed, vs 3 copies packed");
     for q in 0..qs.len() {
         let two = run(&mut ctx, &state, &qs, &[vec![(q, 1), (q, 2)]])?;
@@ -117,12 +117,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|&l| question[..l].to_vec())
         .collect();
-    let alone = run(
-        &mut ctx,
-        &state,
-        &mixed,
-        &(0..mixed.len()).map(|q| vec![(q, 1)]).collect::<Vec<_>>(),
-    )?;
+    let alone = run(&mut ctx, &state, &mixed, &one_by_one(mixed.len()))?;
     let packed = run(
         &mut ctx,
         &state,

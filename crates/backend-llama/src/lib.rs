@@ -490,14 +490,23 @@ pub struct LlamaSession<'m> {
 }
 
 impl LlamaSession<'_> {
-    fn decode(&mut self) -> Result<(), BackendError> {
-        match self.ctx.decode(&mut self.batch) {
+    /// Decode the batch, which holds tokens of `nodes` nodes; each decode is logged at `debug`.
+    fn decode(&mut self, nodes: usize) -> Result<(), BackendError> {
+        let started = std::time::Instant::now();
+        let result = match self.ctx.decode(&mut self.batch) {
             Ok(()) => Ok(()),
             Err(DecodeError::NoKvCacheSlot) => Err(BackendError::OutOfMemory(
                 "no room in the KV cache for this forward".into(),
             )),
             Err(e) => Err(BackendError::Forward(e.to_string())),
-        }
+        };
+        tracing::debug!(
+            nodes,
+            tokens = self.batch.n_tokens(),
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "a decision decode evaluated"
+        );
+        result
     }
 
     fn arena<'n>(roots: &[&'n Node], prefix_len: usize) -> (Vec<Item<'n>>, Vec<usize>, Vec<usize>) {
@@ -675,14 +684,7 @@ impl LlamaSession<'_> {
                     }
                 }
             }
-            let started = std::time::Instant::now();
-            self.decode()?;
-            tracing::debug!(
-                nodes = chunk.len(),
-                tokens = self.batch.n_tokens(),
-                ms = started.elapsed().as_secs_f64() * 1e3,
-                "a level's chunk evaluated"
-            );
+            self.decode(chunk.len())?;
             for (it, ri, bi) in read_slots {
                 let picked = self.candidate_logits(bi, &items[it].node.reads[ri].candidates)?;
                 let slot = items[it].read_base + ri;
@@ -763,6 +765,7 @@ impl LlamaSession<'_> {
                 return Ok(());
             }
             self.batch.clear();
+            let nodes = queued.len();
             for gi in queued {
                 let g = &mut growing[gi];
                 let item = &items[g.item];
@@ -775,13 +778,7 @@ impl LlamaSession<'_> {
                     .add(LlamaToken(token as i32), pos, &[item.seq], true)
                     .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
             }
-            let started = std::time::Instant::now();
-            self.decode()?;
-            tracing::debug!(
-                nodes = self.batch.n_tokens(),
-                ms = started.elapsed().as_secs_f64() * 1e3,
-                "a growth step evaluated"
-            );
+            self.decode(nodes)?;
         }
     }
 
@@ -803,7 +800,7 @@ impl Session for LlamaSession<'_> {
                 .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
         }
         if !tokens.is_empty() {
-            self.decode()?;
+            self.decode(1)?;
         }
         self.prefix_len = tokens.len();
         Ok(())
