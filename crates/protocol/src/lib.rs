@@ -8,6 +8,7 @@
 pub mod answer;
 pub mod assets;
 pub mod confidence;
+pub mod encoder;
 pub mod error;
 pub mod openai;
 pub mod ordered;

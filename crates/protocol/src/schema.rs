@@ -1,6 +1,7 @@
 //! Schema-only types for the OpenAPI document: the request forms and the shapes whose
-//! serialization is written by hand (answers, errors). Decoding stays in [`crate::request`],
-//! which must name unknown members and removed forms; these types describe what it accepts.
+//! serialization is written by hand (answers, errors). Decoding stays in [`crate::request`]
+//! and [`crate::encoder`], which must name unknown members and removed forms; these types
+//! describe what they accept.
 
 use std::collections::HashMap;
 

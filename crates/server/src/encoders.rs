@@ -12,6 +12,7 @@ use axum::response::Response;
 use base64::Engine as _;
 use engine::recipes::{self, Ask};
 use engine::{EncoderModel, ModelKind, Timings};
+use protocol::encoder::{EmbeddingInput, EmbeddingsRequest, RerankRequest};
 use protocol::error::ErrorCode;
 use serde_json::{json, Map, Value};
 
@@ -81,21 +82,6 @@ pub(crate) fn vectors_only(m: &EncoderModel) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn return_meta(obj: &Map<String, Value>) -> Result<bool, ApiError> {
-    match obj.get("options") {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Object(o)) => {
-            only(o, &["return_meta", "deadline_ms"], "options")?;
-            match o.get("return_meta") {
-                None | Some(Value::Null) => Ok(false),
-                Some(Value::Bool(b)) => Ok(*b),
-                Some(_) => Err(invalid("options.return_meta must be a boolean")),
-            }
-        }
-        Some(_) => Err(invalid("options must be an object")),
-    }
-}
-
 /// `options.deadline_ms` of a body whose options were checked for unknown members.
 fn deadline_ms(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
     match obj.get("options").and_then(|o| o.get("deadline_ms")) {
@@ -107,7 +93,7 @@ fn deadline_ms(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
     }
 }
 
-/// `options.deadline_ms` of a body whose `options` may hold nothing else (rerank, bundle).
+/// `options.deadline_ms` of a body whose `options` may hold nothing else (bundle).
 fn deadline_only(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
     if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
         only(object(o, "options")?, &["deadline_ms"], "options")?;
@@ -149,103 +135,37 @@ pub(crate) fn representation(m: &EncoderModel) -> Value {
     })
 }
 
-/// One embeddings input: text, or token ids.
-enum Input {
-    Text(String),
-    Tokens(Vec<u32>),
-}
-
-fn parse_inputs(v: Option<&Value>) -> Result<Vec<Input>, ApiError> {
-    let tokens = |a: &[Value]| -> Option<Vec<u32>> {
-        a.iter()
-            .map(|x| x.as_u64().and_then(|t| u32::try_from(t).ok()))
-            .collect()
-    };
-    let inputs = match v {
-        Some(Value::String(s)) => vec![Input::Text(s.clone())],
-        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_number) => {
-            vec![Input::Tokens(tokens(a).ok_or_else(|| {
-                invalid("input token ids must be non-negative integers")
-            })?)]
-        }
-        Some(Value::Array(a)) if !a.is_empty() => a
-            .iter()
-            .map(|x| match x {
-                Value::String(s) => Ok(Input::Text(s.clone())),
-                Value::Array(t) if !t.is_empty() => tokens(t)
-                    .map(Input::Tokens)
-                    .ok_or_else(|| invalid("input token ids must be non-negative integers")),
-                _ => Err(invalid(
-                    "input must be a string, a list of strings, a list of token ids or a list of lists of token ids",
-                )),
-            })
-            .collect::<Result<_, _>>()?,
-        None => return Err(invalid("input is required")),
-        _ => {
-            return Err(invalid(
-                "input must be a non-empty string list, a string, or token ids",
-            ))
-        }
-    };
-    Ok(inputs)
-}
-
 /// `POST /v1/embeddings`, OpenAI-compatible.
 pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResult {
-    let obj = object(body, "the request body")?;
-    let meta = return_meta(obj)?;
-    within(deadline_ms(obj)?, embed(state, obj, meta)).await
+    let req = EmbeddingsRequest::parse(body)?;
+    within(req.options.deadline_ms, embed(state, req)).await
 }
 
-async fn embed(state: &AppState, obj: &Map<String, Value>, meta: bool) -> CoreResult {
-    only(
-        obj,
-        &[
-            "model",
-            "input",
-            "encoding_format",
-            "dimensions",
-            "layer",
-            "user",
-            "options",
-        ],
-        "request",
-    )?;
-    let inputs = parse_inputs(obj.get("input"))?;
-    let base64 = match obj.get("encoding_format") {
-        None | Some(Value::Null) => false,
-        Some(v) => match v.as_str() {
-            Some("float") => false,
-            Some("base64") => true,
-            _ => return Err(invalid("encoding_format must be float or base64")),
-        },
-    };
+async fn embed(state: &AppState, req: EmbeddingsRequest) -> CoreResult {
     let m = state
         .registry
-        .encoder(model_name(obj)?)
+        .encoder(req.model.as_deref())
         .map_err(|e| engine_err(state, e))?;
     vectors_only(&m)?;
     let info = m.info().clone();
-    if let Some(d) = obj.get("dimensions").filter(|v| !v.is_null()) {
-        if d.as_u64() != Some(info.dims as u64) {
-            return Err(unsupported_param(format!(
-                "dimensions: model {} declares no smaller vectors; its vectors have {} dimensions",
-                m.meta.name, info.dims
-            )));
-        }
+    if let Some(d) = req.dimensions.filter(|d| *d != info.dims as u64) {
+        return Err(unsupported_param(format!(
+            "dimensions: model {} declares no smaller vectors; its vectors have {} dimensions, not {d}",
+            m.meta.name, info.dims
+        )));
     }
-    if obj.get("layer").is_some_and(|v| !v.is_null()) {
+    if req.layer {
         return Err(unsupported_param(format!(
             "layer: model {} declares no layer outputs; it answers from its last layer",
             m.meta.name
         )));
     }
     let t0 = Instant::now();
-    let mut tokenized = Vec::with_capacity(inputs.len());
-    for (i, input) in inputs.iter().enumerate() {
+    let mut tokenized = Vec::with_capacity(req.input.len());
+    for (i, input) in req.input.iter().enumerate() {
         let t = match input {
-            Input::Text(s) => m.tokenize(s, false).map(|(t, _)| t),
-            Input::Tokens(t) => {
+            EmbeddingInput::Text(s) => m.tokenize(s, false).map(|(t, _)| t),
+            EmbeddingInput::Tokens(t) => {
                 if let Some(bad) = t.iter().find(|x| **x as usize >= info.vocab_size) {
                     Err(engine::EncodeError::Invalid(format!(
                         "token id {bad} is outside the vocabulary ({} tokens)",
@@ -272,7 +192,7 @@ async fn embed(state: &AppState, obj: &Map<String, Value>, meta: bool) -> CoreRe
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            let embedding = if base64 {
+            let embedding = if req.base64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                 json!(base64::engine::general_purpose::STANDARD.encode(bytes))
             } else {
@@ -287,7 +207,7 @@ async fn embed(state: &AppState, obj: &Map<String, Value>, meta: bool) -> CoreRe
         "model": m.meta.name,
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     });
-    if meta {
+    if req.options.return_meta {
         resp["meta"] = json!({"representation": representation(&m), "engine": info.engine,
             "device": info.device, "dtype": info.dtype});
     }
@@ -393,67 +313,24 @@ pub(crate) async fn relevance(
     ))
 }
 
-fn document_text(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(o) => o.get("text").and_then(Value::as_str).map(String::from),
-        _ => None,
-    }
-}
-
 /// `POST /v1/rerank`.
 pub(crate) async fn rerank_core(state: &AppState, body: &Value) -> CoreResult {
-    let obj = object(body, "the request body")?;
-    within(deadline_only(obj)?, rank(state, obj)).await
+    let req = RerankRequest::parse(body)?;
+    within(req.options.deadline_ms, rank(state, req)).await
 }
 
-async fn rank(state: &AppState, obj: &Map<String, Value>) -> CoreResult {
-    only(
-        obj,
-        &[
-            "model",
-            "query",
-            "documents",
-            "top_n",
-            "return_documents",
-            "options",
-        ],
-        "request",
-    )?;
-    let query = obj
-        .get("query")
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid("query must be a string"))?;
-    let docs: Vec<String> = match obj.get("documents") {
-        Some(Value::Array(a)) if !a.is_empty() => a
-            .iter()
-            .map(|d| {
-                document_text(d).ok_or_else(|| invalid("each document is a string or {\"text\"}"))
-            })
-            .collect::<Result<_, _>>()?,
-        _ => return Err(invalid("documents must be a non-empty list")),
-    };
-    let top_n = match obj.get("top_n") {
-        None | Some(Value::Null) => docs.len(),
-        Some(v) => {
-            v.as_u64()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| invalid("top_n must be a positive integer"))? as usize
-        }
-    };
-    let return_documents = obj
-        .get("return_documents")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let (scores, tokens, model, timings) = relevance(state, model_name(obj)?, query, &docs).await?;
+async fn rank(state: &AppState, req: RerankRequest) -> CoreResult {
+    let docs = req.documents;
+    let (scores, tokens, model, timings) =
+        relevance(state, req.model.as_deref(), &req.query, &docs).await?;
     let mut order: Vec<usize> = (0..docs.len()).collect();
     order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
     let results: Vec<Value> = order
         .into_iter()
-        .take(top_n)
+        .take(req.top_n.unwrap_or(docs.len()))
         .map(|i| {
             let mut r = json!({"index": i, "relevance_score": scores[i]});
-            if return_documents {
+            if req.return_documents {
                 r["document"] = json!({"text": docs[i]});
             }
             r

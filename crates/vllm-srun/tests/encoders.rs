@@ -216,6 +216,13 @@ async fn encoder_deadlines_act_and_rerank_refuses_other_options() {
         v["error"]["message"].as_str().unwrap().contains("window"),
         "{v}"
     );
+    // A flag of the wrong type is refused, not read as false.
+    let (status, _, v) = post(&s.url("/v1/rerank"), &json!({"model": "minilm-l6", "query": FOOD, "documents": [BREAD], "return_documents": "yes"})).await;
+    assert_eq!(
+        (status, v["error"]["reason"].as_str()),
+        (400, Some("body_malformed")),
+        "{v}"
+    );
 }
 
 #[tokio::test]
