@@ -15,6 +15,7 @@ pub mod ordered;
 pub mod precount;
 pub mod request;
 pub mod schema;
+pub mod sie;
 pub mod text;
 
 pub use answer::{

@@ -372,8 +372,10 @@ pub struct SieErrorDetailDoc {
     pub message: String,
 }
 
-/// An SIE item: an optional id and its text.
+/// An SIE item: an optional id and its text (these models read no images, audio, video or
+/// documents).
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SieItemDoc {
     pub id: Option<String>,
     pub text: Option<String>,
@@ -386,7 +388,8 @@ pub struct SieItemDoc {
 #[serde(deny_unknown_fields)]
 pub struct SieEncodeRequestDoc {
     pub items: Vec<SieItemDoc>,
-    /// output_types (dense), instruction, output_dtype (float32, float16, int8, binary), options.
+    /// output_types (dense), instruction, output_dtype (float32, float16, int8, binary),
+    /// options (overflow_policy: default, truncate_text or error).
     #[schema(value_type = Option<Object>)]
     pub params: Option<Value>,
 }
@@ -408,6 +411,7 @@ pub struct SieScoreRequestDoc {
     pub query: SieItemDoc,
     pub items: Vec<SieItemDoc>,
     pub instruction: Option<String>,
+    /// Takes no members: no runtime option acts on score.
     #[schema(value_type = Option<Object>)]
     pub options: Option<Value>,
 }
@@ -428,7 +432,8 @@ pub struct SieScoreResponseDoc {
 #[serde(deny_unknown_fields)]
 pub struct SieExtractRequestDoc {
     pub items: Vec<SieItemDoc>,
-    /// labels (required), instruction, options (task: classify or entities).
+    /// labels (required but on a token head), instruction, output_schema (refused), options
+    /// (task: classify or entities; overflow_policy: default, truncate_text or error).
     #[schema(value_type = Object)]
     pub params: Value,
 }

@@ -15,9 +15,12 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::recipes::{self, Ask};
 use engine::{ModelKind, Timings};
+use protocol::sie::{
+    EncodeRequest, ExtractRequest, ExtractTask, OutputDtype, OverflowPolicy, ScoreRequest,
+};
 use serde_json::{json, Map, Value};
 
-use crate::encoders::{invalid, object, only, relevance};
+use crate::encoders::{invalid, relevance};
 use crate::error::{ApiError, Flavor};
 use crate::AppState;
 
@@ -161,74 +164,16 @@ where
     resp
 }
 
-/// An item's text; images, audio, video and documents are not read by these models.
-fn item_text(item: &Value, what: &str) -> Result<String, ApiError> {
-    let o = object(item, what)?;
-    for k in ["images", "audio", "video", "document"] {
-        if o.contains_key(k) {
-            return Err(invalid(format!("{what}.{k}: the model reads text only")));
-        }
-    }
-    o.get("text")
-        .and_then(Value::as_str)
-        .map(String::from)
-        .ok_or_else(|| invalid(format!("{what}.text must be a string")))
-}
-
-/// Each item's `id`, or `item-<index>` when it has none.
-fn item_ids(items: &[Value]) -> Vec<Value> {
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, it)| it.get("id").cloned().unwrap_or(json!(format!("item-{i}"))))
-        .collect()
-}
-
-fn items(v: Option<&Value>) -> Result<&Vec<Value>, ApiError> {
-    match v {
-        Some(Value::Array(a)) if !a.is_empty() => Ok(a),
-        _ => Err(invalid("items must be a non-empty list")),
-    }
-}
-
-/// `params.options.overflow_policy` (sie-api.txt): what a text longer than the model reads
-/// at once gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum OverflowPolicy {
-    /// Passed as the model allows: an encoder cuts it to its length, a token head or a
-    /// decision backbone reads all of it in windows.
-    Default,
-    /// Its end cut to fit.
-    TruncateText,
-    /// Refused with INPUT_TOO_LONG.
-    Error,
-}
-
-fn overflow_policy(params: &Map<String, Value>) -> Result<OverflowPolicy, ApiError> {
-    match params
-        .get("options")
-        .and_then(|o| o.get("overflow_policy"))
-        .and_then(Value::as_str)
-    {
-        None | Some("default") => Ok(OverflowPolicy::Default),
-        Some("truncate_text") => Ok(OverflowPolicy::TruncateText),
-        Some("error") => Ok(OverflowPolicy::Error),
-        Some(other) => Err(invalid(format!(
-            "params.options.overflow_policy {other:?}: use default, truncate_text or error"
-        ))),
-    }
-}
-
 /// The `overflow` a decision backbone's questions take under `overflow_policy`: `default`
 /// passes the text as the model allows, so the backbone reads all of it, in windows when it is
 /// longer than one input (up to its scan budget); `truncate_text` reads its head; `error`
 /// refuses a text longer than one input.
-fn backbone_overflow(params: &Map<String, Value>) -> Result<&'static str, ApiError> {
-    Ok(match overflow_policy(params)? {
+fn backbone_overflow(policy: OverflowPolicy) -> &'static str {
+    match policy {
         OverflowPolicy::Default => "window",
         OverflowPolicy::TruncateText => "truncate",
         OverflowPolicy::Error => "reject",
-    })
+    }
 }
 
 /// INPUT_TOO_LONG for an item over the model's length under `overflow_policy: error`.
@@ -243,18 +188,18 @@ fn too_long(message: String, limit: Option<u64>) -> ApiError {
     e
 }
 
-fn quantize(v: &[f32], dtype: &str) -> Result<Value, ApiError> {
-    Ok(match dtype {
-        "float32" => json!(v),
-        "float16" => json!(v
+fn quantize(v: &[f32], dtype: OutputDtype) -> Value {
+    match dtype {
+        OutputDtype::Float32 => json!(v),
+        OutputDtype::Float16 => json!(v
             .iter()
             .map(|x| f64::from(half_round(*x)))
             .collect::<Vec<_>>()),
-        "int8" => json!(v
+        OutputDtype::Int8 => json!(v
             .iter()
             .map(|x| (x * 127.0).round().clamp(-127.0, 127.0) as i8)
             .collect::<Vec<_>>()),
-        "binary" => json!(v
+        OutputDtype::Binary => json!(v
             .chunks(8)
             .map(|c| c.iter().enumerate().fold(0u8, |b, (i, x)| if *x > 0.0 {
                 b | (0x80 >> i)
@@ -262,12 +207,7 @@ fn quantize(v: &[f32], dtype: &str) -> Result<Value, ApiError> {
                 b
             }))
             .collect::<Vec<_>>()),
-        other => {
-            return Err(invalid(format!(
-                "params.output_dtype {other:?}: use float32, float16, int8 or binary"
-            )))
-        }
-    })
+    }
 }
 
 /// Round an f32 to the nearest value an IEEE half can hold (10 mantissa bits).
@@ -281,57 +221,30 @@ fn half_round(x: f32) -> f32 {
 }
 
 async fn encode_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
-    let obj = object(body, "the request body")?;
-    only(obj, &["items", "params"], "request")?;
-    let items = items(obj.get("items"))?;
-    let (mut dtype, mut instruction, mut truncate) = ("float32".to_string(), None, true);
-    if let Some(p) = obj.get("params").filter(|v| !v.is_null()) {
-        let p = object(p, "params")?;
-        truncate = overflow_policy(p)? != OverflowPolicy::Error;
-        only(
-            p,
-            &["output_types", "instruction", "output_dtype", "options"],
-            "params",
-        )?;
-        if let Some(t) = p.get("output_types").filter(|v| !v.is_null()) {
-            let types = t
-                .as_array()
-                .ok_or_else(|| invalid("params.output_types must be a list"))?;
-            if let Some(bad) = types.iter().find(|t| t.as_str() != Some("dense")) {
-                return Err(invalid(format!(
-                    "params.output_types: model {model} provides dense vectors only, not {bad}"
-                )));
-            }
-        }
-        if let Some(d) = p.get("output_dtype").and_then(Value::as_str) {
-            dtype = d.to_string();
-        }
-        instruction = p
-            .get("instruction")
-            .and_then(Value::as_str)
-            .map(String::from);
-    }
+    let req = EncodeRequest::parse(body)?;
     let m = state
         .registry
         .encoder(Some(model))
         .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
     crate::encoders::vectors_only(&m)?;
-    let mut texts = Vec::with_capacity(items.len());
-    for (i, it) in items.iter().enumerate() {
-        let t = item_text(it, &format!("items[{i}]"))?;
-        texts.push(match &instruction {
-            Some(ins) => format!("{ins} {t}"),
-            None => t,
-        });
-    }
+    let texts: Vec<String> = req
+        .items
+        .iter()
+        .map(|it| match &req.instruction {
+            Some(ins) => format!("{ins} {}", it.text),
+            None => it.text.clone(),
+        })
+        .collect();
+    let truncate = req.overflow != OverflowPolicy::Error;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let out = m.embed(&refs, truncate).await.map_err(ApiError::from)?;
     let dims = m.info().dims;
-    let mut results = Vec::with_capacity(items.len());
-    for (it, v) in items.iter().zip(&out.vectors) {
+    let mut results = Vec::with_capacity(req.items.len());
+    let dtype = req.output_dtype;
+    for (it, v) in req.items.iter().zip(&out.vectors) {
         let mut r =
-            json!({"dense": {"dims": dims, "dtype": dtype, "values": quantize(v, &dtype)?}});
-        if let Some(id) = it.get("id") {
+            json!({"dense": {"dims": dims, "dtype": dtype.as_str(), "values": quantize(v, dtype)}});
+        if let Some(id) = &it.id {
             r["id"] = id.clone();
         }
         results.push(r);
@@ -355,25 +268,12 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> crate::enco
 }
 
 async fn score_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
-    let obj = object(body, "the request body")?;
-    only(
-        obj,
-        &["query", "items", "instruction", "options"],
-        "request",
-    )?;
-    let query = obj
-        .get("query")
-        .ok_or_else(|| invalid("query is required"))?;
-    let mut q = item_text(query, "query")?;
-    if let Some(ins) = obj.get("instruction").and_then(Value::as_str) {
-        q = format!("{ins} {q}");
-    }
-    let items = items(obj.get("items"))?;
-    let docs: Vec<String> = items
-        .iter()
-        .enumerate()
-        .map(|(i, it)| item_text(it, &format!("items[{i}]")))
-        .collect::<Result<_, _>>()?;
+    let req = ScoreRequest::parse(body)?;
+    let q = match &req.instruction {
+        Some(ins) => format!("{ins} {}", req.query.text),
+        None => req.query.text.clone(),
+    };
+    let docs: Vec<String> = req.items.iter().map(|it| it.text.clone()).collect();
     let (scores, tokens, name, timings) = relevance(state, Some(model), &q, &docs).await?;
     let mut order: Vec<usize> = (0..docs.len()).collect();
     order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
@@ -381,11 +281,11 @@ async fn score_core(state: &AppState, model: &str, body: &Value) -> crate::encod
         .iter()
         .enumerate()
         .map(|(rank, &i)| {
-            json!({"item_id": items[i].get("id").cloned().unwrap_or(Value::Null), "score": scores[i], "rank": rank})
+            json!({"item_id": req.items[i].id.clone().unwrap_or(Value::Null), "score": scores[i], "rank": rank})
         })
         .collect();
     Ok((
-        json!({"model": name, "query_id": query.get("id").cloned().unwrap_or(Value::Null),
+        json!({"model": name, "query_id": req.query.id.clone().unwrap_or(Value::Null),
             "scores": entries, "usage": {"input_tokens": tokens}}),
         name,
         timings,
@@ -396,34 +296,8 @@ async fn score_core(state: &AppState, model: &str, body: &Value) -> crate::encod
 /// or with `options.task: entities` finds the words of each label as a span question
 /// (`entities`, code-point offsets). A model without span questions fails each item alone.
 async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
-    let obj = object(body, "the request body")?;
-    only(obj, &["items", "params"], "request")?;
-    let items = items(obj.get("items"))?;
-    let p = obj
-        .get("params")
-        .map(|p| object(p, "params"))
-        .transpose()?
-        .cloned()
-        .unwrap_or_default();
-    only(
-        &p,
-        &["labels", "output_schema", "instruction", "options"],
-        "params",
-    )?;
-    let labels: Option<Vec<String>> = match p.get("labels") {
-        Some(Value::Array(a)) if !a.is_empty() => Some(
-            a.iter()
-                .map(|l| {
-                    l.as_str()
-                        .map(String::from)
-                        .ok_or_else(|| invalid("params.labels must be strings"))
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-        None | Some(Value::Null) => None,
-        _ => return Err(invalid("params.labels must be a non-empty list of labels")),
-    };
-    if p.contains_key("output_schema") {
+    let req = ExtractRequest::parse(body)?;
+    if req.output_schema {
         return Err(invalid(format!(
             "params.output_schema: model {model} does no structured extraction"
         )));
@@ -434,44 +308,41 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
         .ok()
         .filter(|m| m.info().per_token)
     {
-        return extract_tagged(&m, items, &p, labels.as_deref()).await;
+        return extract_tagged(&m, &req).await;
     }
-    let labels =
-        labels.ok_or_else(|| invalid("params.labels must be a non-empty list of labels"))?;
-    let task = p
-        .get("options")
-        .and_then(|o| o.get("task"))
-        .and_then(Value::as_str)
-        .unwrap_or("classify");
-    let overflow = backbone_overflow(&p)?;
+    let labels = req
+        .labels
+        .as_deref()
+        .ok_or_else(|| invalid("params.labels must be a non-empty list of labels"))?;
+    let overflow = backbone_overflow(req.overflow);
     let m = state
         .registry
         .ready(Some(model))
         .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
-    let ids = item_ids(items);
+    let ids = &req.ids;
     // Items that cannot be read, and an entity request on a model without spans, fail alone.
-    let mut out: Vec<Option<Value>> = vec![None; items.len()];
-    let instructions = p.get("instruction").and_then(Value::as_str);
-    let ask = if task == "entities" {
+    let mut out: Vec<Option<Value>> = vec![None; req.items.len()];
+    let instructions = req.instruction.as_deref();
+    let ask = if req.task == ExtractTask::Entities {
         Ask::Spans {
-            labels: &labels,
+            labels,
             preset: None,
             instructions,
         }
     } else {
         Ask::Choice {
-            labels: &labels,
+            labels,
             instructions,
         }
     };
     // The items asked, by their place in the batch.
-    let mut asked = Vec::with_capacity(items.len());
-    let mut entries = Vec::with_capacity(items.len());
-    for (i, it) in items.iter().enumerate() {
-        match item_text(it, &format!("items[{i}]")) {
-            Ok(text) => {
+    let mut asked = Vec::with_capacity(req.items.len());
+    let mut entries = Vec::with_capacity(req.items.len());
+    for (i, it) in req.items.iter().enumerate() {
+        match it {
+            Ok(it) => {
                 asked.push(i);
-                entries.push(ask.entry(json!(text), None, Some(overflow)));
+                entries.push(ask.entry(json!(it.text), None, Some(overflow)));
             }
             Err(e) => {
                 out[i] = Some(
@@ -531,11 +402,9 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
 /// budget; `truncate_text` reads its first input; `error` refuses a text over one input.
 async fn extract_tagged(
     m: &engine::EncoderModel,
-    items: &[Value],
-    p: &Map<String, Value>,
-    labels: Option<&[String]>,
+    req: &ExtractRequest,
 ) -> crate::encoders::CoreResult {
-    let overflow = match overflow_policy(p)? {
+    let overflow = match req.overflow {
         OverflowPolicy::TruncateText => engine::TagOverflow::Truncate,
         OverflowPolicy::Error => engine::TagOverflow::Reject,
         OverflowPolicy::Default => {
@@ -546,14 +415,14 @@ async fn extract_tagged(
             }
         }
     };
-    let ids = item_ids(items);
-    let mut out: Vec<Option<Value>> = vec![None; items.len()];
+    let ids = &req.ids;
+    let mut out: Vec<Option<Value>> = vec![None; req.items.len()];
     let mut texts = Vec::new();
     let mut at = Vec::new();
-    for (i, it) in items.iter().enumerate() {
-        match item_text(it, &format!("items[{i}]")) {
-            Ok(t) => {
-                texts.push(t);
+    for (i, it) in req.items.iter().enumerate() {
+        match it {
+            Ok(it) => {
+                texts.push(it.text.clone());
                 at.push(i);
             }
             Err(e) => {
@@ -565,6 +434,7 @@ async fn extract_tagged(
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let (tagged, t) = m.tag(&refs, overflow).await.map_err(ApiError::from)?;
+    let labels = req.labels.as_deref();
     let wanted = |kind: &str| labels.is_none_or(|l| l.iter().any(|x| x.eq_ignore_ascii_case(kind)));
     for (i, r) in at.into_iter().zip(tagged) {
         out[i] = Some(match r {
@@ -760,8 +630,11 @@ mod tests {
     #[test]
     fn overflow_policy_maps_to_the_backbone_overflow_the_spec_describes() {
         let of = |policy: serde_json::Value| {
-            let p = json!({"labels": ["a"], "options": {"overflow_policy": policy}});
-            super::backbone_overflow(p.as_object().unwrap()).map_err(|e| e.status.as_u16())
+            let body = json!({"items": [{"text": "a"}],
+                "params": {"labels": ["a"], "options": {"overflow_policy": policy}}});
+            protocol::sie::ExtractRequest::parse(&body)
+                .map(|r| super::backbone_overflow(r.overflow))
+                .map_err(|e| crate::error::ApiError::from(e).status.as_u16())
         };
         assert_eq!(of(json!(null)), Ok("window"));
         assert_eq!(of(json!("default")), Ok("window"));

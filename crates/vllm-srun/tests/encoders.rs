@@ -515,12 +515,33 @@ async fn sie_encode_score_extract_and_their_error_codes() {
             400,
             "INVALID_INPUT",
         ),
+        // Options that would not act are refused, not dropped: a runtime option this server
+        // has not, an option on score.
+        (
+            "/v1/encode/minilm-l6",
+            json!({"items": [{"text": "x"}], "params": {"options": {"lora": "x"}}}),
+            400,
+            "INVALID_INPUT",
+        ),
+        (
+            "/v1/score/minilm-l6",
+            json!({"query": {"text": "x"}, "items": [{"text": "y"}], "options": {"profile": "fast"}}),
+            400,
+            "INVALID_INPUT",
+        ),
     ] {
         let (st, _, v) = sie(path, body).await;
         assert_eq!(st, status, "{path}: {v}");
         assert_eq!(v["detail"]["code"], code, "{path}: {v}");
         assert!(v["detail"]["message"].is_string());
     }
+    // A misspelt task was read as classify; now it is refused.
+    let (st, _, v) = sie(&format!("/v1/extract/{}", test_model()), json!({"items": [{"text": "x"}], "params": {"labels": ["a"], "options": {"task": "entity"}}})).await;
+    assert_eq!(
+        (st, v["detail"]["code"].as_str()),
+        (400, Some("INVALID_INPUT")),
+        "{v}"
+    );
     // msgpack is the default answer.
     let resp = client()
         .post(server().url("/v1/encode/minilm-l6"))
