@@ -1,5 +1,5 @@
-//! Typed requests of the encoder endpoints beside decisions: `/v1/embeddings` (OpenAI) and
-//! `/v1/rerank`. Decoded strictly from a JSON value, as decision bodies are: an unknown member
+//! Typed requests of the endpoints beside decisions: `/v1/embeddings` (OpenAI), `/v1/rerank`
+//! and `/v1/classify`. Decoded strictly from a JSON value, as decision bodies are: an unknown member
 //! is refused with `unknown_member` and its name, and a member of the wrong type with
 //! `body_malformed`, so a value the client meant is never dropped. What depends on the model
 //! (its dimensions, whether it has layer outputs) is checked by the server, which knows it.
@@ -248,6 +248,180 @@ impl RerankRequest {
     }
 }
 
+/// `POST /v1/classify`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassifyRequest {
+    /// A classification entry of the models file, or a classification head.
+    pub model: Option<String>,
+    pub input: Vec<ClassifyInput>,
+    pub options: ClassifyOptions,
+}
+
+/// One classify input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClassifyInput {
+    Text(String),
+    /// `{text, text_pair}` (`text_pair` optional).
+    Pair(Map<String, Value>),
+    /// `{context, question, answer}`: a grounding check (each optional, one of `context` and
+    /// `answer` present).
+    Grounded(Map<String, Value>),
+}
+
+impl ClassifyInput {
+    /// The input as a decision state.
+    pub fn state(&self) -> Value {
+        match self {
+            ClassifyInput::Text(s) => Value::String(s.clone()),
+            ClassifyInput::Pair(o) | ClassifyInput::Grounded(o) => Value::Object(o.clone()),
+        }
+    }
+
+    /// The roles of a grounded input's parts (`question` is the user's).
+    pub fn roles(&self) -> Option<Value> {
+        let ClassifyInput::Grounded(o) = self else {
+            return None;
+        };
+        let roles: Map<String, Value> = [
+            ("context", "context"),
+            ("question", "user"),
+            ("answer", "answer"),
+        ]
+        .into_iter()
+        .filter(|(k, _)| o.contains_key(*k))
+        .map(|(k, r)| (k.to_string(), Value::String(r.into())))
+        .collect();
+        Some(Value::Object(roles))
+    }
+}
+
+/// `options.overflow` of classify: what an input longer than the model reads at once gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClassifyOverflow {
+    /// Refused in place (the default).
+    #[default]
+    Reject,
+    Truncate,
+    /// Read whole in windows (`options.window` shapes them).
+    Window,
+}
+
+/// `options` of classify.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClassifyOptions {
+    pub overflow: ClassifyOverflow,
+    /// `options.window`: its `tokens` and `overlap`, each optional; only with `overflow: window`.
+    pub window: Option<(Option<u64>, Option<u64>)>,
+    pub return_meta: bool,
+    pub deadline_ms: Option<u64>,
+    /// Spans asked for: refused where the model has none.
+    pub return_spans: bool,
+}
+
+const CLASSIFY_MEMBERS: &[&str] = &["model", "input", "options"];
+const CLASSIFY_OPTIONS: &[&str] = &[
+    "overflow",
+    "window",
+    "return_meta",
+    "deadline_ms",
+    "return_spans",
+];
+
+fn classify_options(obj: &Map<String, Value>) -> Result<ClassifyOptions, ProtocolError> {
+    let o = match given(obj, "options") {
+        None => return Ok(ClassifyOptions::default()),
+        Some(Value::Object(o)) => o,
+        Some(_) => return Err(malformed("options must be an object")),
+    };
+    only(o, CLASSIFY_OPTIONS, "options")?;
+    let overflow = match given(o, "overflow") {
+        None => ClassifyOverflow::Reject,
+        Some(v) => match v.as_str() {
+            Some("reject") => ClassifyOverflow::Reject,
+            Some("truncate") => ClassifyOverflow::Truncate,
+            Some("window") => ClassifyOverflow::Window,
+            _ => {
+                return Err(malformed(
+                    "options.overflow must be reject, truncate or window",
+                ))
+            }
+        },
+    };
+    let window = match given(o, "window") {
+        None => None,
+        Some(Value::Object(w)) => {
+            only(w, &["tokens", "overlap"], "options.window")?;
+            let field = |k: &str| match given(w, k) {
+                None => Ok(None),
+                Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                    malformed("options.window.tokens and overlap must be non-negative integers")
+                }),
+            };
+            Some((field("tokens")?, field("overlap")?))
+        }
+        Some(_) => return Err(malformed("options.window must be an object")),
+    };
+    if window.is_some() && overflow != ClassifyOverflow::Window {
+        return Err(malformed(
+            "options.window applies with options.overflow window",
+        ));
+    }
+    let deadline_ms = match given(o, "deadline_ms") {
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .ok_or_else(|| malformed("options.deadline_ms must be a non-negative integer"))?,
+        ),
+    };
+    Ok(ClassifyOptions {
+        overflow,
+        window,
+        return_meta: flag(o, "return_meta", "options.return_meta")?,
+        deadline_ms,
+        return_spans: flag(o, "return_spans", "options.return_spans")?,
+    })
+}
+
+impl ClassifyRequest {
+    pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
+        let obj = body(v)?;
+        only(obj, CLASSIFY_MEMBERS, "request")?;
+        let options = classify_options(obj)?;
+        let one = |i: usize, x: &Value| match x {
+            Value::String(s) => Ok(ClassifyInput::Text(s.clone())),
+            Value::Object(o) if o.contains_key("text") => {
+                only(o, &["text", "text_pair"], &format!("input[{i}]"))?;
+                Ok(ClassifyInput::Pair(o.clone()))
+            }
+            Value::Object(o) if o.contains_key("context") || o.contains_key("answer") => {
+                only(
+                    o,
+                    &["context", "question", "answer"],
+                    &format!("input[{i}]"),
+                )?;
+                Ok(ClassifyInput::Grounded(o.clone()))
+            }
+            _ => Err(malformed(format!(
+                "input[{i}] must be a string, {{text, text_pair}} or {{context, question, answer}}"
+            ))),
+        };
+        let input = match obj.get("input") {
+            Some(Value::String(s)) => vec![ClassifyInput::Text(s.clone())],
+            Some(Value::Array(a)) if !a.is_empty() => a
+                .iter()
+                .enumerate()
+                .map(|(i, x)| one(i, x))
+                .collect::<Result<_, _>>()?,
+            _ => return Err(malformed("input must be a string or a non-empty list")),
+        };
+        Ok(ClassifyRequest {
+            model: model(obj)?,
+            input,
+            options,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -417,5 +591,82 @@ mod tests {
             assert_eq!(r, Some(word), "{body}: {message}");
             assert!(message.contains(says), "{body}: {message}");
         }
+    }
+
+    #[test]
+    fn classify_reads_every_input_form_and_refuses_options_it_cannot_act_on() {
+        let r = ClassifyRequest::parse(&json!({"model": "m", "input": ["a",
+            {"text": "b", "text_pair": "c"}, {"context": "d", "question": "e", "answer": "f"}],
+            "options": {"overflow": "window", "window": {"tokens": 64}, "return_meta": true,
+                "deadline_ms": 5, "return_spans": false}}))
+        .unwrap();
+        assert_eq!(r.input.len(), 3);
+        assert_eq!(r.input[0].state(), json!("a"));
+        assert_eq!(r.input[1].roles(), None);
+        assert_eq!(
+            r.input[2].roles(),
+            Some(json!({"context": "context", "question": "user", "answer": "answer"}))
+        );
+        assert_eq!(
+            r.options,
+            ClassifyOptions {
+                overflow: ClassifyOverflow::Window,
+                window: Some((Some(64), None)),
+                return_meta: true,
+                deadline_ms: Some(5),
+                return_spans: false,
+            }
+        );
+        for (options, word, says) in [
+            (json!({"speed": 1}), reason::UNKNOWN_MEMBER, "\"speed\""),
+            (
+                json!({"window": {"size": 3}, "overflow": "window"}),
+                reason::UNKNOWN_MEMBER,
+                "\"size\"",
+            ),
+            (
+                json!({"window": {"tokens": 64}}),
+                reason::BODY_MALFORMED,
+                "overflow window",
+            ),
+            (
+                json!({"overflow": "cut"}),
+                reason::BODY_MALFORMED,
+                "reject, truncate or window",
+            ),
+            (
+                json!({"overflow": 1}),
+                reason::BODY_MALFORMED,
+                "reject, truncate or window",
+            ),
+            // each of these was read as absent before it was typed
+            (
+                json!({"deadline_ms": "5"}),
+                reason::BODY_MALFORMED,
+                "deadline_ms",
+            ),
+            (
+                json!({"return_meta": 1}),
+                reason::BODY_MALFORMED,
+                "return_meta",
+            ),
+            (
+                json!({"return_spans": "yes"}),
+                reason::BODY_MALFORMED,
+                "return_spans",
+            ),
+        ] {
+            let (r, message) = refused(ClassifyRequest::parse(
+                &json!({"input": "a", "options": options}),
+            ));
+            assert_eq!(r, Some(word), "{options}: {message}");
+            assert!(message.contains(says), "{options}: {message}");
+        }
+        let (r, message) = refused(ClassifyRequest::parse(
+            &json!({"input": [{"text": "a", "label": 1}]}),
+        ));
+        assert_eq!(r, Some(reason::UNKNOWN_MEMBER), "{message}");
+        let (r, _) = refused(ClassifyRequest::parse(&json!({"input": [3]})));
+        assert_eq!(r, Some(reason::BODY_MALFORMED));
     }
 }

@@ -314,12 +314,13 @@ pub struct RerankResponseDoc {
 #[derive(Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ClassifyRequestDoc {
-    /// A classification entry of the models file.
+    /// A classification entry of the models file, or a classification head.
     pub model: Option<String>,
     /// A string, or a list of strings, `{text, text_pair}` pairs or `{context, question, answer}` items.
     #[schema(value_type = Object)]
     pub input: Value,
-    /// overflow (reject, truncate, window), window {tokens, overlap}, return_meta, deadline_ms.
+    /// overflow (reject, truncate, window), window {tokens, overlap} (with overflow window),
+    /// return_meta, deadline_ms, return_spans (refused where the model has no spans).
     #[schema(value_type = Option<Object>)]
     pub options: Option<Value>,
 }

@@ -12,7 +12,10 @@ use axum::response::Response;
 use base64::Engine as _;
 use engine::recipes::{self, Ask};
 use engine::{EncoderModel, ModelKind, Timings};
-use protocol::encoder::{EmbeddingInput, EmbeddingsRequest, RerankRequest};
+use protocol::encoder::{
+    ClassifyInput, ClassifyOverflow, ClassifyRequest, EmbeddingInput, EmbeddingsRequest,
+    RerankRequest,
+};
 use protocol::error::ErrorCode;
 use serde_json::{json, Map, Value};
 
@@ -53,14 +56,6 @@ pub(crate) fn only(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Re
 pub(crate) fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, ApiError> {
     v.as_object()
         .ok_or_else(|| invalid(format!("{what} must be a JSON object")))
-}
-
-fn model_name(obj: &Map<String, Value>) -> Result<Option<&str>, ApiError> {
-    match obj.get("model") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.as_str())),
-        Some(_) => Err(invalid("model must be a string")),
-    }
 }
 
 fn engine_err(state: &AppState, e: engine::EngineError) -> ApiError {
@@ -343,20 +338,28 @@ async fn rank(state: &AppState, req: RerankRequest) -> CoreResult {
 /// `POST /v1/classify`: a classification entry (a decision backbone and a fixed label set)
 /// over strings, `{text, text_pair}` pairs or `{context, question, answer}` items.
 pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult {
-    let obj = object(body, "the request body")?;
-    only(obj, &["model", "input", "options"], "request")?;
+    let req = ClassifyRequest::parse(body)?;
     let names: Vec<String> = state
         .config
         .classifiers
         .iter()
         .map(|c| c.name.clone())
         .collect();
-    let name = model_name(obj)?;
+    let name = req.model.as_deref();
     let head = name
         .and_then(|n| state.registry.encoder(Some(n)).ok())
         .filter(|m| m.info().labels.is_some());
     if let Some(m) = head {
-        return within(deadline_ms(obj)?, classify_head(&m, obj)).await;
+        let answered = async {
+            let (mut resp, name, timings) = classify_head(&m, &req).await?;
+            if req.options.return_meta {
+                let info = m.info();
+                resp["meta"] = json!({"revision": m.meta.revision, "sha256": m.meta.sha256,
+                    "engine": info.engine, "device": info.device, "dtype": info.dtype});
+            }
+            Ok((resp, name, timings))
+        };
+        return within(req.options.deadline_ms, answered).await;
     }
     let Some(c) = state
         .config
@@ -387,72 +390,34 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             ),
         ));
     };
-    let mut overflow = None;
-    let mut deadline = None;
+    let o = &req.options;
+    let overflow = match o.overflow {
+        ClassifyOverflow::Reject => None,
+        ClassifyOverflow::Truncate => Some("truncate"),
+        ClassifyOverflow::Window => Some("window"),
+    };
+    // Windows no larger than what the backbone reads with the question (the engine caps them
+    // there); by default an eighth of the window it reads overlaps.
     let mut window = None;
-    let mut meta = false;
-    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
-        let o = object(o, "options")?;
-        only(
-            o,
-            &[
-                "overflow",
-                "window",
-                "return_meta",
-                "deadline_ms",
-                "return_spans",
-            ],
-            "options",
-        )?;
-        overflow = match o.get("overflow").and_then(Value::as_str) {
-            None | Some("reject") => None,
-            Some("truncate") => Some("truncate"),
-            Some("window") => Some("window"),
-            Some(_) => {
-                return Err(invalid(
-                    "options.overflow must be reject, truncate or window",
-                ))
-            }
-        };
-        if let Some((tokens, overlap)) = window_members(o)? {
-            if overflow != Some("window") {
-                return Err(invalid(
-                    "options.window applies with options.overflow window",
-                ));
-            }
-            // Windows no larger than what the backbone reads with the question (the engine
-            // caps them there); by default an eighth of the window it reads overlaps.
-            if tokens.is_some() || overlap.is_some() {
-                let tokens = tokens.unwrap_or(u64::MAX);
-                if tokens == 0 || overlap.is_some_and(|o| o >= tokens) {
-                    return Err(invalid(
-                        "options.window.overlap must be less than options.window.tokens",
-                    ));
-                }
-                window = Some(protocol::request::Window { tokens, overlap });
-            }
-        }
-        deadline = o.get("deadline_ms").and_then(Value::as_u64);
-        meta = o
-            .get("return_meta")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        if o.get("return_spans").and_then(Value::as_bool) == Some(true) && !c.spans {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                ErrorCode::UnsupportedSurface,
-                format!(
-                    "classifier {:?}: backbone {} has no span capability",
-                    c.name, c.backbone
-                ),
+    if let Some((tokens, overlap)) = o.window.filter(|(t, v)| t.is_some() || v.is_some()) {
+        let tokens = tokens.unwrap_or(u64::MAX);
+        if tokens == 0 || overlap.is_some_and(|o| o >= tokens) {
+            return Err(invalid(
+                "options.window.overlap must be less than options.window.tokens",
             ));
         }
+        window = Some(protocol::request::Window { tokens, overlap });
     }
-    let items: Vec<Value> = match obj.get("input") {
-        Some(Value::String(s)) => vec![json!(s)],
-        Some(Value::Array(a)) if !a.is_empty() => a.clone(),
-        _ => return Err(invalid("input must be a string or a non-empty list")),
-    };
+    if o.return_spans && !c.spans {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::UnsupportedSurface,
+            format!(
+                "classifier {:?}: backbone {} has no span capability",
+                c.name, c.backbone
+            ),
+        ));
+    }
     let ask = if c.spans {
         Ask::Spans {
             labels: &c.labels,
@@ -470,46 +435,18 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             instructions: c.instructions.as_deref(),
         }
     };
-    let mut entries = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let (state_v, roles) = match item {
-            Value::String(s) => (json!(s), None),
-            Value::Object(o) if o.contains_key("text") => {
-                only(o, &["text", "text_pair"], &format!("input[{i}]"))?;
-                (json!(o), None)
-            }
-            Value::Object(o) if o.contains_key("context") || o.contains_key("answer") => {
-                only(
-                    o,
-                    &["context", "question", "answer"],
-                    &format!("input[{i}]"),
-                )?;
-                let mut roles = Map::new();
-                for (k, r) in [
-                    ("context", "context"),
-                    ("question", "user"),
-                    ("answer", "answer"),
-                ] {
-                    if o.contains_key(k) {
-                        roles.insert(k.into(), json!(r));
-                    }
-                }
-                (json!(o), Some(Value::Object(roles)))
-            }
-            _ => {
-                return Err(invalid(format!(
-                "input[{i}] must be a string, {{text, text_pair}} or {{context, question, answer}}"
-            )))
-            }
-        };
-        entries.push(ask.entry(state_v, roles, overflow));
-    }
+    let entries: Vec<_> = req
+        .input
+        .iter()
+        .map(|item| ask.entry(item.state(), item.roles(), overflow))
+        .collect();
     let m = state
         .registry
         .ready(Some(&c.backbone))
         .map_err(|e| engine_err(state, e))?;
-    let (b, timings) = decide_batch(state, &m, recipes::batch(entries, deadline, window)).await?;
-    let mut data = Vec::with_capacity(items.len());
+    let (b, timings) =
+        decide_batch(state, &m, recipes::batch(entries, o.deadline_ms, window)).await?;
+    let mut data = Vec::with_capacity(req.input.len());
     for (i, (_, r)) in b.states.iter().enumerate() {
         data.push(match ask.read(r) {
             recipes::Read::Spans(spans) => json!({"index": i, "spans": spans}),
@@ -530,87 +467,64 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
     }
     let mut resp =
         json!({"model": c.name, "backbone": m.meta.name, "data": data, "usage": b.usage});
-    if meta {
+    if o.return_meta {
         resp["meta"] =
             json!({"revision": m.meta.revision, "sha256": m.meta.sha256, "numerics": m.numerics});
     }
     Ok((resp, c.name.clone(), timings))
 }
 
-/// The `tokens` and `overlap` an `options.window` sets (each may be left out).
-type WindowMembers = (Option<u64>, Option<u64>);
-
-/// `options.window` of a classify body, when given: its `tokens` and `overlap` (each a
-/// non-negative integer when present; no other members).
-fn window_members(options: &Map<String, Value>) -> Result<Option<WindowMembers>, ApiError> {
-    let Some(w) = options.get("window").filter(|v| !v.is_null()) else {
-        return Ok(None);
-    };
-    let w = object(w, "options.window")?;
-    only(w, &["tokens", "overlap"], "options.window")?;
-    let field = |k: &str| match w.get(k) {
-        None => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            invalid("options.window.tokens and overlap must be non-negative integers")
-        }),
-    };
-    Ok(Some((field("tokens")?, field("overlap")?)))
-}
-
 /// `/v1/classify` on a sequence-classification head: label probabilities (softmax) or
 /// independent label scores (sigmoid, `multi_label`) per input text, in one batch. On a
 /// token-classification head: the spans of each text.
-async fn classify_head(m: &EncoderModel, obj: &Map<String, Value>) -> CoreResult {
+async fn classify_head(m: &EncoderModel, req: &ClassifyRequest) -> CoreResult {
     let labels = m.info().labels.clone().unwrap_or_default();
-    let mut overflow = engine::TagOverflow::Reject;
-    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
-        let o = object(o, "options")?;
-        let mut allowed = vec!["overflow", "window", "return_meta", "deadline_ms"];
-        if m.info().per_token {
-            allowed.push("return_spans");
-        }
-        only(o, &allowed, "options")?;
-        overflow = match o.get("overflow").and_then(Value::as_str) {
-            None | Some("reject") => engine::TagOverflow::Reject,
-            Some("truncate") => engine::TagOverflow::Truncate,
-            Some("window") if m.info().per_token => {
-                let (tokens, overlap) = window_members(o)?.unwrap_or((None, None));
-                let tokens = tokens.map_or(m.info().max_tokens, |n| n as usize);
-                let overlap = overlap.map_or(engine::TagOverflow::overlap(tokens), |n| n as usize);
-                if overlap >= tokens {
-                    return Err(invalid(
-                        "options.window.overlap must be less than options.window.tokens",
-                    ));
-                }
-                engine::TagOverflow::Window { tokens, overlap }
-            }
-            Some("window") => {
-                return Err(unsupported_param(format!(
-                    "options.overflow window: model {} reads one input of {} tokens; send truncate or reject",
-                    m.meta.name,
-                    m.info().max_tokens
-                )))
-            }
-            Some(_) => return Err(invalid("options.overflow must be reject, truncate or window")),
-        };
+    let o = &req.options;
+    if o.return_spans && !m.info().per_token {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::UnsupportedSurface,
+            format!(
+                "model {}: a sequence-classification head has no spans",
+                m.meta.name
+            ),
+        ));
     }
-    let truncate = overflow == engine::TagOverflow::Truncate;
-    let texts: Vec<String> = match obj.get("input") {
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) if !a.is_empty() => a
-            .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                x.as_str().map(String::from).ok_or_else(|| {
-                    invalid(format!(
-                        "input[{i}]: model {} is a single-text classification head; send strings",
-                        m.meta.name
-                    ))
-                })
-            })
-            .collect::<Result<_, _>>()?,
-        _ => return Err(invalid("input must be a string or a non-empty list")),
+    let overflow = match o.overflow {
+        ClassifyOverflow::Reject => engine::TagOverflow::Reject,
+        ClassifyOverflow::Truncate => engine::TagOverflow::Truncate,
+        ClassifyOverflow::Window if m.info().per_token => {
+            let (tokens, overlap) = o.window.unwrap_or((None, None));
+            let tokens = tokens.map_or(m.info().max_tokens, |n| n as usize);
+            let overlap = overlap.map_or(engine::TagOverflow::overlap(tokens), |n| n as usize);
+            if overlap >= tokens {
+                return Err(invalid(
+                    "options.window.overlap must be less than options.window.tokens",
+                ));
+            }
+            engine::TagOverflow::Window { tokens, overlap }
+        }
+        ClassifyOverflow::Window => {
+            return Err(unsupported_param(format!(
+                "options.overflow window: model {} reads one input of {} tokens; send truncate or reject",
+                m.meta.name,
+                m.info().max_tokens
+            )))
+        }
     };
+    let truncate = overflow == engine::TagOverflow::Truncate;
+    let texts: Vec<String> = req
+        .input
+        .iter()
+        .enumerate()
+        .map(|(i, x)| match x {
+            ClassifyInput::Text(s) => Ok(s.clone()),
+            _ => Err(invalid(format!(
+                "input[{i}]: model {} is a single-text classification head; send strings",
+                m.meta.name
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
     if m.info().per_token {
         return classify_spans(m, &texts, overflow).await;
     }

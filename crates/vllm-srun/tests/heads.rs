@@ -99,6 +99,31 @@ async fn a_sequence_classification_head_serves_classify_only() {
     )
     .await;
     assert_eq!(status, 400);
+    // Options act or are refused: meta is given, spans a sequence head has not are refused,
+    // and a deadline that is no integer is refused rather than dropped.
+    let (status, _, v) = post(
+        &s.url("/v1/classify"),
+        &json!({"model": "tiny-head", "input": "x", "options": {"return_meta": true}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["meta"]["sha256"].is_string(), "{v}");
+    for (options, status, code) in [
+        (json!({"return_spans": true}), 422, "unsupported_surface"),
+        (json!({"deadline_ms": "5"}), 400, "invalid_request"),
+        (json!({"window": {"tokens": 8}}), 400, "invalid_request"),
+    ] {
+        let (st, _, v) = post(
+            &s.url("/v1/classify"),
+            &json!({"model": "tiny-head", "input": "x", "options": options}),
+        )
+        .await;
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{options}: {v}"
+        );
+    }
 }
 
 /// A token head with no encoder layers whose embeddings give each of a few words its own
