@@ -74,24 +74,32 @@ pub struct RerankRequest {
     pub options: EncoderOptions,
 }
 
-fn malformed(message: impl Into<String>) -> ProtocolError {
+pub(crate) fn malformed(message: impl Into<String>) -> ProtocolError {
     ProtocolError::invalid(message).with_reason(reason::BODY_MALFORMED)
 }
 
 /// Refuse members other than `allowed`, naming the first.
-fn only(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ProtocolError> {
-    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(ProtocolError::invalid(format!(
+pub(crate) fn only(
+    obj: &Map<String, Value>,
+    allowed: &[&str],
+    what: &str,
+) -> Result<(), ProtocolError> {
+    let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) else {
+        return Ok(());
+    };
+    let message = if allowed.is_empty() {
+        format!("unknown member {k:?} in {what}, which takes none here")
+    } else {
+        format!(
             "unknown member {k:?} in {what}; allowed: {}",
             allowed.join(", ")
-        ))
-        .with_reason(reason::UNKNOWN_MEMBER)),
-        None => Ok(()),
-    }
+        )
+    };
+    Err(ProtocolError::invalid(message).with_reason(reason::UNKNOWN_MEMBER))
 }
 
 /// A member that is absent or `null`.
-fn given<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
+pub(crate) fn given<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     obj.get(key).filter(|v| !v.is_null())
 }
 

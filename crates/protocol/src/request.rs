@@ -360,14 +360,7 @@ fn refuse_unknown(
     allowed: &[&str],
     what: &str,
 ) -> Result<(), ProtocolError> {
-    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ProtocolError::invalid(format!(
-            "unknown member {k:?} in {what}; allowed: {}",
-            allowed.join(", ")
-        ))
-        .with_reason(reason::UNKNOWN_MEMBER));
-    }
-    Ok(())
+    crate::encoder::only(obj, allowed, what)
 }
 
 fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, ProtocolError> {

@@ -6,7 +6,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::{reason, ProtocolError};
+use crate::encoder::{given, malformed, only};
+use crate::error::ProtocolError;
 
 /// `params.options.overflow_policy`: what a text longer than the model reads at once gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -96,34 +97,9 @@ pub struct ExtractRequest {
 const ITEM_MEMBERS: &[&str] = &["id", "text", "metadata"];
 const MEDIA: &[&str] = &["images", "audio", "video", "document"];
 
-fn malformed(message: impl Into<String>) -> ProtocolError {
-    ProtocolError::invalid(message).with_reason(reason::BODY_MALFORMED)
-}
-
-/// Refuse members other than `allowed`, naming the first.
-fn only(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ProtocolError> {
-    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) if allowed.is_empty() => Err(ProtocolError::invalid(format!(
-            "unknown member {k:?} in {what}, which takes none here"
-        ))
-        .with_reason(reason::UNKNOWN_MEMBER)),
-        Some(k) => Err(ProtocolError::invalid(format!(
-            "unknown member {k:?} in {what}; allowed: {}",
-            allowed.join(", ")
-        ))
-        .with_reason(reason::UNKNOWN_MEMBER)),
-        None => Ok(()),
-    }
-}
-
 fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, ProtocolError> {
     v.as_object()
         .ok_or_else(|| malformed(format!("{what} must be an object")))
-}
-
-/// A member that is absent or `null`.
-fn given<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
 }
 
 fn string(
@@ -353,6 +329,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::error::reason;
 
     fn refused<T: std::fmt::Debug>(r: Result<T, ProtocolError>, word: &str, says: &str) {
         let e = r.expect_err("refused");
