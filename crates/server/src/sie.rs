@@ -404,6 +404,14 @@ async fn extract_tagged(
     m: &engine::EncoderModel,
     req: &ExtractRequest,
 ) -> crate::encoders::CoreResult {
+    // A token head tags what it was trained to tag and reads no instruction: one sent is
+    // refused rather than ignored.
+    if req.instruction.is_some() {
+        return Err(invalid(format!(
+            "params.instruction: model {} is a token-classification head and reads no instruction",
+            m.meta.name
+        )));
+    }
     let overflow = match req.overflow {
         OverflowPolicy::TruncateText => engine::TagOverflow::Truncate,
         OverflowPolicy::Error => engine::TagOverflow::Reject,

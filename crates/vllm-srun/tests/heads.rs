@@ -326,4 +326,15 @@ async fn a_token_classification_head_finds_spans_with_code_point_offsets() {
         "{v}"
     );
     assert!(e[0]["score"].as_f64().unwrap() > 0.99);
+    // The head reads no instruction: one sent is refused, not ignored.
+    let resp = client()
+        .post(s.url("/v1/extract/tiny-tagger"))
+        .header("accept", "application/json")
+        .json(&json!({"items": [{"text": text}], "params": {"instruction": "Find places."}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["detail"]["code"], "INVALID_INPUT", "{v}");
 }
