@@ -103,17 +103,35 @@ pub(crate) fn given<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Va
     obj.get(key).filter(|v| !v.is_null())
 }
 
-fn body(v: &Value) -> Result<&Map<String, Value>, ProtocolError> {
+pub(crate) fn body(v: &Value) -> Result<&Map<String, Value>, ProtocolError> {
     v.as_object()
         .ok_or_else(|| malformed("the request body must be a JSON object"))
 }
 
-fn model(obj: &Map<String, Value>) -> Result<Option<String>, ProtocolError> {
-    match given(obj, "model") {
+/// `v` as an object; `what` names it in the error.
+pub(crate) fn object<'a>(
+    v: &'a Value,
+    what: &str,
+) -> Result<&'a Map<String, Value>, ProtocolError> {
+    v.as_object()
+        .ok_or_else(|| malformed(format!("{what} must be an object")))
+}
+
+/// An optional string member; `what` names it in the error.
+pub(crate) fn string(
+    obj: &Map<String, Value>,
+    key: &str,
+    what: &str,
+) -> Result<Option<String>, ProtocolError> {
+    match given(obj, key) {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(malformed("model must be a string")),
+        Some(_) => Err(malformed(format!("{what} must be a string"))),
     }
+}
+
+fn model(obj: &Map<String, Value>) -> Result<Option<String>, ProtocolError> {
+    string(obj, "model", "model")
 }
 
 fn flag(obj: &Map<String, Value>, key: &str, what: &str) -> Result<bool, ProtocolError> {
@@ -127,8 +145,7 @@ fn flag(obj: &Map<String, Value>, key: &str, what: &str) -> Result<bool, Protoco
 fn options(obj: &Map<String, Value>, allowed: &[&str]) -> Result<EncoderOptions, ProtocolError> {
     let o = match given(obj, "options") {
         None => return Ok(EncoderOptions::default()),
-        Some(Value::Object(o)) => o,
-        Some(_) => return Err(malformed("options must be an object")),
+        Some(o) => object(o, "options")?,
     };
     only(o, allowed, "options")?;
     let deadline_ms = match given(o, "deadline_ms") {
@@ -338,8 +355,7 @@ const CLASSIFY_OPTIONS: &[&str] = &[
 fn classify_options(obj: &Map<String, Value>) -> Result<ClassifyOptions, ProtocolError> {
     let o = match given(obj, "options") {
         None => return Ok(ClassifyOptions::default()),
-        Some(Value::Object(o)) => o,
-        Some(_) => return Err(malformed("options must be an object")),
+        Some(o) => object(o, "options")?,
     };
     only(o, CLASSIFY_OPTIONS, "options")?;
     let overflow = match given(o, "overflow") {
@@ -357,7 +373,8 @@ fn classify_options(obj: &Map<String, Value>) -> Result<ClassifyOptions, Protoco
     };
     let window = match given(o, "window") {
         None => None,
-        Some(Value::Object(w)) => {
+        Some(w) => {
+            let w = object(w, "options.window")?;
             only(w, &["tokens", "overlap"], "options.window")?;
             let field = |k: &str| match given(w, k) {
                 None => Ok(None),
@@ -367,7 +384,6 @@ fn classify_options(obj: &Map<String, Value>) -> Result<ClassifyOptions, Protoco
             };
             Some((field("tokens")?, field("overlap")?))
         }
-        Some(_) => return Err(malformed("options.window must be an object")),
     };
     if window.is_some() && overflow != ClassifyOverflow::Window {
         return Err(malformed(

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::encoder::{given, malformed, only};
+use crate::encoder::{self, given, malformed, object, only, string};
 use crate::error::ProtocolError;
 
 /// `params.options.overflow_policy`: what a text longer than the model reads at once gets.
@@ -97,23 +97,6 @@ pub struct ExtractRequest {
 const ITEM_MEMBERS: &[&str] = &["id", "text", "metadata"];
 const MEDIA: &[&str] = &["images", "audio", "video", "document"];
 
-fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, ProtocolError> {
-    v.as_object()
-        .ok_or_else(|| malformed(format!("{what} must be an object")))
-}
-
-fn string(
-    obj: &Map<String, Value>,
-    key: &str,
-    what: &str,
-) -> Result<Option<String>, ProtocolError> {
-    match given(obj, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(malformed(format!("{what} must be a string"))),
-    }
-}
-
 /// One of `words` (`None` when absent).
 fn word<'a>(
     obj: &Map<String, Value>,
@@ -153,9 +136,7 @@ impl SieItem {
 }
 
 fn body<'a>(v: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>, ProtocolError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| malformed("the request body must be a JSON object"))?;
+    let obj = encoder::body(v)?;
     only(obj, allowed, "request")?;
     Ok(obj)
 }
@@ -165,6 +146,11 @@ fn items(v: Option<&Value>) -> Result<&Vec<Value>, ProtocolError> {
         Some(Value::Array(a)) if !a.is_empty() => Ok(a),
         _ => Err(malformed("items must be a non-empty list")),
     }
+}
+
+/// The `i`th member of `items`, read as an item (errors name it `items[i]`).
+fn list_item((i, it): (usize, &Value)) -> Result<SieItem, ProtocolError> {
+    SieItem::parse(it, &format!("items[{i}]"))
 }
 
 /// `params` (an empty map when absent), its own members checked.
@@ -242,7 +228,7 @@ impl EncodeRequest {
         let items = raw
             .iter()
             .enumerate()
-            .map(|(i, it)| SieItem::parse(it, &format!("items[{i}]")))
+            .map(list_item)
             .collect::<Result<_, _>>()?;
         Ok(EncodeRequest {
             items,
@@ -267,7 +253,7 @@ impl ScoreRequest {
         let items = items(obj.get("items"))?
             .iter()
             .enumerate()
-            .map(|(i, it)| SieItem::parse(it, &format!("items[{i}]")))
+            .map(list_item)
             .collect::<Result<_, _>>()?;
         Ok(ScoreRequest {
             query,
@@ -301,11 +287,7 @@ impl ExtractRequest {
         };
         let (overflow, task) = options(&p, true)?;
         Ok(ExtractRequest {
-            items: raw
-                .iter()
-                .enumerate()
-                .map(|(i, it)| SieItem::parse(it, &format!("items[{i}]")))
-                .collect(),
+            items: raw.iter().enumerate().map(list_item).collect(),
             ids: raw
                 .iter()
                 .enumerate()
