@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 MODEL="${VLLM_SRUN_TEST_MODEL:-smollm2-135m}"
 export VLLM_SRUN_TEST_MODEL="$MODEL"
 
+# The rules as checks: formatting, and clippy with every warning an error (the workspace lints
+# deny unwrap and expect outside tests).
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
 cargo build --workspace --all-targets
 ./target/debug/vllm-srun models pull "$MODEL"
 # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.

@@ -1,5 +1,7 @@
 //! Print the cosine similarities models.md gives for all-MiniLM-L6-v2.
 //! `cargo run --release -p backend-candle --example cosine -- DIR`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use engine::encoder::{cosine, Encoder};
 
 fn main() {

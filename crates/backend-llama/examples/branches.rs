@@ -1,5 +1,7 @@
 //! Check that identical branches of one state get identical logits:
 //! `cargo run -p backend-llama --example branches -- MODEL.gguf [fa:0|1] [unified:0|1]`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use std::num::NonZeroU32;
 
 use llama_cpp_2::context::params::LlamaContextParams;

@@ -1,6 +1,8 @@
 //! Greedy generation by re-reading the whole sequence each step in a plain context: the
 //! reference the generation worker's output is compared with.
 //! `cargo run --release -p backend-llama --example greedy -- model.gguf "prompt with <|im_start|>" 20`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use backend_llama::{LlamaBackend, LlamaConfig};
 use engine::Backend;
 

@@ -20,6 +20,8 @@
 //! and 0.042 (cause not found). Six questions of 29 to 39 tokens took about as long packed
 //! and padded to 40 as in six micro-batches of their own (two runs of four rounds: 2.0 to 2.8 s
 //! either way, packing ahead by 0.4 s once): the filler ate what the shared micro-batch saved.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use std::num::NonZeroU32;
 
 use llama_cpp_2::context::params::LlamaContextParams;

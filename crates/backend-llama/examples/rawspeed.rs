@@ -1,4 +1,6 @@
 //! Raw llama.cpp prompt speed on this machine: `cargo run --release -p backend-llama --example rawspeed -- MODEL.gguf [TOKENS] [SEQ_MAX]`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use std::num::NonZeroU32;
 use std::time::Instant;
 

@@ -6,6 +6,8 @@
 //! thread that has decoded stays alive.
 //!
 //! `cargo run -p backend-llama --example threads -- MODEL.gguf`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use engine::Backend;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

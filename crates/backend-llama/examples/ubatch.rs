@@ -10,6 +10,8 @@
 //! decodes' share, and an exact engine keeps each node in micro-batches of its own anyway.
 //!
 //! `cargo run --release -p backend-llama --example ubatch -- MODEL.gguf`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use engine::Backend;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -1,5 +1,7 @@
 //! Where one question's time goes: tokenization vs the forward.
 //! `cargo run --release -p backend-sparrow --example timing -- PATH.sparrow`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use std::time::Instant;
 
 use backend_sparrow::SparrowModel;

@@ -2,6 +2,8 @@
 //! cases (`scripts/sparrow_fixtures.py`, both bundled models, all three question types,
 //! text, structured and long states) within 1e-4, read through the engine as a request is.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Instant;
 

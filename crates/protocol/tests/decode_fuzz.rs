@@ -1,6 +1,8 @@
 //! Property test: no JSON value, however odd, makes decoding panic; every refusal names a
 //! reason word or is a schema failure, and every question slot keeps its id.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 use protocol::{parse_decision_body, DecisionBody, Schema};
 use serde_json::{json, Map, Value};

@@ -1,6 +1,8 @@
 //! Compressed bodies that inflate far past the limit. Alone in its own test binary, so the
 //! process's resident memory measures this server and nothing else.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! Budgeted tokenization on real tokenizers: the tokens kept from a cut text are exactly the
 //! prefix of the whole text's tokens, for every kind of text and cut.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 
 use backend_llama::LlamaBackend;

@@ -5,6 +5,8 @@
 //! questions or with the options in another order gives the same answer; and the corrected
 //! answers are still right on plain cases.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::OnceLock;

@@ -1,5 +1,7 @@
 //! End-to-end tests of the decision endpoints against a real model over HTTP.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

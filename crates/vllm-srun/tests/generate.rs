@@ -2,6 +2,8 @@
 //! streams, tools, JSON schemas, errors), SIE generate (msgpack and SSE), disconnects,
 //! continuous batching and fuzzed bodies.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::io::{Read, Write};

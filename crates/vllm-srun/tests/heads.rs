@@ -5,6 +5,8 @@
 //! head, whose shapes and endpoint are checked, and a token head whose weights are set so
 //! that known words get known tags, whose spans and offsets are checked exactly.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use candle_core::{DType, Device};

@@ -1,6 +1,8 @@
 //! The keys service in a real `vllm-srun router` process, on its SQLite file: a key a client
 //! received survives `kill -9` in the middle of a burst of creations.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};

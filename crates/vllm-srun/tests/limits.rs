@@ -1,6 +1,8 @@
 //! Process limits: body size, admission (overload), token limits. Each test starts its own
 //! server with the limit under test.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! Long inputs: budgets, overflow (reject, truncate, window), scan budgets, usage lower
 //! bounds, require_full_input and long context, against the real server and tokenizer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

@@ -1,6 +1,8 @@
 //! `--model` with a local package directory: weights plus `decision_config.json` and
 //! `card.json`, as a user keeps one.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! `vllm-srun models pull qwen2.5-1.5b`). Ignored by default because CI fetches only the small
 //! plumbing model; run with `cargo test -p vllm-srun --test qwen -- --ignored`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use serde_json::json;

@@ -1,6 +1,8 @@
 //! Request-level refusals by reason word, on both error shapes (the internal form's
 //! `{"error": {...}}` and vllm-sr/5.0's flat fields with the standard detail).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::{post, post_raw, shared, TICKET};

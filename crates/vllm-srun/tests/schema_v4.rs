@@ -1,5 +1,7 @@
 //! A worker started with `--systemone-schema vllm-sr/4.0`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

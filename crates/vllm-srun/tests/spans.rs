@@ -5,6 +5,8 @@
 //! list form and refusals; a place two labels claim goes to the label the model names for it;
 //! and a span question beside others changes none of their answers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::OnceLock;

@@ -3,6 +3,8 @@
 //! and every decision surface that fits serves them; span, box and set are refused with their
 //! reasons; long states follow overflow.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::OnceLock;
