@@ -134,6 +134,16 @@ VLLM_SR_API_KEY="$(python3 scripts/keys_check.py "$rurl" sparrow-nano "$router_d
 export VLLM_SR_API_KEY
 python3 scripts/router_check.py "$rurl" "$MODEL"
 
+# README's examples, verbatim, against README's own first command: the default `serve` (the
+# whole service on embedded defaults, port 8000), with its data in a fresh directory.
+readme_log="$(mktemp)"
+XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 &
+readme=$!
+trap 'kill "$server" "$router" "$readme" 2>/dev/null || true' EXIT
+wait_listening "$readme_log" 1500 >/dev/null || { echo "the default serve did not start"; exit 1; }
+python3 scripts/readme_check.py README.md
+kill "$readme" 2>/dev/null || true
+
 # The web pages in a real browser (Debian's chromium, driven by Playwright's Python package):
 # a router of their own on a fresh data directory, as a public service. Screenshots go to
 # target/pages.

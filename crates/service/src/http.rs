@@ -112,7 +112,15 @@ async fn authenticate(svc: &Service, h: &HeaderMap) -> Result<Option<KeyRow>, Se
     let Some(sent) = sent_key(h) else {
         return Ok(None);
     };
-    let secret = Secret::parse(sent).ok_or(ServiceError::InvalidApiKey)?;
+    let Some(secret) = Secret::parse(sent) else {
+        // On a private service (keys optional) a credential that is not a service key at all,
+        // such as the placeholder every OpenAI SDK must send, is no key. Anything shaped like
+        // one of ours (`sk-vsr-`, `sk-pt-`) is still checked and refused when it is wrong.
+        if !svc.config.require_keys && !keys::has_key_prefix(sent) {
+            return Ok(None);
+        }
+        return Err(ServiceError::InvalidApiKey);
+    };
     match svc.store.key_by_hash(&secret.hash()).await? {
         Some(k) if k.status == "active" => Ok(Some(k)),
         _ => Err(ServiceError::InvalidApiKey),

@@ -35,7 +35,16 @@ impl Secret {
     }
 
     /// A key a client sent, if it has the shape of one.
+    /// An older System Two key (`sk-pt-` and 16 to 64 letters, digits, `-` or `_`) is read
+    /// too, so that it is looked up (and forgotten) like any other key.
     pub fn parse(s: &str) -> Option<Secret> {
+        if let Some(rest) = s.strip_prefix(OLD_KEY_PREFIX) {
+            return ((16..=64).contains(&rest.len())
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+            .then(|| Secret(s.to_string()));
+        }
         let rest = s.strip_prefix(KEY_PREFIX)?;
         (rest.len() == KEY_RANDOM && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
             .then(|| Secret(s.to_string()))
@@ -56,6 +65,15 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+}
+
+/// The prefix of the older System Two keys (recognised, never issued here).
+pub const OLD_KEY_PREFIX: &str = "sk-pt-";
+
+/// Whether a credential has the shape of a service key's prefix (this one's or the older
+/// System Two one's), so that it must be checked rather than taken for no key.
+pub fn has_key_prefix(s: &str) -> bool {
+    s.starts_with(KEY_PREFIX) || s.starts_with(OLD_KEY_PREFIX)
 }
 
 /// A new public id: `<kind>_` and 24 random characters.
@@ -122,7 +140,9 @@ mod tests {
         let dbg = format!("{k:?}");
         assert!(!dbg.contains(&k.expose()[SHOWN..]), "{dbg}");
         assert_eq!(Secret::parse("sk-vsr-short"), None);
-        assert_eq!(Secret::parse(&format!("sk-pt-{}", "a".repeat(32))), None);
+        assert!(Secret::parse(&format!("sk-pt-{}", "a".repeat(32))).is_some());
+        assert_eq!(Secret::parse("sk-pt-short"), None);
+        assert_eq!(Secret::parse(&format!("sk-pt-{}", "a!".repeat(16))), None);
     }
 
     #[test]

@@ -268,11 +268,35 @@ async fn keys_are_required_when_the_service_says_so(db: Db) {
     .await;
     let (s, _, v) = call(&e.app, "POST", "/v1/systemone", None, Some(ask())).await;
     assert_eq!(s, 401, "{v}");
+    let (s, _, v) = call(&e.app, "POST", "/v1/systemone", Some("unused"), Some(ask())).await;
+    assert_eq!(s, 401, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_api_key");
     // Off: a request without a key passes, without rate-limit headers.
     let e = env_with(cheap(), &db).await;
     let (s, h, _) = call(&e.app, "POST", "/v1/systemone", None, Some(ask())).await;
     assert_eq!(s, 200);
     assert!(!h.contains_key("x-ratelimit-limit-requests"));
+    // A private service takes a credential that is no service key (the placeholder an OpenAI
+    // SDK must send) for no key; a key of ours that is wrong is still refused.
+    let (s, h, v) = call(&e.app, "POST", "/v1/systemone", Some("unused"), Some(ask())).await;
+    assert_eq!(s, 200, "{v}");
+    assert!(!h.contains_key("x-ratelimit-limit-requests"));
+    let bad = format!("sk-vsr-{}", "x".repeat(32));
+    let (s, _, v) = call(&e.app, "POST", "/v1/systemone", Some(&bad), Some(ask())).await;
+    assert_eq!(s, 401, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_api_key");
+    let (s, _, _) = call(
+        &e.app,
+        "POST",
+        "/v1/systemone",
+        Some("sk-vsr-short"),
+        Some(ask()),
+    )
+    .await;
+    assert_eq!(s, 401);
+    // /api/keys/self needs a key whatever the service: the placeholder is refused there.
+    let (s, _, _) = call(&e.app, "GET", "/api/keys/self", Some("unused"), None).await;
+    assert_eq!(s, 401);
 }
 
 async fn forget_leaves_no_row(db: Db) {

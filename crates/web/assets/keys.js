@@ -143,7 +143,9 @@
       });
       card.querySelector(".forget").addEventListener("click", async () => {
         if (!confirm(`Delete ${k.prefix}… and its data? The key stops working at once and what was stored for it is deleted. This cannot be undone.`)) return;
-        const r = await VSR.api("POST", "/api/keys/self/forget", { key: k.key });
+        // An older System Two key (sk-pt-) is forgotten where the spec says: under /pt.
+        const path = k.key.startsWith("sk-pt-") ? "/pt/api/keys/self/forget" : "/api/keys/self/forget";
+        const r = await VSR.api("POST", path, { key: k.key });
         if (r.status === 202) {
           VSR.keys.remove(k.key);
           $("keys-status").textContent = `${k.prefix}… is deleted: ${r.json.message}`;
