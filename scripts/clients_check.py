@@ -61,11 +61,15 @@ for fmt in ["float", "base64"]:
 # The SDK's default (no encoding_format) asks for base64 and decodes it.
 r = client.embeddings.create(model="minilm-l6", input="A man is eating food.")
 check("openai sdk default call", len(r.data[0].embedding) == 384)
+r = client.embeddings.create(model="minilm-l6", input="A man is eating food.", dimensions=128)
+short = r.data[0].embedding
+check("openai sdk: dimensions 128 gives a unit vector of 128",
+      len(short) == 128 and abs(math.sqrt(sum(x * x for x in short)) - 1) < 1e-4)
 try:
-    client.embeddings.create(model="minilm-l6", input="x", dimensions=128)
-    check("openai sdk: undeclared dimensions refused", False)
+    client.embeddings.create(model="minilm-l6", input="x", dimensions=1024)
+    check("openai sdk: more dimensions than the model has refused", False)
 except openai.BadRequestError as e:
-    check("openai sdk: undeclared dimensions refused with 400", e.status_code == 400)
+    check("openai sdk: more dimensions than the model has refused with 400", e.status_code == 400)
 try:
     client.embeddings.create(model="no-such-model", input="x")
     check("openai sdk: unknown model 404", False)

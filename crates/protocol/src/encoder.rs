@@ -37,7 +37,7 @@ pub struct EmbeddingsRequest {
     pub input: Vec<EmbeddingInput>,
     /// `encoding_format: base64`: each vector as little-endian f32 bytes in base64.
     pub base64: bool,
-    /// `dimensions`, which a model answers only with its own width.
+    /// `dimensions`: a shorter vector (its first values), up to the model's own width.
     pub dimensions: Option<u64>,
     /// `layer` was given (no catalogue encoder declares layer outputs).
     pub layer: bool,

@@ -225,7 +225,8 @@ pub struct EmbeddingsRequestDoc {
     pub input: Value,
     /// float (default) or base64 (little-endian float32).
     pub encoding_format: Option<String>,
-    /// Only where the model declares smaller vectors; otherwise 400.
+    /// Fewer than the model's width: the vector's first values, unit length again when the
+    /// model's vectors are; more: 400 parameter_unsupported.
     pub dimensions: Option<u64>,
     /// Only where the model declares layer outputs; otherwise 400.
     pub layer: Option<u64>,
@@ -434,7 +435,8 @@ pub struct SieScoreResponseDoc {
 pub struct SieExtractRequestDoc {
     pub items: Vec<SieItemDoc>,
     /// labels (required but on a token head), instruction, output_schema (refused), options
-    /// (task: classify or entities; overflow_policy: default, truncate_text or error).
+    /// (task: classify or entities, by default entities on a model that finds spans;
+    /// overflow_policy: default, truncate_text or error; profile: default).
     #[schema(value_type = Object)]
     pub params: Value,
 }

@@ -43,11 +43,11 @@ impl OutputDtype {
     }
 }
 
-/// `params.options.task` of extract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// `params.options.task` of extract (a runtime option; without it a model that finds spans
+/// answers `entities`, as SIE's extract does, and any other `classifications`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtractTask {
     /// Each item classified over the labels (`classifications`).
-    #[default]
     Classify,
     /// The words of each label found in each item (`entities`).
     Entities,
@@ -91,7 +91,8 @@ pub struct ExtractRequest {
     pub output_schema: bool,
     pub instruction: Option<String>,
     pub overflow: OverflowPolicy,
-    pub task: ExtractTask,
+    /// `None`: the model's own default.
+    pub task: Option<ExtractTask>,
 }
 
 const ITEM_MEMBERS: &[&str] = &["id", "text", "metadata"];
@@ -163,21 +164,30 @@ fn params(obj: &Map<String, Value>, allowed: &[&str]) -> Result<Map<String, Valu
     Ok(p.clone())
 }
 
-/// `params.options`: `overflow_policy`, and `task` where the endpoint takes one.
+/// The profiles every model has (`GET /v1/models` lists them): one, the default.
+pub const PROFILES: &[&str] = &["default"];
+
+/// `options.profile`: one of [`PROFILES`] when given.
+fn profile(o: &Map<String, Value>, what: &str) -> Result<(), ProtocolError> {
+    word(o, "profile", what, PROFILES).map(|_| ())
+}
+
+/// `params.options`: `overflow_policy`, `profile`, and `task` where the endpoint takes one.
 fn options(
     p: &Map<String, Value>,
     takes_task: bool,
-) -> Result<(OverflowPolicy, ExtractTask), ProtocolError> {
+) -> Result<(OverflowPolicy, Option<ExtractTask>), ProtocolError> {
     let o = match given(p, "options") {
-        None => return Ok((OverflowPolicy::default(), ExtractTask::default())),
+        None => return Ok((OverflowPolicy::default(), None)),
         Some(o) => object(o, "params.options")?,
     };
     let allowed: &[&str] = if takes_task {
-        &["overflow_policy", "task"]
+        &["overflow_policy", "task", "profile"]
     } else {
-        &["overflow_policy"]
+        &["overflow_policy", "profile"]
     };
     only(o, allowed, "params.options")?;
+    profile(o, "params.options.profile")?;
     let overflow = match word(
         o,
         "overflow_policy",
@@ -189,8 +199,9 @@ fn options(
         _ => OverflowPolicy::Default,
     };
     let task = match word(o, "task", "params.options.task", &["classify", "entities"])? {
-        Some("entities") => ExtractTask::Entities,
-        _ => ExtractTask::Classify,
+        Some("entities") => Some(ExtractTask::Entities),
+        Some(_) => Some(ExtractTask::Classify),
+        None => None,
     };
     Ok((overflow, task))
 }
@@ -243,7 +254,9 @@ impl ScoreRequest {
     pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
         let obj = body(v, &["query", "items", "instruction", "options"])?;
         if let Some(o) = given(obj, "options") {
-            only(object(o, "options")?, &[], "options")?;
+            let o = object(o, "options")?;
+            only(o, &["profile"], "options")?;
+            profile(o, "options.profile")?;
         }
         let query = obj
             .get("query")
@@ -432,9 +445,20 @@ mod tests {
         assert_eq!(r.instruction.as_deref(), Some("find:"));
         refused(
             ScoreRequest::parse(&json!({"query": {"text": "x"}, "items": [{"text": "a"}],
-                "options": {"profile": "fast"}})),
+                "options": {"lora": "x"}})),
             reason::UNKNOWN_MEMBER,
-            "\"profile\"",
+            "\"lora\"",
+        );
+        refused(
+            ScoreRequest::parse(&json!({"query": {"text": "x"}, "items": [{"text": "a"}],
+                "options": {"profile": "fast"}})),
+            reason::BODY_MALFORMED,
+            "options.profile \"fast\": use default",
+        );
+        assert!(
+            ScoreRequest::parse(&json!({"query": {"text": "x"}, "items": [{"text": "a"}],
+            "options": {"profile": "default"}}))
+            .is_ok()
         );
         refused(
             ScoreRequest::parse(&json!({"items": [{"text": "a"}]})),
@@ -456,12 +480,9 @@ mod tests {
         .unwrap();
         assert_eq!(r.ids, vec![json!("item-0"), json!("b")]);
         assert!(r.items[0].is_ok() && r.items[1].is_err());
-        assert_eq!(r.task, ExtractTask::Entities);
+        assert_eq!(r.task, Some(ExtractTask::Entities));
         let r = ExtractRequest::parse(&json!({"items": [{"text": "a"}]})).unwrap();
-        assert_eq!(
-            (r.task, r.labels, r.output_schema),
-            (ExtractTask::Classify, None, false)
-        );
+        assert_eq!((r.task, r.labels, r.output_schema), (None, None, false));
         // A misspelt task was read as classify before it was typed.
         refused(
             ExtractRequest::parse(&json!({"items": [{"text": "a"}],

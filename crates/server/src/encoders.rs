@@ -130,6 +130,19 @@ pub(crate) fn representation(m: &EncoderModel) -> Value {
     })
 }
 
+/// A vector's first `dims` values; scaled back to unit length when `normalize` (the model's
+/// own vectors are unit length, so a shortened one is made so again).
+fn shortened(v: &[f32], dims: usize, normalize: bool) -> Vec<f32> {
+    let mut out = v[..dims.min(v.len())].to_vec();
+    if normalize && out.len() < v.len() {
+        let norm = out.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            out.iter_mut().for_each(|x| *x /= norm);
+        }
+    }
+    out
+}
+
 /// `POST /v1/embeddings`, OpenAI-compatible.
 pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResult {
     let req = EmbeddingsRequest::parse(body)?;
@@ -143,12 +156,18 @@ async fn embed(state: &AppState, req: EmbeddingsRequest) -> CoreResult {
         .map_err(|e| engine_err(state, e))?;
     vectors_only(&m)?;
     let info = m.info().clone();
-    if let Some(d) = req.dimensions.filter(|d| *d != info.dims as u64) {
-        return Err(unsupported_param(format!(
-            "dimensions: model {} declares no smaller vectors; its vectors have {} dimensions, not {d}",
-            m.meta.name, info.dims
-        )));
-    }
+    // Fewer dimensions than the model's width: the vector's first `d` values, normalised
+    // again when the model's vectors are (as text-embeddings-inference answers). More: refused.
+    let dims = match req.dimensions {
+        None => info.dims,
+        Some(d) if d as usize <= info.dims => d as usize,
+        Some(d) => {
+            return Err(unsupported_param(format!(
+                "dimensions: model {} has vectors of {} dimensions, fewer than {d}",
+                m.meta.name, info.dims
+            )))
+        }
+    };
     if req.layer {
         return Err(unsupported_param(format!(
             "layer: model {} declares no layer outputs; it answers from its last layer",
@@ -187,6 +206,7 @@ async fn embed(state: &AppState, req: EmbeddingsRequest) -> CoreResult {
         .iter()
         .enumerate()
         .map(|(i, v)| {
+            let v = shortened(v, dims, info.normalize);
             let embedding = if req.base64 {
                 let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                 json!(base64::engine::general_purpose::STANDARD.encode(bytes))
@@ -203,7 +223,9 @@ async fn embed(state: &AppState, req: EmbeddingsRequest) -> CoreResult {
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     });
     if req.options.return_meta {
-        resp["meta"] = json!({"representation": representation(&m), "engine": info.engine,
+        let mut representation = representation(&m);
+        representation["dims"] = json!(dims);
+        resp["meta"] = json!({"representation": representation, "engine": info.engine,
             "device": info.device, "dtype": info.dtype});
     }
     let timings = Timings {

@@ -664,6 +664,7 @@ pub async fn generate_route(
     if let Ok(v) = HeaderValue::from_str(&crate::sie::ms(started.elapsed())) {
         resp.headers_mut().insert("x-total-time", v);
     }
+    crate::sie::set_trace_id(&headers, resp.headers_mut());
     count_request("/v1/generate", String::new(), resp.status());
     resp
 }

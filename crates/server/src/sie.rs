@@ -160,8 +160,31 @@ where
             h.insert("x-postprocessing-time", v);
         }
     }
+    set_trace_id(&headers, h);
     crate::handlers::count_request(path, model, resp.status());
     resp
+}
+
+/// `X-Trace-ID` on an SIE answer: the trace id of the caller's W3C `traceparent` when it sent
+/// a valid one (so the answer joins the caller's trace), else a new random one, in the same
+/// form (32 lowercase hex digits).
+pub(crate) fn set_trace_id(request: &HeaderMap, response: &mut HeaderMap) {
+    let sent = request
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| t.split('-').nth(1))
+        .filter(|id| {
+            id.len() == 32
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                && id.bytes().any(|b| b != b'0')
+        })
+        .map(str::to_string);
+    let id = sent.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        response.insert("x-trace-id", v);
+    }
 }
 
 /// The `overflow` a decision backbone's questions take under `overflow_policy`: `default`
@@ -323,7 +346,14 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
     // Items that cannot be read, and an entity request on a model without spans, fail alone.
     let mut out: Vec<Option<Value>> = vec![None; req.items.len()];
     let instructions = req.instruction.as_deref();
-    let ask = if req.task == ExtractTask::Entities {
+    // SIE's extract with labels finds entities; a model that answers no span questions
+    // classifies instead.
+    let task = req.task.unwrap_or(if m.config.answers("span") {
+        ExtractTask::Entities
+    } else {
+        ExtractTask::Classify
+    });
+    let ask = if task == ExtractTask::Entities {
         Ask::Spans {
             labels,
             preset: None,
@@ -534,6 +564,33 @@ pub async fn extract_route(
     .await
 }
 
+/// What a model answers on the SIE face: `encode` (the vector outputs), `score`, `extract`
+/// (its tasks) and `generate`.
+fn capabilities(slot: &engine::Slot) -> Value {
+    let generate = slot.text().is_some();
+    match slot.kind() {
+        ModelKind::Encoder => {
+            let (labels, per_token) = slot
+                .encoder()
+                .map(|e| (e.info().labels.is_some(), e.info().per_token))
+                .unwrap_or((false, false));
+            let vectors = !labels && !per_token;
+            json!({
+                "encode": if vectors { json!(["dense"]) } else { json!([]) },
+                "score": vectors,
+                "extract": if per_token { json!(["entities"]) } else { json!([]) },
+                "generate": generate,
+            })
+        }
+        ModelKind::Decision => json!({
+            "encode": [],
+            "score": true,
+            "extract": ["classify", "entities"],
+            "generate": generate,
+        }),
+    }
+}
+
 /// The SIE fields of one model's listing entry.
 pub(crate) fn sie_fields(slot: &engine::Slot) -> Map<String, Value> {
     let st = slot.state();
@@ -568,7 +625,13 @@ pub(crate) fn sie_fields(slot: &engine::Slot) -> Map<String, Value> {
             _ => Value::Null,
         },
     );
-    m.insert("profiles".into(), json!({}));
+    m.insert("capabilities".into(), capabilities(slot));
+    let profiles: Map<String, Value> = protocol::sie::PROFILES
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.to_string(), json!({"is_default": i == 0})))
+        .collect();
+    m.insert("profiles".into(), Value::Object(profiles));
     m.insert("revision".into(), json!(slot.meta().revision));
     m
 }

@@ -1,6 +1,8 @@
 //! Encoders, rerank, classify, bundle and the SIE face, against a real server serving the
 //! test decision model, minilm-l6 and one classification entry.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::OnceLock;
@@ -89,12 +91,39 @@ async fn embeddings_match_the_known_minilm_similarities() {
 }
 
 #[tokio::test]
+async fn embeddings_shortened_to_fewer_dimensions_are_unit_prefixes() {
+    let s = server();
+    let url = s.url("/v1/embeddings");
+    let (status, _, full) = post(&url, &json!({"model": "minilm-l6", "input": FOOD})).await;
+    assert_eq!(status, 200, "{full}");
+    let body = json!({"model": "minilm-l6", "input": FOOD, "dimensions": 128, "options": {"return_meta": true}});
+    let (status, _, short) = post(&url, &body).await;
+    assert_eq!(status, 200, "{short}");
+    let v = short["data"][0]["embedding"].as_array().unwrap();
+    assert_eq!(v.len(), 128);
+    let norm: f64 = v
+        .iter()
+        .map(|x| x.as_f64().unwrap().powi(2))
+        .sum::<f64>()
+        .sqrt();
+    assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    // The same direction as the full vector's first 128 values.
+    let head = json!(full["data"][0]["embedding"].as_array().unwrap()[..128]);
+    assert!(cosine(&head, &short["data"][0]["embedding"]) > 0.99999);
+    assert_eq!(short["meta"]["representation"]["dims"], 128);
+    // Its own width is the full vector.
+    let body = json!({"model": "minilm-l6", "input": FOOD, "dimensions": 384});
+    let (_, _, same) = post(&url, &body).await;
+    assert_eq!(same["data"][0]["embedding"], full["data"][0]["embedding"]);
+}
+
+#[tokio::test]
 async fn embeddings_refuse_what_the_card_does_not_declare() {
     let s = server();
     let url = s.url("/v1/embeddings");
     for (body, reason) in [
         (
-            json!({"model": "minilm-l6", "input": "x", "dimensions": 128}),
+            json!({"model": "minilm-l6", "input": "x", "dimensions": 385}),
             "parameter_unsupported",
         ),
         (
@@ -390,9 +419,27 @@ async fn sie_encode_score_extract_and_their_error_codes() {
         "x-queue-time",
         "x-tokenization-time",
         "x-inference-time",
+        "x-trace-id",
     ] {
         assert!(h.contains_key(k), "{k}");
     }
+    assert_eq!(h["x-trace-id"].len(), 32);
+    // A caller's W3C trace context is kept: the answer names the caller's trace.
+    let r = client()
+        .post(server().url("/v1/encode/minilm-l6"))
+        .header("accept", "application/json")
+        .header(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
+        .json(&json!({"items": [{"text": FOOD}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()["x-trace-id"],
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
     assert_eq!(v["items"][0]["id"], "a");
     assert!(v["items"][1].get("id").is_none());
     assert_eq!(v["items"][0]["dense"]["dtype"], "float16");
@@ -429,7 +476,7 @@ async fn sie_encode_score_extract_and_their_error_codes() {
     .await;
     assert_eq!(status, 200, "decision models score by relevance: {v}");
 
-    let (status, _, v) = sie(&format!("/v1/extract/{}", test_model()), json!({"items": [{"id": "t", "text": "Tim Cook is the CEO of Apple."}, {"id": "bad"}], "params": {"labels": ["business", "sports"]}})).await;
+    let (status, _, v) = sie(&format!("/v1/extract/{}", test_model()), json!({"items": [{"id": "t", "text": "Tim Cook is the CEO of Apple."}, {"id": "bad"}], "params": {"labels": ["business", "sports"], "options": {"task": "classify"}}})).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["items"][0]["id"], "t");
     assert_eq!(
@@ -442,6 +489,21 @@ async fn sie_encode_score_extract_and_their_error_codes() {
     let text = "Ünïcode first: Tim Cook is the CEO of Apple.";
     let (status, _, v) = sie(&format!("/v1/extract/{}", test_model()), json!({"items": [{"text": text}], "params": {"labels": ["person"], "options": {"task": "entities"}}})).await;
     assert_eq!(status, 200, "{v}");
+    // Without a task, labels on a model that finds spans give entities, as SIE's extract does.
+    let (status, _, plain) = sie(
+        &format!("/v1/extract/{}", test_model()),
+        json!({"items": [{"text": text}], "params": {"labels": ["person"]}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(
+        plain["items"][0]["entities"], v["items"][0]["entities"],
+        "{plain}"
+    );
+    assert!(
+        plain["items"][0].get("classifications").is_none(),
+        "{plain}"
+    );
     let chars: Vec<char> = text.chars().collect();
     for e in v["items"][0]["entities"].as_array().expect("entities") {
         let (a, b) = (
@@ -463,6 +525,7 @@ async fn sie_encode_score_extract_and_their_error_codes() {
     let policy = json!({"options": {"overflow_policy": "error"}});
     let mut p = policy.clone();
     p["labels"] = json!(["late", "fine"]);
+    p["options"]["task"] = json!("classify");
     for (path, body) in [
         (
             "/v1/encode/minilm-l6".to_string(),
@@ -588,6 +651,23 @@ async fn sie_health_and_model_listing_carry_both_field_sets() {
     assert_eq!(enc["dims"]["dense"], 384);
     assert_eq!(enc["loaded"], true);
     assert_eq!(enc["max_sequence_length"], 512);
+    assert_eq!(
+        enc["capabilities"],
+        json!({"encode": ["dense"], "score": true, "extract": [], "generate": false})
+    );
+    assert_eq!(enc["profiles"], json!({"default": {"is_default": true}}));
+    let dec = v["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == test_model())
+        .unwrap();
+    assert_eq!(dec["capabilities"]["encode"], json!([]));
+    assert_eq!(dec["capabilities"]["score"], true);
+    assert_eq!(
+        dec["capabilities"]["extract"],
+        json!(["classify", "entities"])
+    );
     assert_eq!(v["classifiers"][0]["name"], "sentiment");
     let r = client()
         .get(s.url("/v1/models/minilm-l6"))
