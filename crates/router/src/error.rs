@@ -75,6 +75,16 @@ impl RouterError {
         }
     }
 
+    /// The code in `flavor`'s body: on the published System One API (vllm-sr/5.0) a model
+    /// with no ready worker is `model_unavailable` (system-duo-api.txt); the runtime's own
+    /// shape keeps the worker's `not_ready`.
+    fn code_in(&self, flavor: Flavor) -> &'static str {
+        match (self, flavor) {
+            (RouterError::NotReady, Flavor::V5) => "model_unavailable",
+            _ => self.code(),
+        }
+    }
+
     pub fn body(&self, flavor: Flavor) -> Value {
         let message = self.to_string();
         let reason = match self {
@@ -101,7 +111,7 @@ impl RouterError {
             }
             Flavor::V5 | Flavor::Internal => {
                 let mut flat = Map::new();
-                flat.insert("code".into(), json!(self.code()));
+                flat.insert("code".into(), json!(self.code_in(flavor)));
                 if let Some(r) = reason {
                     flat.insert("reason".into(), json!(r));
                 }
@@ -114,7 +124,7 @@ impl RouterError {
                 }
                 flat.insert(
                     "detail".into(),
-                    json!({"error_type": self.code(), "message": message}),
+                    json!({"error_type": self.code_in(flavor), "message": message}),
                 );
                 flat.insert("message".into(), json!(message));
                 Value::Object(flat)

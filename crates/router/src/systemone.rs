@@ -95,11 +95,26 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
     let Some((dep, pool)) = rt.deployment(&model) else {
         return RouterError::ModelNotFound(model).response(flavor);
     };
+    // A long-context request without its own deadline may wait the listener's whole
+    // max_deadline_ms (worker-api.txt, "Errors"); any other waits the listener's deadline.
+    let long_context = req
+        .get("options")
+        .and_then(|o| o.get("long_context"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+        || headers
+            .get("typesafe-danger-zone-long-context")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let deadline = req
         .get("options")
         .and_then(|o| o.get("deadline_ms"))
         .and_then(Value::as_u64)
-        .unwrap_or(rt.deadline_ms)
+        .unwrap_or(if long_context {
+            rt.max_deadline_ms
+        } else {
+            rt.deadline_ms
+        })
         .clamp(1, rt.max_deadline_ms);
     let deadline = Duration::from_millis(deadline);
     if dep.schema == Schema::V5 {
@@ -174,18 +189,23 @@ fn standardize(req: &mut Map<String, Value>) -> Result<(), RouterError> {
     if let Some(qs) = req.get_mut("questions").and_then(Value::as_object_mut) {
         check(qs, "")?;
     }
-    if let Some(states) = req.get_mut("states").and_then(Value::as_object_mut) {
-        for (name, e) in states.iter_mut() {
+    if let Some(requests) = req.get_mut("requests").and_then(Value::as_object_mut) {
+        for (name, e) in requests.iter_mut() {
+            let Some(e) = e.as_object_mut() else { continue };
+            for k in STRIPPED {
+                e.remove(*k);
+            }
             if let Some(qs) = e.get_mut("questions").and_then(Value::as_object_mut) {
-                check(qs, &format!("states.{name}."))?;
+                check(qs, &format!("requests.{name}."))?;
             }
         }
     }
     Ok(())
 }
 
-/// A batch to a target without one: each entry its own request, at once; answered in the
-/// batch's shape with the usage summed.
+/// A batch to a target without one (`{"model"?, "requests": {name: request}}`, the body the
+/// worker's own batch takes): each request sent alone, all at once, and answered as the
+/// worker answers a batch, under `responses`, a failed one with its error body and `status`.
 async fn split_batch(
     dep: &Deployment,
     pool: &Arc<Pool>,
@@ -193,20 +213,25 @@ async fn split_batch(
     mut req: Map<String, Value>,
     deadline: Duration,
 ) -> Response<Body> {
-    let model = req.get("model").cloned().unwrap_or(Value::Null);
-    let Some(Value::Object(states)) = req.remove("states") else {
-        return RouterError::BadRequest {
-            message: "a batch holds its requests under states".into(),
-            param: Some("states".into()),
-            reason: None,
+    let model = req.get("model").cloned();
+    let requests = match req.remove("requests") {
+        Some(Value::Object(r)) if !r.is_empty() => r,
+        _ => {
+            return RouterError::BadRequest {
+                message: "requests must be an object of named requests".into(),
+                param: Some("requests".into()),
+                reason: Some("body_malformed"),
+            }
+            .response(Flavor::V5)
         }
-        .response(Flavor::V5);
     };
-    let calls = states.into_iter().map(|(name, entry)| {
+    let calls = requests.into_iter().map(|(name, entry)| {
         let model = model.clone();
         async move {
             let mut one = entry.as_object().cloned().unwrap_or_default();
-            one.insert("model".into(), model);
+            if let Some(m) = model {
+                one.entry("model").or_insert(m);
+            }
             let body = serde_json::to_vec(&one).unwrap_or_default();
             let r = call(
                 dep,
@@ -222,30 +247,20 @@ async fn split_batch(
             let b = axum::body::to_bytes(r.into_body(), 64 * 1024 * 1024)
                 .await
                 .unwrap_or_default();
-            (
-                name,
-                status,
-                serde_json::from_slice::<Value>(&b).unwrap_or(Value::Null),
-            )
+            let mut v = serde_json::from_slice::<Value>(&b).unwrap_or(Value::Null);
+            if !status.is_success() {
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("status".into(), json!(status.as_u16()));
+                }
+            }
+            (name, v)
         }
     });
-    let results = futures_util::future::join_all(calls).await;
-    let mut out = Map::new();
-    let (mut input, mut output) = (0u64, 0u64);
-    for (name, status, v) in results {
-        if status.is_success() {
-            input += v
-                .pointer("/usage/input_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-            output += v
-                .pointer("/usage/output_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0);
-        }
-        out.insert(name, v);
-    }
-    let body = json!({"model": model, "states": out, "usage": {"input_tokens": input, "output_tokens": output}});
+    let responses: Map<String, Value> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .collect();
+    let body = json!({ "responses": responses });
     let mut r = Response::new(Body::from(serde_json::to_vec(&body).unwrap_or_default()));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -306,6 +321,14 @@ async fn call(
     }
     let mut bytes = bytes;
     if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
+        // A model that is starting (or failed) on its worker is, on the published System
+        // One API, a model that is unavailable: 503 model_unavailable with Retry-After.
+        if flavor == Flavor::V5
+            && parts.status == StatusCode::SERVICE_UNAVAILABLE
+            && v.pointer("/error/code").or_else(|| v.get("code")) == Some(&json!("not_ready"))
+        {
+            return RouterError::NotReady.response(flavor);
+        }
         let mut changed = scrub(&mut v);
         if dep.schema == Schema::Standard && parts.status == StatusCode::OK {
             changed |= strip_listing(&mut v);
@@ -471,12 +494,22 @@ mod tests {
             json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}}})
         );
         let mut req: Map<String, Value> = serde_json::from_value(json!({
-            "model": "m", "states": {"a": {"state": "s", "questions": {"q": {"type": "span", "instructions": "i"}}}}
+            "model": "m", "requests": {"a": {"state": "s", "options": {"return_meta": true},
+                "questions": {"q": {"type": "noul", "instructions": "i", "preset": "pii"}}}}
+        }))
+        .unwrap();
+        standardize(&mut req).unwrap();
+        assert_eq!(
+            req["requests"]["a"],
+            json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "i"}}})
+        );
+        let mut req: Map<String, Value> = serde_json::from_value(json!({
+            "model": "m", "requests": {"a": {"state": "s", "questions": {"q": {"type": "span", "instructions": "i"}}}}
         }))
         .unwrap();
         let e = standardize(&mut req).unwrap_err();
         assert!(
-            matches!(&e, RouterError::BadRequest { param: Some(p), .. } if p == "states.a.questions.q"),
+            matches!(&e, RouterError::BadRequest { param: Some(p), .. } if p == "requests.a.questions.q"),
             "{e:?}"
         );
         let mut req: Map<String, Value> = serde_json::from_value(json!({

@@ -46,9 +46,17 @@ fn entry(e: &Map<String, Value>, extra_images: u64, state_once: bool) -> u64 {
     }
 }
 
-/// The estimate of a System One request body (a standard request or a batch in `states`).
+/// The estimate of a System One request body (a standard request, a batch in `states`, or a
+/// `/v1/systemone/batch` body whose `requests` are each a whole request).
 /// Top-level image assets count as images of every entry.
 pub fn input_tokens(body: &Map<String, Value>, state_once: bool) -> u64 {
+    if let Some(requests) = body.get("requests").and_then(Value::as_object) {
+        return requests
+            .values()
+            .filter_map(Value::as_object)
+            .map(|r| input_tokens(r, state_once))
+            .sum();
+    }
     let assets = body
         .get("assets")
         .and_then(Value::as_object)
@@ -102,6 +110,14 @@ mod tests {
         // NFC: "e" + combining acute is counted as "é" (2 bytes, not 3).
         let body = obj(json!({"state": "he\u{301}", "questions": []}));
         assert_eq!(input_tokens(&body, true), 3);
+    }
+
+    #[test]
+    fn a_batch_of_requests_adds_each_request() {
+        let one = json!({"state": "abcd", "questions": {"q": {"type": "noul"}}});
+        let alone = input_tokens(&obj(one.clone()), true);
+        let batch = obj(json!({"model": "m", "requests": {"a": one.clone(), "b": one}}));
+        assert_eq!(input_tokens(&batch, true), 2 * alone);
     }
 
     #[test]

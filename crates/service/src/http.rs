@@ -875,6 +875,13 @@ fn is_stream(r: &Response) -> bool {
 /// Input and output tokens of an answer's `usage` (System One's `input_tokens`, OpenAI's
 /// `prompt_tokens` and `completion_tokens`).
 fn usage_of(v: &Value) -> Option<(u64, u64)> {
+    // A System One batch (`/v1/systemone/batch`): each answered request's usage, summed.
+    if let Some(rs) = v.get("responses").and_then(Value::as_object) {
+        return rs
+            .values()
+            .filter_map(usage_of)
+            .reduce(|a, b| (a.0 + b.0, a.1 + b.1));
+    }
     let u = v.get("usage")?;
     if let Some(i) = u.get("input_tokens").and_then(Value::as_u64) {
         return Some((

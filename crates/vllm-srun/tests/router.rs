@@ -3,6 +3,8 @@
 //! signals, headers, guards, fallback, streaming passthrough, System One publishing to a
 //! vllm-sr/5.0 and a systemone/0.2 deployment, and the 429/503/504 answers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::sync::OnceLock;
@@ -380,21 +382,39 @@ async fn system_one_is_published_to_both_schemas() {
     let (st, _, v) = post(&url("/v1/systemone"), &bad).await;
     assert_eq!(st, 400, "{v}");
     assert_eq!(v["reason"], "unsupported_field");
-    // A batch is split into single requests and answered together.
-    let batch = json!({"model": test_model(), "states": {
-        "a": {"state": "The build is broken.", "questions": q},
-        "b": {"state": "Thanks, all good now.", "questions": q}}});
-    let (st, _, v) = post(&url("/v1/systemone/batch"), &batch).await;
-    assert_eq!(st, 200, "{v}");
-    assert!(
-        v["states"]["a"]["answers"]["urgent"]["noul"].is_f64(),
-        "{v}"
-    );
-    assert!(
-        v["states"]["b"]["answers"]["urgent"]["noul"].is_f64(),
-        "{v}"
-    );
-    assert!(v["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0);
+    // A batch has one body shape whatever the target: `{model, requests}`, answered under
+    // `responses` as the worker answers it. A systemone/0.2 target gets each request alone
+    // (options stripped); a vllm-sr/5.0 target gets the batch as sent.
+    for model in [test_model(), DECIDER.to_string()] {
+        let batch = json!({"model": model, "requests": {
+            "a": {"state": "The build is broken.", "questions": q, "options": {"return_meta": true}},
+            "b": {"state": "Thanks, all good now.", "questions": q},
+            "bad": {"state": "x", "questions": {"urgent": {"type": "noul"}}}}});
+        let (st, _, v) = post(&url("/v1/systemone/batch"), &batch).await;
+        assert_eq!(st, 200, "{model}: {v}");
+        for name in ["a", "b"] {
+            assert!(
+                v["responses"][name]["answers"]["urgent"]["noul"].is_f64(),
+                "{model}: {v}"
+            );
+        }
+        let bad = &v["responses"]["bad"];
+        assert!(
+            bad["status"].as_u64().is_some_and(|s| s >= 400),
+            "{model}: {v}"
+        );
+        let direct = post(&stack().worker.url("/v1/systemone/batch"), &batch).await;
+        assert_eq!(direct.0, 200, "{model}");
+        assert!(
+            direct.2["responses"]["a"]["answers"]["urgent"]["noul"].is_f64(),
+            "{}",
+            direct.2
+        );
+        // The old form (`states`) is no batch body: refused on both.
+        let old = json!({"model": model, "states": {"a": {"state": "x", "questions": q}}});
+        let (st, _, v) = post(&url("/v1/systemone/batch"), &old).await;
+        assert_eq!(st, 400, "{model}: {v}");
+    }
     // The listing: published names only, the standard's without extension members.
     let (st, v) = get(&url("/v1/systemone/models")).await;
     assert_eq!(st, 200);
@@ -444,7 +464,7 @@ async fn busy_unready_and_slow_deployments() {
     )
     .await;
     assert_eq!(st, 503, "{v}");
-    assert_eq!(v["code"], "not_ready");
+    assert_eq!(v["code"], "model_unavailable");
     assert_eq!(header(&h, "retry-after"), "5");
     // Slow: past the request's own deadline. (A standard deployment never sees
     // `options`, so the router's clock is the one that runs out.)
