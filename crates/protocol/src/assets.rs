@@ -18,6 +18,12 @@ pub const MAX_IMAGE_BYTES: usize = 16 << 20;
 pub const MAX_IMAGE_PIXELS: u64 = 16_000_000;
 /// Largest ratio of an image's long side to its short side.
 pub const MAX_ASPECT_RATIO: u64 = 200;
+/// Most bytes of one video, decoded.
+pub const MAX_VIDEO_BYTES: usize = 64 << 20;
+/// Longest video, in seconds, as its container says.
+pub const MAX_VIDEO_SECONDS: u64 = 300;
+/// Most frames of one video's first video track, as its container counts them.
+pub const MAX_VIDEO_FRAMES: u64 = 18_000;
 /// Most bytes of one asset reference.
 pub const MAX_REFERENCE_BYTES: usize = 1024;
 /// Most bytes of all references of a request together.
@@ -195,13 +201,58 @@ fn animated(format: ImageFormat, b: &[u8]) -> bool {
     }
 }
 
-fn decode_base64(text: &str, what: &str) -> Result<Vec<u8>, ProtocolError> {
-    if text.len() > MAX_IMAGE_BYTES / 3 * 4 + 4 {
+/// Read a video's container from its bytes (never from a declared type) and hold it to the
+/// limits: 400 `video_too_large` past its bytes, `video_too_long` past its seconds or frames,
+/// `invalid_media` when its duration or frames do not read.
+pub fn inspect_video(bytes: &[u8], what: &str) -> Result<media::VideoFacts, ProtocolError> {
+    if bytes.len() > MAX_VIDEO_BYTES {
         return Err(refused(
-            reason::IMAGE_TOO_LARGE,
-            format!("{what} is larger than {MAX_IMAGE_BYTES} bytes"),
+            reason::VIDEO_TOO_LARGE,
+            format!(
+                "{what} has {} bytes; a video may have at most {MAX_VIDEO_BYTES}",
+                bytes.len()
+            ),
         )
-        .with_limit(MAX_IMAGE_BYTES as u64));
+        .with_limit(MAX_VIDEO_BYTES as u64));
+    }
+    let facts = media::video_facts(bytes)
+        .map_err(|e| refused(reason::INVALID_MEDIA, format!("{what}: {e}")))?;
+    if facts.seconds > MAX_VIDEO_SECONDS as f64 {
+        return Err(refused(
+            reason::VIDEO_TOO_LONG,
+            format!(
+                "{what} lasts {:.1} s; a video may last at most {MAX_VIDEO_SECONDS} s",
+                facts.seconds
+            ),
+        )
+        .with_limit(MAX_VIDEO_SECONDS));
+    }
+    if facts.frames > MAX_VIDEO_FRAMES {
+        return Err(refused(
+            reason::VIDEO_TOO_LONG,
+            format!(
+                "{what} has {} frames; a video may have at most {MAX_VIDEO_FRAMES}",
+                facts.frames
+            ),
+        )
+        .with_limit(MAX_VIDEO_FRAMES));
+    }
+    Ok(facts)
+}
+
+/// The base64 text of a data URL (or asset) holding at most `limit` bytes once decoded; past
+/// that, refused with `too_large` before anything is decoded.
+fn decode_base64_within(
+    text: &str,
+    what: &str,
+    limit: usize,
+    too_large: &'static str,
+) -> Result<Vec<u8>, ProtocolError> {
+    if text.len() > limit / 3 * 4 + 4 {
+        return Err(
+            refused(too_large, format!("{what} is larger than {limit} bytes"))
+                .with_limit(limit as u64),
+        );
     }
     base64::engine::general_purpose::STANDARD
         .decode(text.trim())
@@ -213,26 +264,42 @@ fn decode_base64(text: &str, what: &str) -> Result<Vec<u8>, ProtocolError> {
         })
 }
 
-/// Check one 4.0 `images` entry: a `data:image/...;base64,` URL.
-pub fn inspect_data_url(v: &Value, what: &str) -> Result<ImageInfo, ProtocolError> {
+fn decode_base64(text: &str, what: &str) -> Result<Vec<u8>, ProtocolError> {
+    decode_base64_within(text, what, MAX_IMAGE_BYTES, reason::IMAGE_TOO_LARGE)
+}
+
+/// The base64 data of a `data:<kind>/...;base64,` URL.
+fn data_url<'a>(v: &'a Value, what: &str, kind: &str) -> Result<&'a str, ProtocolError> {
     let s = v.as_str().ok_or_else(|| {
         refused(
             reason::ENCODING_MALFORMED,
             format!("{what} must be a data URL string"),
         )
     })?;
-    let data = s
-        .strip_prefix("data:")
+    s.strip_prefix("data:")
         .and_then(|rest| rest.split_once(";base64,"))
-        .filter(|(mime, _)| mime.starts_with("image/"))
+        .filter(|(mime, _)| mime.starts_with(kind) && mime[kind.len()..].starts_with('/'))
         .map(|(_, data)| data)
         .ok_or_else(|| {
             refused(
                 reason::ENCODING_MALFORMED,
-                format!("{what} must be a data:image/...;base64, URL"),
+                format!("{what} must be a data:{kind}/...;base64, URL"),
             )
-        })?;
+        })
+}
+
+/// Check one 4.0 `images` entry: a `data:image/...;base64,` URL.
+pub fn inspect_data_url(v: &Value, what: &str) -> Result<ImageInfo, ProtocolError> {
+    let data = data_url(v, what, "image")?;
     inspect_image(&decode_base64(data, what)?, what)
+}
+
+/// Check one `videos` entry: a `data:video/...;base64,` URL whose bytes are a video
+/// container within the limits (the type in the URL is not trusted: the bytes decide).
+pub fn inspect_video_data_url(v: &Value, what: &str) -> Result<media::VideoFacts, ProtocolError> {
+    let data = data_url(v, what, "video")?;
+    let bytes = decode_base64_within(data, what, MAX_VIDEO_BYTES, reason::VIDEO_TOO_LARGE)?;
+    inspect_video(&bytes, what)
 }
 
 /// Decode the top-level `assets` object, claiming multipart `parts` by name. Every part must be
@@ -296,6 +363,9 @@ pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Assets, Prot
             }
         };
         let bytes: Bytes = match (obj.get("data_base64"), obj.get("part")) {
+            (Some(Value::String(data)), None) if kind == "video" => Bytes::from(
+                decode_base64_within(data, &what, MAX_VIDEO_BYTES, reason::VIDEO_TOO_LARGE)?,
+            ),
             (Some(Value::String(data)), None) => Bytes::from(decode_base64(data, &what)?),
             (None, Some(Value::String(part))) => {
                 let Some((name, bytes)) = parts.get_key_value(part.as_str()) else {
@@ -323,7 +393,10 @@ pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Assets, Prot
         };
         let kind = match kind {
             "image" => AssetKind::Image(inspect_image(&bytes, &what)?),
-            _ => AssetKind::Video,
+            _ => {
+                inspect_video(&bytes, &what)?;
+                AssetKind::Video
+            }
         };
         assets.push(Asset {
             reference: reference.clone(),

@@ -16,6 +16,10 @@ pub mod reason {
     pub const QUESTION_TOKENS: &str = "question_tokens";
     pub const REQUEST_TOKENS: &str = "request_tokens";
     pub const TOO_MANY_QUESTIONS: &str = "too_many_questions";
+    pub const TOO_MANY_STATES: &str = "too_many_states";
+    pub const TOO_MANY_IMAGES: &str = "too_many_images";
+    pub const TOO_MANY_VIDEOS: &str = "too_many_videos";
+    pub const STATE_TOO_LONG: &str = "state_too_long";
     pub const INPUT_MALFORMED: &str = "input_malformed";
     pub const INPUT_INCOMPLETE: &str = "input_incomplete";
     pub const SCAN_BUDGET: &str = "scan_budget";
@@ -26,6 +30,9 @@ pub mod reason {
     pub const NO_VALID_QUESTION: &str = "no_valid_question";
     pub const MODALITY_UNSUPPORTED: &str = "modality_unsupported";
     pub const IMAGE_TOO_LARGE: &str = "image_too_large";
+    pub const VIDEO_TOO_LARGE: &str = "video_too_large";
+    pub const VIDEO_TOO_LONG: &str = "video_too_long";
+    pub const INVALID_MEDIA: &str = "invalid_media";
     pub const IMAGE_FORMAT_UNSUPPORTED: &str = "image_format_unsupported";
     pub const IMAGE_MALFORMED: &str = "image_malformed";
     pub const IMAGE_ANIMATED: &str = "image_animated";

@@ -10,6 +10,7 @@ pub mod assets;
 pub mod confidence;
 pub mod encoder;
 pub mod error;
+pub mod limits;
 pub mod openai;
 pub mod ordered;
 pub mod precount;

@@ -207,6 +207,13 @@ pub struct DecisionRequest {
     pub videos: usize,
 }
 
+impl DecisionRequest {
+    /// Every image the request reads: the state's and each question's own.
+    pub fn all_images(&self) -> usize {
+        self.images + self.questions.iter().map(|q| q.images).sum::<usize>()
+    }
+}
+
 /// A decoded body: one request, or a batch of named requests (`states`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum DecisionBody {
@@ -319,6 +326,7 @@ fn parse_requests(
                 "states must hold at least one entry",
             ));
         }
+        crate::limits::check_counts(states.len(), 0, 0, 0)?;
         let mut entries = Vec::with_capacity(states.len());
         for (name, entry) in states {
             let e = entry.as_object().ok_or_else(|| {
@@ -336,6 +344,13 @@ fn parse_requests(
             }
             entries.push((name.clone(), req));
         }
+        let sum = |f: fn(&DecisionRequest) -> usize| entries.iter().map(|(_, r)| f(r)).sum();
+        crate::limits::check_counts(
+            entries.len(),
+            sum(|r| r.questions.len()),
+            sum(DecisionRequest::all_images),
+            sum(|r| r.videos),
+        )?;
         return Ok(DecisionBody::Batch {
             model,
             options,
@@ -343,6 +358,7 @@ fn parse_requests(
         });
     }
     let mut req = parse_single(obj, schema, &[], assets, used)?;
+    crate::limits::check_counts(1, req.questions.len(), req.all_images(), req.videos)?;
     req.model = model;
     req.options = options;
     Ok(DecisionBody::Single(req))
@@ -491,6 +507,7 @@ fn parse_single(
             ))
         }
     };
+    crate::limits::check_state(&state, &loc("state").join("."))?;
     let questions = match obj.get("questions") {
         None => {
             return Err(ProtocolError::schema(
@@ -573,7 +590,11 @@ fn parse_single(
     let mut uses = vec![0usize; assets.len()];
     assets::count_uses(&state, assets, &mut uses);
     let images = data_urls.len() + add_uses(used, &uses, assets, false);
-    let videos = list("videos")?.len() + add_uses(used, &uses, assets, true);
+    let video_urls = list("videos")?;
+    for (i, v) in video_urls.iter().enumerate() {
+        assets::inspect_video_data_url(v, &format!("videos[{i}]"))?;
+    }
+    let videos = video_urls.len() + add_uses(used, &uses, assets, true);
     Ok(DecisionRequest {
         model: None,
         state,

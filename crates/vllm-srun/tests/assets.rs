@@ -1,5 +1,7 @@
 //! Assets, images, multipart bodies and `over`, against the real server (text-only model).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use base64::Engine as _;
@@ -60,9 +62,67 @@ async fn an_image_in_the_state_of_a_text_model_is_refused_after_its_checks() {
     assert_eq!(v["reason"], "modality_unsupported");
     let v = refused("/v1/decisions", &with_asset(ok)).await;
     assert_eq!(v["error"]["reason"], "modality_unsupported");
-    let video = json!({"type": "video", "data_base64": b64(b"not read")});
+    let video = json!({"type": "video", "data_base64": b64(CLIP_MP4)});
     let v = refused("/v1/decisions", &with_asset(video)).await;
     assert_eq!(v["error"]["reason"], "modality_unsupported");
+}
+
+/// Real containers written by ffmpeg (the media crate's fixtures): 2 s at 10 frames a second,
+/// and 301 s at one frame a second.
+const CLIP_MP4: &[u8] = include_bytes!("../../media/tests/fixtures/clip.mp4");
+const CLIP_WEBM: &[u8] = include_bytes!("../../media/tests/fixtures/clip.webm");
+const LONG_MP4: &[u8] = include_bytes!("../../media/tests/fixtures/long.mp4");
+
+#[tokio::test]
+async fn videos_are_read_from_their_bytes_before_the_model_refuses_them() {
+    // `videos` data URLs are the internal form's (/v1/decisions; vllm-sr/5.0 takes video
+    // assets instead); both are read the same way.
+    let url = |kind: &str, b: &[u8]| format!("data:video/{kind};base64,{}", b64(b));
+    let ask = |videos: Value| {
+        json!({"state": "What happens in the clip?", "videos": videos,
+               "questions": {"moving": noul("Does something move across the scene?")}})
+    };
+    let asset = |b: &[u8]| with_asset(json!({"type": "video", "data_base64": b64(b)}));
+    // Readable and within the limits: the text model then refuses the modality, on every
+    // container, whatever type the data URL claims.
+    for v in [
+        url("mp4", CLIP_MP4),
+        url("webm", CLIP_WEBM),
+        url("mp4", CLIP_WEBM),
+    ] {
+        let e = refused("/v1/decisions", &ask(json!([v]))).await;
+        assert_eq!(e["error"]["reason"], "modality_unsupported", "{e}");
+    }
+    let e = refused("/v1/systemone", &asset(CLIP_WEBM)).await;
+    assert_eq!(e["reason"], "modality_unsupported", "{e}");
+    // Longer than 300 s by its container: video_too_long with the limit.
+    let e = refused("/v1/decisions", &ask(json!([url("mp4", LONG_MP4)]))).await;
+    assert_eq!(
+        (e["error"]["code"].as_str(), e["error"]["reason"].as_str()),
+        (Some("invalid_request"), Some("video_too_long")),
+        "{e}"
+    );
+    assert_eq!(e["error"]["limit"], 300);
+    let e = refused("/v1/systemone", &asset(LONG_MP4)).await;
+    assert_eq!(
+        (e["code"].as_str(), e["reason"].as_str(), e["limit"].as_u64()),
+        (Some("invalid_request"), Some("video_too_long"), Some(300)),
+        "{e}"
+    );
+    // Bytes that are no container, or a container cut short: invalid_media.
+    for bad in [b"not a video".as_slice(), &CLIP_MP4[..CLIP_MP4.len() / 3]] {
+        let e = refused("/v1/decisions", &ask(json!([url("mp4", bad)]))).await;
+        assert_eq!(e["error"]["reason"], "invalid_media", "{e}");
+        let e = refused("/v1/systemone", &asset(bad)).await;
+        assert_eq!(e["reason"], "invalid_media", "{e}");
+    }
+    // A videos entry that is no video data URL.
+    let e = refused(
+        "/v1/decisions",
+        &ask(json!([format!("data:image/png;base64,{}", b64(CLIP_MP4))])),
+    )
+    .await;
+    assert_eq!(e["error"]["reason"], "encoding_malformed", "{e}");
 }
 
 #[tokio::test]

@@ -1,0 +1,239 @@
+//! Media read from their bytes, as `system-duo-api.txt` asks: "the service reads a video's
+//! container from its bytes, not from the type in the data URL". What a container says (its
+//! duration, the frames of its first video track, their size) comes from the container's own
+//! indexes, read by the `mp4` and `matroska-demuxer` crates; no frame is decoded here.
+//!
+//! Architecture invariant: nothing here panics or allocates past the input's size on bad
+//! bytes. Both readers bound their tables by the boxes that hold them; a reader that still
+//! panics on some input is caught and reported as unreadable.
+
+use std::io::Cursor;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// A video container this runtime reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Container {
+    /// ISO base media: MP4 or QuickTime.
+    Mp4,
+    /// Matroska or WebM.
+    Matroska,
+}
+
+impl Container {
+    pub fn word(self) -> &'static str {
+        match self {
+            Container::Mp4 => "mp4",
+            Container::Matroska => "matroska",
+        }
+    }
+}
+
+/// What a video's container says.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VideoFacts {
+    pub container: Container,
+    /// Seconds, from the container's duration (or its video track's, or its last frame's
+    /// time where the container gives none).
+    pub seconds: f64,
+    /// Frames of the first video track.
+    pub frames: u64,
+    pub width: u64,
+    pub height: u64,
+}
+
+/// Why a video's bytes do not read.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum MediaError {
+    /// Neither an MP4/QuickTime nor a Matroska/WebM container.
+    #[error("not a video container this runtime reads (MP4, QuickTime, WebM or Matroska)")]
+    UnknownContainer,
+    /// A known container whose duration, frames or video track cannot be read.
+    #[error("the {container} container does not read: {why}")]
+    Unreadable {
+        container: &'static str,
+        why: String,
+    },
+}
+
+/// The container the bytes start like, if any.
+pub fn sniff(bytes: &[u8]) -> Option<Container> {
+    // ISO base media: a box whose type is `ftyp` (or a QuickTime file's first atoms).
+    let iso = bytes.len() >= 12
+        && matches!(
+            &bytes[4..8],
+            b"ftyp" | b"moov" | b"mdat" | b"wide" | b"free" | b"skip"
+        );
+    if iso {
+        return Some(Container::Mp4);
+    }
+    // EBML's magic number opens every Matroska and WebM file.
+    if bytes.starts_with(&[0x1A, 0x45, 0xDF, 0xA3]) {
+        return Some(Container::Matroska);
+    }
+    None
+}
+
+/// Read a video's container: its duration, frame count and frame size.
+pub fn video_facts(bytes: &[u8]) -> Result<VideoFacts, MediaError> {
+    let container = sniff(bytes).ok_or(MediaError::UnknownContainer)?;
+    let unreadable = |why: String| MediaError::Unreadable {
+        container: container.word(),
+        why,
+    };
+    let read = catch_unwind(AssertUnwindSafe(|| match container {
+        Container::Mp4 => mp4_facts(bytes),
+        Container::Matroska => matroska_facts(bytes),
+    }));
+    let facts = read
+        .map_err(|_| unreadable("its tables contradict each other".into()))?
+        .map_err(unreadable)?;
+    if !facts.seconds.is_finite() || facts.seconds <= 0.0 {
+        return Err(unreadable("it gives no duration".into()));
+    }
+    if facts.frames == 0 {
+        return Err(unreadable("its video track has no frames".into()));
+    }
+    Ok(facts)
+}
+
+fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, String> {
+    let r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)
+        .map_err(|e| e.to_string())?;
+    let mut tracks: Vec<&mp4::Mp4Track> = r
+        .tracks()
+        .values()
+        .filter(|t| matches!(t.track_type(), Ok(mp4::TrackType::Video)))
+        .collect();
+    tracks.sort_by_key(|t| t.track_id());
+    let track = tracks.first().ok_or("it has no video track")?;
+    let frames = if track.trafs.is_empty() {
+        u64::from(track.trak.mdia.minf.stbl.stsz.sample_count)
+    } else {
+        track
+            .trafs
+            .iter()
+            .filter_map(|t| t.trun.as_ref())
+            .map(|t| u64::from(t.sample_count))
+            .sum()
+    };
+    let mdhd = &track.trak.mdia.mdhd;
+    // A fragmented file (`empty_moov`) says its length only in its fragments: the sum of
+    // their samples' durations, each a trun's own or its fragment's (or track's) default.
+    let fragments: u64 = track
+        .trafs
+        .iter()
+        .filter_map(|t| t.trun.as_ref().map(|run| (t, run)))
+        .map(|(t, run)| {
+            if run.sample_durations.is_empty() {
+                let each = t
+                    .tfhd
+                    .default_sample_duration
+                    .unwrap_or(track.default_sample_duration);
+                u64::from(run.sample_count) * u64::from(each)
+            } else {
+                run.sample_durations.iter().map(|d| u64::from(*d)).sum()
+            }
+        })
+        .sum();
+    let seconds = ratio(r.moov.mvhd.duration, r.moov.mvhd.timescale)
+        .or_else(|| ratio(mdhd.duration, mdhd.timescale))
+        .or_else(|| ratio(fragments, mdhd.timescale));
+    Ok(VideoFacts {
+        container: Container::Mp4,
+        seconds: seconds.ok_or("it gives no duration")?,
+        frames,
+        width: u64::from(track.width()),
+        height: u64::from(track.height()),
+    })
+}
+
+/// `units / per_second` seconds, if both say something.
+fn ratio(units: u64, per_second: u32) -> Option<f64> {
+    (units > 0 && per_second > 0).then(|| units as f64 / f64::from(per_second))
+}
+
+fn matroska_facts(bytes: &[u8]) -> Result<VideoFacts, String> {
+    let mut f =
+        matroska_demuxer::MatroskaFile::open(Cursor::new(bytes)).map_err(|e| e.to_string())?;
+    let track = f
+        .tracks()
+        .iter()
+        .find(|t| t.track_type() == matroska_demuxer::TrackType::Video)
+        .ok_or("it has no video track")?;
+    let number = track.track_number().get();
+    let (width, height) = track
+        .video()
+        .map(|v| (v.pixel_width().get(), v.pixel_height().get()))
+        .unwrap_or((0, 0));
+    // Timestamps count units of timestamp_scale nanoseconds.
+    let scale = f.info().timestamp_scale().get() as f64 / 1e9;
+    let declared = f.info().duration().map(|d| d * scale);
+    let mut frame = matroska_demuxer::Frame::default();
+    let (mut frames, mut last) = (0u64, 0u64);
+    while f.next_frame(&mut frame).map_err(|e| e.to_string())? {
+        if frame.track == number {
+            frames += 1;
+            last = last.max(frame.timestamp);
+        }
+    }
+    // A stream written without a duration (live WebM) lasts to its last frame, and one more
+    // frame's time: the mean frame time.
+    let seconds = declared.filter(|s| *s > 0.0).unwrap_or_else(|| {
+        let span = last as f64 * scale;
+        if frames > 1 {
+            span * frames as f64 / (frames - 1) as f64
+        } else {
+            span
+        }
+    });
+    Ok(VideoFacts {
+        container: Container::Matroska,
+        seconds,
+        frames,
+        width,
+        height,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_that_are_no_container_are_said_so() {
+        assert_eq!(video_facts(b""), Err(MediaError::UnknownContainer));
+        assert_eq!(
+            video_facts(b"\x89PNG\r\n\x1a\n0000000000"),
+            Err(MediaError::UnknownContainer)
+        );
+    }
+
+    #[test]
+    fn a_broken_container_is_unreadable_not_a_panic() {
+        // An ftyp box that claims more bytes than there are, then nothing.
+        let mut b = vec![0, 0, 0, 0x20];
+        b.extend_from_slice(b"ftypisom");
+        b.extend_from_slice(&[0; 8]);
+        assert!(matches!(
+            video_facts(&b),
+            Err(MediaError::Unreadable {
+                container: "mp4",
+                ..
+            })
+        ));
+        // EBML magic and garbage.
+        let mut b = vec![0x1A, 0x45, 0xDF, 0xA3];
+        b.extend_from_slice(&[0xFF; 40]);
+        assert!(matches!(
+            video_facts(&b),
+            Err(MediaError::Unreadable {
+                container: "matroska",
+                ..
+            })
+        ));
+        // Every truncation of a real box header stays an error.
+        for n in 0..b.len() {
+            let _ = video_facts(&b[..n]);
+        }
+    }
+}
