@@ -86,6 +86,29 @@ check("usage: 30 days, the model, latency", s == 200 and len(u["days"]) == 30
       and u["models"][0]["id"] == model and u["recent"]["latency_ms"]["p50"] is not None, u)
 s, _, info = call("GET", "/api/info")
 check("info lists the model's admission", s == 200 and any(m["id"] == model and "admission" in m for m in info["models"]), info)
+# The per-model limits a client reads from /api/info (system-duo-api.txt, "Per-model limits").
+limits = next(m for m in info["models"] if m["id"] == model)["limits"]
+names = ["max_state_chars", "max_options", "max_states", "max_questions", "max_images", "max_image_bytes",
+         "max_videos", "max_video_bytes", "max_video_seconds", "max_video_frames", "max_request_tokens",
+         "timeout_seconds", "box"]
+check("info: every per-model limit", all(k in limits for k in names) and limits["box"] is False, limits)
+# A request one past a published limit is refused at that limit.
+q = {"q": {"type": "noul", "instructions": "Is it?"}}
+states = {f"s{i}": {"state": "x", "questions": q} for i in range(limits["max_states"] + 1)}
+s, _, v = call("POST", "/v1/decisions", api_key, {"model": model, "states": states})
+check("one past max_states: 400 too_many_states at the published limit",
+      s == 400 and v["error"]["reason"] == "too_many_states" and v["error"]["limit"] == limits["max_states"], (s, v))
+# A batch through the router: the worker's body, answered under responses, charged its usage.
+s, _, me0 = call("GET", "/api/keys/self", api_key)
+batch = {"model": model, "requests": {"a": {"state": "The build is broken.", "questions": ask["questions"]},
+                                      "b": {"state": "Thanks, all good.", "questions": ask["questions"]}}}
+s, _, v = call("POST", "/v1/systemone/batch", api_key, batch)
+check("batch through the router: each request answered under responses",
+      s == 200 and all("angry" in v["responses"][n]["answers"] for n in "ab"), (s, v))
+s, _, me1 = call("GET", "/api/keys/self", api_key)
+used = sum(v["responses"][n]["usage"]["input_tokens"] for n in "ab")
+check("batch: charged its requests' input tokens",
+      me1["usage_today"]["input_tokens"] - me0["usage_today"]["input_tokens"] == used, (me0, me1, used))
 s, _, _ = call("DELETE", "/api/keys/self", api_key)
 check("revoke: 204", s == 204, s)
 s, _, v = call("POST", "/v1/systemone", api_key, ask)

@@ -225,6 +225,38 @@ with sync_playwright() as p:
     check("status: refreshed without reloading", refreshed is True, refreshed)
     page.screenshot(path=f"{SHOTS}/status.png", full_page=True)
 
+    # --- Terms, privacy, limits ----------------------------------------------------------
+    page.goto(BASE + "/")
+    page.click("label:has(#terms) a[href='/terms']")
+    page.wait_for_url(BASE + "/terms")
+    check("home: the terms checkbox links to the terms", "Terms of use" in page.title(), page.title())
+    check("terms: research and evaluation only",
+          "research and evaluation only" in (page.text_content("main") or ""))
+    page.screenshot(path=f"{SHOTS}/terms.png", full_page=True)
+    page.click("a[href='/privacy']")
+    page.wait_for_url(BASE + "/privacy")
+    text = page.text_content("main") or ""
+    check("privacy: says what is stored, how long, and how forget works",
+          all(w in text for w in ["SHA-256", "Two days", "/api/keys/self/forget", "not stored"]), text[:200])
+    page.screenshot(path=f"{SHOTS}/privacy.png", full_page=True)
+    info = json.load(urllib.request.urlopen(BASE + "/api/info"))
+    mine = next(m for m in info["models"] if m["id"] == MODEL)
+    page.goto(BASE + "/limits")
+    page.wait_for_selector(f"#model-limits th[data-model='{MODEL}']", timeout=30_000)
+    col = page.evaluate(
+        "(m) => [...document.querySelectorAll('#model-limits th')].findIndex(th => th.dataset.model === m)",
+        MODEL)
+    shown = {}
+    for k in ["max_questions", "max_video_seconds", "max_request_tokens", "box"]:
+        shown[k] = page.locator(f"#model-limits tr[data-limit={k}] > *").nth(col).text_content()
+    want = {k: ("yes" if mine["limits"][k] is True else "no" if mine["limits"][k] is False
+                else f"{mine['limits'][k]:,}") for k in shown}
+    check("limits: the page shows /api/info's per-model limits", shown == want, (shown, want))
+    per_key = page.locator("#rate-limits tbody tr").first.text_content() or ""
+    check("limits: the page shows the per-key rate limits",
+          f"{info['rate_limits']['per_key']['requests_per_minute']:,}" in per_key, per_key)
+    page.screenshot(path=f"{SHOTS}/limits.png", full_page=True)
+
     check("no script error or refused resource on any page", not problems, problems)
     check("every byte came from this server", not elsewhere, elsewhere)
     browser.close()

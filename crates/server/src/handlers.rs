@@ -523,6 +523,14 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
             None => json!({"execution": "inline", "input_tokens": info.context_tokens}),
         };
         let mut limits = serde_json::to_value(&m.limits).unwrap_or_else(|_| json!({}));
+        // The decoder's own limits (state length, counts, media), the same for every decision
+        // model: /api/info and the limits page show these values.
+        if let (Some(l), Ok(Value::Object(r))) = (
+            limits.as_object_mut(),
+            serde_json::to_value(protocol::limits::request_limits()),
+        ) {
+            l.extend(r);
+        }
         limits["max_request_bytes"] = json!(state.config.max_request_bytes);
         card["limits"] = limits;
     }

@@ -36,6 +36,8 @@ const MAX_ANSWER: usize = 64 * 1024 * 1024;
 pub fn app(svc: Arc<Service>, inner: Router) -> Router {
     let status_inner = inner.clone();
     let status_svc = svc.clone();
+    let (info_inner, info_svc) = (inner.clone(), svc.clone());
+    let (pt_inner, pt_svc) = (inner.clone(), svc.clone());
     let guarded = inner.layer(axum::middleware::from_fn_with_state(svc.clone(), guard));
     Router::new()
         .route(
@@ -48,7 +50,16 @@ pub fn app(svc: Arc<Service>, inner: Router) -> Router {
         .route("/api/keys/self", get(key_self).delete(revoke_self))
         .route("/api/keys/self/usage", get(usage))
         .route("/api/keys/self/forget", post(forget))
-        .route("/api/info", get(info))
+        // The spec's place for an older System Two key's forget: the same action.
+        .route("/pt/api/keys/self/forget", post(forget))
+        .route(
+            "/api/info",
+            get(move || info(info_svc.clone(), info_inner.clone())),
+        )
+        .route(
+            "/pt/api/info",
+            get(move || info_two(pt_svc.clone(), pt_inner.clone())),
+        )
         .with_state(svc)
         .fallback_service(guarded)
         .layer(axum::middleware::from_fn(request_id))
@@ -513,16 +524,11 @@ async fn usage_body(svc: &Service, k: &KeyRow, two: bool) -> Result<Value, Servi
 /// The router's live model states, each with its recent server times (p50 and p90 of the
 /// answered requests of the last minutes, the wait for a place included).
 async fn status(svc: Arc<Service>, inner: Router) -> Response {
-    use tower::ServiceExt;
-    let mut req = Request::new(Body::empty());
-    *req.uri_mut() = axum::http::Uri::from_static("/api/status");
-    let Ok(resp) = inner.oneshot(req).await;
-    let (parts, body) = resp.into_parts();
-    let bytes = axum::body::to_bytes(body, 4 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
-        return Response::from_parts(parts, Body::from(bytes));
+    let Some((status, mut v)) = inner_json(inner, "/api/status").await else {
+        return json_response(
+            StatusCode::BAD_GATEWAY,
+            json!({"error": {"code": "status_unavailable"}}),
+        );
     };
     let now = svc.clock.now_ms();
     if let Some(models) = v.get_mut("models").and_then(Value::as_array_mut) {
@@ -537,11 +543,62 @@ async fn status(svc: Arc<Service>, inner: Router) -> Response {
     if let Value::Object(o) = &mut v {
         o.insert("generated_at".into(), json!(rfc3339(now)));
     }
-    json_response(parts.status, v)
+    json_response(status, v)
 }
 
-async fn info(State(svc): State<Arc<Service>>) -> Response {
+/// A GET of `path` on the router behind the service, its JSON body (`None` when it answers
+/// no JSON object).
+async fn inner_json(inner: Router, path: &'static str) -> Option<(StatusCode, Value)> {
+    use tower::ServiceExt;
+    let mut req = Request::new(Body::empty());
+    *req.uri_mut() = axum::http::Uri::from_static(path);
+    let Ok(resp) = inner.oneshot(req).await;
+    let (parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, 4 * 1024 * 1024).await.ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    v.is_object().then_some((parts.status, v))
+}
+
+/// Each published System One model's card, by name, as its worker reports it.
+async fn cards(inner: Router) -> BTreeMap<String, Value> {
+    let Some((_, listing)) = inner_json(inner, "/v1/systemone/models").await else {
+        return BTreeMap::new();
+    };
+    listing
+        .get("models")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            let name = m.get("name").and_then(Value::as_str)?;
+            Some((name.to_string(), m.get("card").cloned()?))
+        })
+        .collect()
+}
+
+/// A model's `limits` in /api/info: what its worker enforces (its card's limits: state length,
+/// options, states, questions, images, videos and their sizes), what this service enforces
+/// (`max_request_tokens` by its estimate, `timeout_seconds`), and whether it answers `box`.
+fn model_limits(card: Option<&Value>, own: &crate::config::ModelLimits) -> Value {
+    let mut limits = card
+        .and_then(|c| c.get("limits"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if let Ok(Value::Object(o)) = serde_json::to_value(own) {
+        limits.extend(o);
+    }
+    let answers_box = card
+        .and_then(|c| c.get("question_types"))
+        .and_then(Value::as_array)
+        .is_some_and(|t| t.iter().any(|t| t == "box"));
+    limits.insert("box".into(), json!(answers_box));
+    Value::Object(limits)
+}
+
+async fn info(svc: Arc<Service>, inner: Router) -> Response {
     let c = &svc.config;
+    let cards = cards(inner).await;
     let models: Vec<Value> = svc
         .models
         .iter()
@@ -549,7 +606,7 @@ async fn info(State(svc): State<Arc<Service>>) -> Response {
         .map(|m| {
             let s = c.model(m);
             json!({"id": m, "system": if c.is_system_two(m) { "two" } else { "one" },
-                   "limits": s.limits, "admission": s.admission,
+                   "limits": model_limits(cards.get(m), &s.limits), "admission": s.admission,
                    "rate_limits": budgets_json(&c.budgets(m))})
         })
         .collect();
@@ -569,6 +626,24 @@ async fn info(State(svc): State<Arc<Service>>) -> Response {
             "models": models,
         }),
     )
+}
+
+/// `/pt/api/info`: the router's System Two facts (the models `vllm-sr/auto` routes to, its
+/// limits) with each key's System Two budgets beside them.
+async fn info_two(svc: Arc<Service>, inner: Router) -> Response {
+    let Some((status, mut v)) = inner_json(inner, "/pt/api/info").await else {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            json!({"error": {"code": "not_found"}}),
+        );
+    };
+    if let Some(o) = v.as_object_mut() {
+        o.insert(
+            "rate_limits".into(),
+            json!({"per_key": budgets_json(&svc.config.system_two)}),
+        );
+    }
+    json_response(status, v)
 }
 
 // ---------------------------------------------------------------------------------------

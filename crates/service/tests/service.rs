@@ -2,6 +2,8 @@
 //! the router (it answers System One with a usage and System Two with a stream). Time is
 //! a manual clock, so budgets, quotas and midnight resets are exact.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -314,6 +316,24 @@ async fn forget_leaves_no_row(db: Db) {
     assert_eq!(e.svc.store.rows_of(&id).await.unwrap(), 0);
     let (s, _, _) = call(&e.app, "POST", "/v1/systemone", Some(&key), Some(ask())).await;
     assert_eq!(s, 401);
+    // The older System Two path forgets too; an older `sk-pt-` key is looked up like any
+    // key (none is stored here, so it is refused as unknown, not as malformed).
+    let other = new_key(&e.app).await;
+    let (s, _, v) = call(
+        &e.app,
+        "POST",
+        "/pt/api/keys/self/forget",
+        Some(&other),
+        None,
+    )
+    .await;
+    assert_eq!(s, 202, "{v}");
+    let old = format!("sk-pt-{}", "a".repeat(32));
+    let (s, _, v) = call(&e.app, "POST", "/pt/api/keys/self/forget", Some(&old), None).await;
+    assert_eq!(s, 401, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_api_key");
+    let (s, _, _) = call(&e.app, "POST", "/v1/systemone", Some(&old), Some(ask())).await;
+    assert_eq!(s, 401, "an sk-pt- key is checked, never taken for no key");
 }
 
 async fn challenges_are_single_use_limited_and_checked(db: Db) {

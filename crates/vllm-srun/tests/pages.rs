@@ -2,6 +2,8 @@
 //! model of the process through `*`), the keys service and the pages, as `vllm-srun serve`
 //! runs them. The browser test of the pages themselves is `scripts/pages_check.py`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;
@@ -87,6 +89,50 @@ async fn status_lists_every_model_of_the_process_with_its_server_times() {
         .filter_map(|m| m["id"].as_str())
         .collect();
     assert!(ids.contains(&SIGNALS) && !ids.contains(&"*"), "{ids:?}");
+    // Each model's limits are its worker's (from its card) with the service's own, and a
+    // request one past a published limit is refused at that limit.
+    for id in [SIGNALS, test_model().as_str()] {
+        let l = &model(&info, id)["limits"];
+        for k in [
+            "max_state_chars",
+            "max_options",
+            "max_states",
+            "max_questions",
+            "max_images",
+            "max_image_bytes",
+            "max_videos",
+            "max_video_bytes",
+            "max_video_seconds",
+            "max_video_frames",
+            "max_request_tokens",
+            "timeout_seconds",
+        ] {
+            assert!(l[k].is_u64(), "{id}: {k} missing from {l}");
+        }
+        assert_eq!(l["box"], false, "{l}");
+    }
+    let limits = &model(&info, SIGNALS)["limits"];
+    let max_states = limits["max_states"].as_u64().unwrap();
+    let states: serde_json::Map<String, Value> = (0..=max_states)
+        .map(|i| {
+            (
+                format!("s{i}"),
+                json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}}),
+            )
+        })
+        .collect();
+    let (st, _, e) = post(
+        &s.url("/v1/decisions"),
+        &json!({"model": SIGNALS, "states": states}),
+    )
+    .await;
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["error"]["reason"], "too_many_states", "{e}");
+    assert_eq!(e["error"]["limit"], max_states);
+    // /pt/api/info: what vllm-sr/auto routes to, with System Two's budgets per key.
+    let two = get_json(&s.url("/pt/api/info")).await;
+    assert!(two["models"][0]["routes_to"].is_array(), "{two}");
+    assert!(two["rate_limits"]["per_key"].is_object(), "{two}");
     // The pages, with their policy.
     for path in ["/", "/keys", "/status", "/assets/pow.js"] {
         let r = client().get(s.url(path)).send().await.unwrap();

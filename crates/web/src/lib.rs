@@ -44,15 +44,28 @@ pub enum WebError {
     },
 }
 
-const TEMPLATES: [(&str, &str); 4] = [
+const TEMPLATES: [(&str, &str); 7] = [
     ("base.html", include_str!("../templates/base.html")),
     ("home.html", include_str!("../templates/home.html")),
     ("keys.html", include_str!("../templates/keys.html")),
     ("status.html", include_str!("../templates/status.html")),
+    ("terms.html", include_str!("../templates/terms.html")),
+    ("privacy.html", include_str!("../templates/privacy.html")),
+    ("limits.html", include_str!("../templates/limits.html")),
+];
+
+/// Every page: its path and its template.
+const PAGES: [(&str, &str); 6] = [
+    ("/", "home.html"),
+    ("/keys", "keys.html"),
+    ("/status", "status.html"),
+    ("/terms", "terms.html"),
+    ("/privacy", "privacy.html"),
+    ("/limits", "limits.html"),
 ];
 
 /// The embedded assets: name, content type, bytes.
-const ASSETS: [(&str, &str, &str); 6] = [
+const ASSETS: [(&str, &str, &str); 7] = [
     (
         "site.css",
         "text/css; charset=utf-8",
@@ -82,6 +95,11 @@ const ASSETS: [(&str, &str, &str); 6] = [
         "pow.js",
         "text/javascript; charset=utf-8",
         include_str!("../assets/pow.js"),
+    ),
+    (
+        "limits.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/limits.js"),
     ),
 ];
 
@@ -146,9 +164,8 @@ impl Doc {
 }
 
 struct Pages {
-    home: Doc,
-    keys: Doc,
-    status: Doc,
+    /// Each page by its path.
+    pages: Vec<(&'static str, Doc)>,
     assets: Vec<(&'static str, Doc)>,
 }
 
@@ -172,9 +189,10 @@ fn render(site: &Site) -> Result<Pages, WebError> {
         Ok(Doc::new("text/html; charset=utf-8", html.into_bytes()))
     };
     Ok(Pages {
-        home: page("home.html")?,
-        keys: page("keys.html")?,
-        status: page("status.html")?,
+        pages: PAGES
+            .iter()
+            .map(|(path, name)| Ok((*path, page(name)?)))
+            .collect::<Result<_, WebError>>()?,
         assets: ASSETS
             .iter()
             .map(|(n, t, b)| (*n, Doc::new(t, b.as_bytes().to_vec())))
@@ -182,24 +200,18 @@ fn render(site: &Site) -> Result<Pages, WebError> {
     })
 }
 
-/// The pages' routes: `/`, `/keys`, `/status` and `/assets/{name}`.
+/// The pages' routes: `/`, `/keys`, `/status`, `/terms`, `/privacy`, `/limits` and
+/// `/assets/{name}`.
 pub fn app(site: &Site) -> Result<Router, WebError> {
     let pages = Arc::new(render(site)?);
-    Ok(Router::new()
-        .route(
-            "/",
-            get(|s: State<Arc<Pages>>, h: HeaderMap| async move { s.home.answer(&h) }),
-        )
-        .route(
-            "/keys",
-            get(|s: State<Arc<Pages>>, h: HeaderMap| async move { s.keys.answer(&h) }),
-        )
-        .route(
-            "/status",
-            get(|s: State<Arc<Pages>>, h: HeaderMap| async move { s.status.answer(&h) }),
-        )
-        .route("/assets/{name}", get(asset))
-        .with_state(pages))
+    let mut r = Router::new();
+    for (i, (path, _)) in PAGES.iter().enumerate() {
+        r = r.route(
+            path,
+            get(move |s: State<Arc<Pages>>, h: HeaderMap| async move { s.pages[i].1.answer(&h) }),
+        );
+    }
+    Ok(r.route("/assets/{name}", get(asset)).with_state(pages))
 }
 
 async fn asset(
@@ -236,7 +248,7 @@ mod tests {
     #[tokio::test]
     async fn every_page_is_small_self_contained_and_cacheable() {
         let app = app(&Site::default()).unwrap();
-        for path in ["/", "/keys", "/status"] {
+        for (path, _) in PAGES {
             let r = get(&app, path, None).await;
             assert_eq!(r.status(), StatusCode::OK, "{path}");
             let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
