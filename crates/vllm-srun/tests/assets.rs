@@ -105,7 +105,11 @@ async fn videos_are_read_from_their_bytes_before_the_model_refuses_them() {
     assert_eq!(e["error"]["limit"], 300);
     let e = refused("/v1/systemone", &asset(LONG_MP4)).await;
     assert_eq!(
-        (e["code"].as_str(), e["reason"].as_str(), e["limit"].as_u64()),
+        (
+            e["code"].as_str(),
+            e["reason"].as_str(),
+            e["limit"].as_u64()
+        ),
         (Some("invalid_request"), Some("video_too_long"), Some(300)),
         "{e}"
     );
