@@ -210,6 +210,8 @@ pub struct ModelEntryDoc {
 pub struct HealthDoc {
     pub status: String,
     pub api_version: Option<String>,
+    /// The extension set version the server answers with (`/health`: 5.0, or 4.0).
+    pub version: Option<String>,
     pub reason: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub models: Option<Value>,

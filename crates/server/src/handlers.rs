@@ -649,7 +649,14 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = json!({"status": overall, "api_version": protocol::API_VERSION, "models": models});
+    // The extension set this process's System One answers with (extension-reference.txt,
+    // GET /health): 5.0, or 4.0 on a vllm-sr/4.0 process.
+    let version = match state.config.schema {
+        protocol::Schema::V4 => "4.0",
+        _ => protocol::EXTENSION_VERSION,
+    };
+    let body = json!({"status": overall, "api_version": protocol::API_VERSION,
+        "version": version, "models": models});
     json_response(status, serde_json::to_vec(&body).unwrap_or_default(), None)
 }
 

@@ -548,6 +548,7 @@ async fn models_health_and_metrics() {
     assert_eq!(status, 200);
     assert_eq!(h["status"], "ready");
     assert_eq!(h["api_version"], "5.0.0");
+    assert_eq!(h["version"], "5.0", "the extension set version: {h}");
     let (status, l) = get(&s.url("/health/live")).await;
     assert_eq!(status, 200);
     assert_eq!(l["status"], "alive");
