@@ -1,7 +1,12 @@
 //! Model packages: `decision_config.json` (how a package reads a request) and the model card
 //! (what it serves and its limits).
 
+use std::collections::BTreeMap;
+
+use protocol::request::parse_question;
+use protocol::{Question, QuestionSlot, Schema};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The chat layout a causal LM was tuned on. Template pieces are read with control tokens.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +114,12 @@ pub struct DecisionConfig {
     /// A noul's yes-against-no log-odds are lowered by this much before its temperature: the
     /// lean toward yes a model shows, fitted on labelled development data (0: none).
     pub noul_bias: f64,
+    /// The package's router signals (`router_questions.json`): question ids the package
+    /// answers as its own question, whatever a request's wording or options
+    /// (system-duo-api.txt, "Router signals"). Each is a 5.0 question (`type`,
+    /// `instructions`, `criteria`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub router_questions: BTreeMap<String, Value>,
 }
 
 impl Default for DecisionConfig {
@@ -138,6 +149,7 @@ impl Default for DecisionConfig {
             choice_orders: 1,
             content_free: Vec::new(),
             noul_bias: 0.0,
+            router_questions: BTreeMap::new(),
         }
     }
 }
@@ -156,6 +168,34 @@ const QUESTION_TYPES: &[&str] = &["choice", "noul", "score", "set", "span", "box
 impl DecisionConfig {
     pub fn answers(&self, question_type: &str) -> bool {
         self.question_types.iter().any(|t| t == question_type)
+    }
+
+    /// The router signal a question id names, as the package words it.
+    fn router_question(&self, id: &str) -> Option<Question> {
+        parse_question(self.router_questions.get(id)?, Schema::V5).ok()
+    }
+
+    /// A question slot whose id is one of the package's router signals, asked as the package
+    /// words it: the signal's type, instructions and options replace the request's (its
+    /// `over`, `overflow` and `require_full_input` stay, since they say what to read, not what
+    /// to ask). `None` when the id names no signal.
+    pub fn as_router_signal(&self, slot: &QuestionSlot) -> Option<QuestionSlot> {
+        let signal = self.router_question(&slot.id)?;
+        let question = match &slot.question {
+            Ok(q) => Question {
+                kind: signal.kind,
+                instructions: signal.instructions,
+                preset: None,
+                ..q.clone()
+            },
+            Err(_) => signal,
+        };
+        Some(QuestionSlot {
+            id: slot.id.clone(),
+            type_word: question.kind.type_name().to_string(),
+            images: slot.images,
+            question: Ok(question),
+        })
     }
 
     /// Every setting acts or is refused: a config the engine cannot honour fails the load
@@ -237,6 +277,7 @@ impl DecisionConfig {
                 self.noul_bias
             ));
         }
+        self.validate_router_questions()?;
         for (name, value) in [
             ("set_threshold", self.set_threshold),
             ("span_threshold", self.span_threshold),
@@ -244,6 +285,28 @@ impl DecisionConfig {
             if !(0.0..=1.0).contains(&value) {
                 return Err(format!(
                     "decision_config.json: {name} must be in [0, 1], not {value}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Each router signal is a question the package answers, in its own words.
+    pub fn validate_router_questions(&self) -> Result<(), String> {
+        for (id, q) in &self.router_questions {
+            let parsed = parse_question(q, Schema::V5)
+                .map_err(|f| format!("router_questions.json: {id}: {}", f.message))?;
+            let kind = parsed.kind.type_name();
+            if !self.answers(kind) || parsed.instructions.is_none() || parsed.preset.is_some() {
+                return Err(format!(
+                    "router_questions.json: {id} must be a {} question with its own instructions \
+                     (a {kind} question{})",
+                    self.question_types.join(", "),
+                    if parsed.preset.is_some() {
+                        " naming a preset"
+                    } else {
+                        ""
+                    }
                 ));
             }
         }
@@ -259,6 +322,59 @@ mod tests {
         let mut c = DecisionConfig::default();
         edit(&mut c);
         c.validate(TREE_LAYOUTS, TREE_ATTENTION_MODES)
+    }
+
+    #[test]
+    fn router_signals_replace_a_request_s_wording_and_nothing_else() {
+        let mut c = DecisionConfig::default();
+        c.router_questions.insert(
+            "vsr_task".into(),
+            serde_json::json!({"type": "choice", "instructions": "What kind of request is this?",
+                "criteria": {"stem": "Science or code", "chat": "Small talk"}}),
+        );
+        assert_eq!(c.validate(TREE_LAYOUTS, TREE_ATTENTION_MODES), Ok(()));
+        let asked = |id: &str, q: Value| QuestionSlot {
+            id: id.into(),
+            type_word: "noul".into(),
+            images: 0,
+            question: parse_question(&q, Schema::V5),
+        };
+        let mine = asked(
+            "vsr_task",
+            serde_json::json!({"type": "noul", "instructions": "Is it code?", "overflow": "window"}),
+        );
+        let s = c.as_router_signal(&mine).expect("a signal");
+        let q = s.question.expect("valid");
+        assert_eq!(s.type_word, "choice");
+        assert_eq!(
+            q.instructions.as_deref(),
+            Some("What kind of request is this?")
+        );
+        assert!(
+            matches!(&q.kind, protocol::QuestionKind::Choice { options } if options.len() == 2)
+        );
+        assert_eq!(q.overflow, protocol::Overflow::Window);
+        // A malformed request question is still answered as the signal.
+        let broken = asked("vsr_task", serde_json::json!({"type": "noul"}));
+        assert!(c
+            .as_router_signal(&broken)
+            .expect("a signal")
+            .question
+            .is_ok());
+        assert!(c
+            .as_router_signal(&asked("other", serde_json::json!({})))
+            .is_none());
+        // A signal must be a question the package answers, worded by the package.
+        c.router_questions.insert(
+            "bad".into(),
+            serde_json::json!({"type": "box", "instructions": "x"}),
+        );
+        assert!(c.validate(TREE_LAYOUTS, TREE_ATTENTION_MODES).is_err());
+        c.router_questions.insert(
+            "bad".into(),
+            serde_json::json!({"type": "noul", "preset": "pii"}),
+        );
+        assert!(c.validate(TREE_LAYOUTS, TREE_ATTENTION_MODES).is_err());
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub struct Entry {
     /// The package's `decision_config.json`, where the catalogue ships one (fitted on
     /// labelled development data for these weights); otherwise the engine's defaults.
     pub decision_config: Option<&'static str>,
+    /// The package's `router_questions.json` (its router signals, question id to question),
+    /// where the catalogue ships one.
+    pub router_questions: Option<&'static str>,
 }
 
 /// Every model the catalogue knows.
@@ -89,6 +92,9 @@ pub fn catalog() -> Vec<Entry> {
             decision_config: Some(include_str!(
                 "../catalogue/qwen2.5-1.5b/decision_config.json"
             )),
+            router_questions: Some(include_str!(
+                "../catalogue/qwen2.5-1.5b/router_questions.json"
+            )),
         },
         Entry {
             id: "qwen2.5-0.5b",
@@ -110,6 +116,7 @@ pub fn catalog() -> Vec<Entry> {
             decision_config: Some(include_str!(
                 "../catalogue/qwen2.5-0.5b/decision_config.json"
             )),
+            router_questions: None,
         },
         Entry {
             id: "smollm2-135m",
@@ -125,6 +132,7 @@ pub fn catalog() -> Vec<Entry> {
             sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             size: 98_362_432,
             decision_config: None,
+            router_questions: None,
         },
         Entry {
             id: "minilm-l6",
@@ -140,6 +148,7 @@ pub fn catalog() -> Vec<Entry> {
             sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
             size: 90_868_376,
             decision_config: None,
+            router_questions: None,
         },
         Entry {
             id: "sparrow-nano",
@@ -156,6 +165,9 @@ pub fn catalog() -> Vec<Entry> {
             sha256: "d1d3ee04cdfa58f325bb7f06b701df92bc29a3debea59743bf14a7a6215ef2e3",
             size: 2_550_300,
             decision_config: None,
+            router_questions: Some(include_str!(
+                "../catalogue/sparrow-nano/router_questions.json"
+            )),
         },
         Entry {
             id: "sparrow-nano-robot",
@@ -171,6 +183,7 @@ pub fn catalog() -> Vec<Entry> {
             sha256: "0fe7a7fee5b369c02c760e2c33c115b72e16a6a0a98e911ee5fea53a25248608",
             size: 1_299_700,
             decision_config: None,
+            router_questions: None,
         },
     ]
 }

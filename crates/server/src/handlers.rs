@@ -502,6 +502,10 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
         let info = m.info();
         card["question_types"] = json!(m.config.question_types);
         card["presets"] = json!(m.config.presets);
+        // The router signals a question id asks whatever its wording (system-duo-api.txt).
+        if !m.config.router_questions.is_empty() {
+            card["router_questions"] = json!(m.config.router_questions);
+        }
         card["usage"] = json!("state_once");
         card["attention_mode"] = json!(m.config.attention_mode);
         card["numerics"] = json!(m.numerics);

@@ -391,6 +391,21 @@ fn decision_config(
     Ok(config)
 }
 
+/// A package's router signals (system-duo-api.txt, "Router signals"): its own
+/// `router_questions.json` (question id to question) wins over what the catalogue ships.
+fn router_questions(
+    spec: &str,
+    dir: Option<&Path>,
+    shipped: Option<&str>,
+) -> Result<std::collections::BTreeMap<String, serde_json::Value>, String> {
+    match (dir.map(|d| d.join("router_questions.json")), shipped) {
+        (Some(p), _) if p.is_file() => read_json(&p),
+        (_, Some(text)) => serde_json::from_str(text)
+            .map_err(|e| format!("{spec}: the catalogue's router_questions.json: {e}")),
+        _ => Ok(Default::default()),
+    }
+}
+
 fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     slot.set_state(ModelState::Loading);
     let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
@@ -426,6 +441,14 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         .filter(|p| p.is_file());
     let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
     let mut config = decision_config(spec, own.as_deref(), shipped)?;
+    config.router_questions = router_questions(
+        spec,
+        resolved.dir.as_deref(),
+        resolved.entry.as_ref().and_then(|e| e.router_questions),
+    )?;
+    config
+        .validate_router_questions()
+        .map_err(|e| format!("{spec}: {e}"))?;
     // `--max-scan-tokens` replaces the config's budget.
     if o.max_scan_tokens.is_some() {
         config.max_scan_tokens = o.max_scan_tokens;
@@ -492,8 +515,16 @@ fn load_sparrow(
     }
     let config = DecisionConfig {
         max_scan_tokens: o.max_scan_tokens,
+        router_questions: router_questions(
+            &meta.name,
+            resolved.dir.as_deref(),
+            resolved.entry.as_ref().and_then(|e| e.router_questions),
+        )?,
         ..model.decision_config()
     };
+    config
+        .validate_router_questions()
+        .map_err(|e| format!("{}: {e}", meta.name))?;
     slot.set_state(ModelState::Warming);
     DecisionModel::start_direct(meta, config, Arc::new(model))
         .map(|m| Loaded::Decision(Arc::new(m)))
@@ -652,5 +683,34 @@ mod tests {
             shipped.push(e.id);
         }
         assert_eq!(shipped, ["qwen2.5-1.5b", "qwen2.5-0.5b"]);
+    }
+
+    /// Every router signal the catalogue ships is a valid question of its model, and the
+    /// built-in router asks each model's signals by the package's own ids and words, so what
+    /// the router reads is what the package answers.
+    #[test]
+    fn the_default_routers_signals_are_the_packages_signals() {
+        let built_in = default_router().expect("the built-in config");
+        let mut checked = 0;
+        for s in &built_in.signals {
+            let model = s
+                .model
+                .as_deref()
+                .expect("each built-in signal names its model");
+            let e = hub::entry(model).expect("a catalogue model");
+            let shipped = router_questions(model, None, e.router_questions).expect("parses");
+            let config = DecisionConfig {
+                router_questions: shipped.clone(),
+                ..DecisionConfig::default()
+            };
+            config.validate_router_questions().expect("valid");
+            let q = shipped
+                .get(&s.name)
+                .unwrap_or_else(|| panic!("{model} ships no router signal {}", s.name));
+            assert_eq!(q["instructions"], s.instructions.as_str(), "{}", s.name);
+            assert_eq!(q.get("criteria"), s.criteria.as_ref(), "{}", s.name);
+            checked += 1;
+        }
+        assert_eq!(checked, 3);
     }
 }

@@ -331,3 +331,52 @@ fn a_sparrow_file_and_a_directory_serve_the_same_answers() {
     assert_eq!(answers[0]["i"]["choice"], "billing");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A question whose id is one of the package's router signals is asked as the package words it
+/// (system-duo-api.txt, "Router signals"), whatever the request says: its answer is the one the
+/// package's own wording gets, with the package's options; the card lists the signals.
+#[tokio::test(flavor = "multi_thread")]
+async fn router_signals_are_answered_in_the_packages_words() {
+    let s = server();
+    let url = s.url("/v1/decisions");
+    let state = "Solve 3x + 5 = 20 for x.";
+    let own = json!({"type": "choice", "instructions": "What kind of request is this?",
+        "criteria": {"stem": "Mathematics, science, programming or another technical problem to solve",
+            "writing": "Writing, editing, summarising or translating a text",
+            "chat": "Small talk, greetings, opinions or an everyday question"}});
+    let (st, _, plain) = post(
+        &url,
+        &json!({"model": "sparrow-nano", "state": state, "questions": {"mine": own}}),
+    )
+    .await;
+    assert_eq!(st, 200, "{plain}");
+    // Asked by the signal's id in other words, other options, even another type.
+    let other = json!({"type": "noul", "instructions": "Is this about cooking?"});
+    let (st, _, v) = post(
+        &url,
+        &json!({"model": "sparrow-nano", "state": state,
+            "questions": {"vsr_task": other, "mine": refund()}}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["answers"]["vsr_task"]["type"], "choice", "{v}");
+    assert_eq!(
+        v["answers"]["vsr_task"]["probabilities"], plain["answers"]["mine"]["probabilities"],
+        "{v}"
+    );
+    assert_eq!(v["answers"]["vsr_task"]["choice"], "stem", "{v}");
+    // Any other id keeps its own words.
+    assert_eq!(v["answers"]["mine"]["type"], "noul");
+    let (_, m) = get(&s.url("/v1/models")).await;
+    let card = m["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "sparrow-nano")
+        .unwrap()["card"]
+        .clone();
+    assert_eq!(
+        card["router_questions"]["vsr_task"]["instructions"],
+        "What kind of request is this?"
+    );
+}

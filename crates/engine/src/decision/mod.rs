@@ -304,9 +304,60 @@ impl DecisionModel {
         body: &DecisionBody,
         started: Instant,
     ) -> Result<(Decision, Timings), EngineError> {
+        let signals = self.with_router_signals(body);
+        let body = signals.as_ref().unwrap_or(body);
         match &self.engine {
             Engine::Tree(t) => self.decide_tree(t, body, started).await,
             Engine::Direct(d) => crate::direct::decide(self, &**d, body, started),
+        }
+    }
+
+    /// The body with every question whose id names one of the package's router signals
+    /// asked as the package words it; `None` when no question does.
+    fn with_router_signals(&self, body: &DecisionBody) -> Option<DecisionBody> {
+        if self.config.router_questions.is_empty() {
+            return None;
+        }
+        let rewrite = |r: &DecisionRequest| -> Option<DecisionRequest> {
+            let mut changed = false;
+            let questions = r
+                .questions
+                .iter()
+                .map(|s| match self.config.as_router_signal(s) {
+                    Some(signal) => {
+                        changed = true;
+                        signal
+                    }
+                    None => s.clone(),
+                })
+                .collect();
+            changed.then(|| DecisionRequest {
+                questions,
+                ..r.clone()
+            })
+        };
+        match body {
+            DecisionBody::Single(r) => rewrite(r).map(DecisionBody::Single),
+            DecisionBody::Batch {
+                model,
+                options,
+                entries,
+            } => {
+                let mut changed = false;
+                let entries = entries
+                    .iter()
+                    .map(|(name, r)| {
+                        let signal = rewrite(r);
+                        changed |= signal.is_some();
+                        (name.clone(), signal.unwrap_or_else(|| r.clone()))
+                    })
+                    .collect();
+                changed.then(|| DecisionBody::Batch {
+                    model: model.clone(),
+                    options: options.clone(),
+                    entries,
+                })
+            }
         }
     }
 
