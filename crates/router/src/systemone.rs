@@ -95,28 +95,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
     let Some((dep, pool)) = rt.deployment(&model) else {
         return RouterError::ModelNotFound(model).response(flavor);
     };
-    // A long-context request without its own deadline may wait the listener's whole
-    // max_deadline_ms (worker-api.txt, "Errors"); any other waits the listener's deadline.
-    let long_context = req
-        .get("options")
-        .and_then(|o| o.get("long_context"))
-        .and_then(Value::as_bool)
-        .unwrap_or(false)
-        || headers
-            .get("typesafe-danger-zone-long-context")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let deadline = req
-        .get("options")
-        .and_then(|o| o.get("deadline_ms"))
-        .and_then(Value::as_u64)
-        .unwrap_or(if long_context {
-            rt.max_deadline_ms
-        } else {
-            rt.deadline_ms
-        })
-        .clamp(1, rt.max_deadline_ms);
-    let deadline = Duration::from_millis(deadline);
+    let deadline = wait(&req, headers, rt.deadline_ms, rt.max_deadline_ms);
     if dep.schema == Schema::V5 {
         return call(
             dep,
@@ -151,6 +130,37 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
         }
         Err(_) => RouterError::NotReady.response(flavor),
     }
+}
+
+/// How long a published request may wait: its own `options.deadline_ms`, else the listener's
+/// deadline, else for a long-context request (`options.long_context` or the standard's
+/// header) the listener's whole `max_deadline_ms` (worker-api.txt, "Errors"); never more than
+/// that.
+fn wait(
+    req: &Map<String, Value>,
+    headers: &HeaderMap,
+    deadline_ms: u64,
+    max_deadline_ms: u64,
+) -> Duration {
+    let options = req.get("options");
+    let long_context = options
+        .and_then(|o| o.get("long_context"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+        || headers
+            .get("typesafe-danger-zone-long-context")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let ms = options
+        .and_then(|o| o.get("deadline_ms"))
+        .and_then(Value::as_u64)
+        .unwrap_or(if long_context {
+            max_deadline_ms
+        } else {
+            deadline_ms
+        })
+        .clamp(1, max_deadline_ms);
+    Duration::from_millis(ms)
 }
 
 /// Remove what a standard target must not see; refuse what it cannot answer.
@@ -517,6 +527,35 @@ mod tests {
         }))
         .unwrap();
         assert!(standardize(&mut req).is_err());
+    }
+
+    #[test]
+    fn a_long_context_request_may_wait_the_whole_max_deadline() {
+        let body = |v: Value| -> Map<String, Value> { serde_json::from_value(v).unwrap() };
+        let none = HeaderMap::new();
+        let ms =
+            |req: &Map<String, Value>, h: &HeaderMap| wait(req, h, 30_000, 600_000).as_millis();
+        assert_eq!(ms(&body(json!({})), &none), 30_000);
+        assert_eq!(
+            ms(&body(json!({"options": {"long_context": true}})), &none),
+            600_000
+        );
+        let mut header = HeaderMap::new();
+        header.insert(
+            "typesafe-danger-zone-long-context",
+            HeaderValue::from_static("true"),
+        );
+        assert_eq!(ms(&body(json!({})), &header), 600_000);
+        // Its own deadline wins, within max_deadline_ms.
+        let own = body(json!({"options": {"long_context": true, "deadline_ms": 5000}}));
+        assert_eq!(ms(&own, &none), 5000);
+        assert_eq!(
+            ms(
+                &body(json!({"options": {"deadline_ms": 10_000_000}})),
+                &none
+            ),
+            600_000
+        );
     }
 
     #[test]
