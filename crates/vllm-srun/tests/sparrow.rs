@@ -202,17 +202,22 @@ async fn span_box_and_set_are_refused_with_their_reasons() {
     assert_eq!(status, 422, "{v}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_card_says_what_the_model_answers() {
-    let s = server();
+/// A model's entry in `GET /v1/models`.
+async fn listed(s: &TestServer, name: &str) -> Value {
     let (_, m) = get(&s.url("/v1/models")).await;
-    let nano = m["models"]
+    m["models"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["name"] == "sparrow-nano")
-        .expect("sparrow-nano is listed")
-        .clone();
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not listed: {m}"))
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_card_says_what_the_model_answers() {
+    let s = server();
+    let nano = listed(s, "sparrow-nano").await;
     let card = &nano["card"];
     assert_eq!(card["question_types"], json!(["choice", "noul", "score"]));
     assert_eq!(card["limits"]["max_input_tokens"], 512);
@@ -367,14 +372,7 @@ async fn router_signals_are_answered_in_the_packages_words() {
     assert_eq!(v["answers"]["vsr_task"]["choice"], "stem", "{v}");
     // Any other id keeps its own words.
     assert_eq!(v["answers"]["mine"]["type"], "noul");
-    let (_, m) = get(&s.url("/v1/models")).await;
-    let card = m["models"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["name"] == "sparrow-nano")
-        .unwrap()["card"]
-        .clone();
+    let card = listed(s, "sparrow-nano").await["card"].clone();
     assert_eq!(
         card["router_questions"]["vsr_task"]["instructions"],
         "What kind of request is this?"
