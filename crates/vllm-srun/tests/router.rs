@@ -97,42 +97,48 @@ fn stack() -> &'static Stack {
             max_waiting: 16,
         });
         let worker = start(o);
-        let cfg = router::RouterConfig::from_yaml(&config(&worker.base), "test.yaml")
-            .expect("the test config loads");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let bound = vllm_srun::bind_router(cfg, None, true, "127.0.0.1", 0)
-                    .await
-                    .expect("bind");
-                tx.send(bound.addr).expect("send");
-                let _ = bound.run().await;
-            });
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("router bound");
-        let router = format!("http://{addr}");
-        // Ready once the health checks have seen the worker.
-        let get = blocking_get();
-        for _ in 0..300 {
-            if get(&format!("{router}/v1/systemone/models")).is_ok() {
-                let (code, _) = (get(&format!("{router}/health")).unwrap_or(0), ());
-                if code == 503 || code == 200 {
-                    // `nowhere` never becomes ready: the router stays degraded (503).
-                    break;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        std::thread::sleep(Duration::from_millis(300));
+        let router = serve_router(&config(&worker.base));
         Stack { worker, router }
     })
+}
+
+/// A router on its own thread, serving `yaml`; its URL once its health checks have seen the
+/// worker.
+fn serve_router(yaml: &str) -> String {
+    let cfg = router::RouterConfig::from_yaml(yaml, "test.yaml").expect("the test config loads");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let bound = vllm_srun::bind_router(cfg, None, true, "127.0.0.1", 0)
+                .await
+                .expect("bind");
+            tx.send(bound.addr).expect("send");
+            let _ = bound.run().await;
+        });
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("router bound");
+    let router = format!("http://{addr}");
+    // Ready once the health checks have seen the worker.
+    let get = blocking_get();
+    for _ in 0..300 {
+        if get(&format!("{router}/v1/systemone/models")).is_ok() {
+            let (code, _) = (get(&format!("{router}/health")).unwrap_or(0), ());
+            if code == 503 || code == 200 {
+                // `nowhere` never becomes ready: the router stays degraded (503).
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    router
 }
 
 /// One test at a time: several read the worker's request counters.
@@ -451,6 +457,50 @@ async fn system_one_is_published_to_both_schemas() {
     .await;
     assert_eq!(st, 404);
     assert_eq!(v["code"], "model_not_found");
+}
+
+/// A long-context request without a deadline of its own may wait the listener's whole
+/// max_deadline_ms: behind a listener that gives a request 1 ms, an ordinary request is 504
+/// and one with the standard's long-context header is answered.
+#[tokio::test]
+async fn a_long_context_request_waits_the_listeners_max_deadline() {
+    let _g = SERIAL.lock().await;
+    let worker = &stack().worker.base;
+    let yaml = format!(
+        r#"
+listeners:
+  - name: public
+    port: 0
+    apis: {{systemone: {{deadline_ms: 1, max_deadline_ms: 120000}}}}
+deployments:
+  - {{name: deciders, workers: ["{worker}"], models: [{DECIDER}]}}
+backends:
+  - {{name: large, url: "{worker}", models: [{DECIDER}]}}
+decisions:
+  - name: all
+    modelRefs: [{{model: {DECIDER}}}]
+default_decision: all
+"#
+    );
+    let base = tokio::task::spawn_blocking(move || serve_router(&yaml))
+        .await
+        .expect("a router");
+    let body = json!({"model": DECIDER, "state": TICKET,
+        "questions": {"urgent": {"type": "noul", "instructions": "Is this urgent?"}}});
+    let (st, _, v) = post(&format!("{base}/v1/systemone"), &body).await;
+    assert_eq!(st, 504, "{v}");
+    assert_eq!(v["code"], "systemone_deadline_exceeded", "{v}");
+    let r = client()
+        .post(format!("{base}/v1/systemone"))
+        .header("TypeSafe-Danger-Zone-Long-Context", "true")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 200, "{v}");
+    assert!(v["answers"]["urgent"]["noul"].is_f64(), "{v}");
 }
 
 #[tokio::test]
