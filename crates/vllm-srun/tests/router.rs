@@ -490,15 +490,12 @@ default_decision: all
     let (st, _, v) = post(&format!("{base}/v1/systemone"), &body).await;
     assert_eq!(st, 504, "{v}");
     assert_eq!(v["code"], "systemone_deadline_exceeded", "{v}");
-    let r = client()
-        .post(format!("{base}/v1/systemone"))
-        .header("TypeSafe-Danger-Zone-Long-Context", "true")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let v: Value = r.json().await.unwrap_or(Value::Null);
+    let (status, _, v) = post_raw(
+        &format!("{base}/v1/systemone"),
+        serde_json::to_vec(&body).unwrap(),
+        &[("TypeSafe-Danger-Zone-Long-Context", "true")],
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
     assert!(v["answers"]["urgent"]["noul"].is_f64(), "{v}");
 }
