@@ -98,6 +98,16 @@ states = {f"s{i}": {"state": "x", "questions": q} for i in range(limits["max_sta
 s, _, v = call("POST", "/v1/decisions", api_key, {"model": model, "states": states})
 check("one past max_states: 400 too_many_states at the published limit",
       s == 400 and v["error"]["reason"] == "too_many_states" and v["error"]["limit"] == limits["max_states"], (s, v))
+# "Both APIs answer errors in one shape, the OpenAI one", whoever refused: the router (an
+# unknown model) and the worker (an unknown member) alike; the vllm-sr/5.0 words stay beside it.
+for name, path, body, status, code in [
+        ("unknown model", "/v1/systemone", dict(ask, model="no-such-model"), 404, "model_not_found"),
+        ("unknown member", "/v1/systemone", dict(ask, colour="red"), 400, "invalid_request")]:
+    s, _, v = call("POST", path, api_key, body)
+    e = (v or {}).get("error", {})
+    check(f"{name}: {status} in the OpenAI shape and the flat one",
+          s == status and e.get("type") == "invalid_request_error" and e.get("message")
+          and e.get("code") == v.get("code") == code, (s, v))
 # A batch through the router: the worker's body, answered under responses, charged its usage.
 s, _, me0 = call("GET", "/api/keys/self", api_key)
 batch = {"model": model, "requests": {"a": {"state": "The build is broken.", "questions": ask["questions"]},

@@ -787,7 +787,40 @@ impl Ctx {
     }
 }
 
+/// The guard, and then one shape for System One's errors (`error::both_shapes`): whether a
+/// refusal is the service's own or came from the router or a worker, a client of
+/// system-duo-api and one of worker-api's vllm-sr/5.0 both read it.
 async fn guard(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Response {
+    let flat = match (req.method(), req.uri().path()) {
+        (&Method::POST, "/v1/systemone" | "/v1/systemone/batch") => Some(true),
+        (&Method::POST, "/v1/decisions") => Some(false),
+        _ => None,
+    };
+    let resp = admit(svc, req, next).await;
+    match flat {
+        Some(flat) if resp.status().as_u16() >= 400 => one_error_shape(resp, flat).await,
+        _ => resp,
+    }
+}
+
+async fn one_error_shape(resp: Response, flat: bool) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_ANSWER)
+        .await
+        .unwrap_or_default();
+    let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    crate::error::both_shapes(&mut v, parts.status.as_u16(), flat);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, Body::from(v.to_string()))
+}
+
+async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
     let family = match (req.method(), req.uri().path()) {
         (&Method::POST, "/v1/systemone" | "/v1/systemone/batch" | "/v1/decisions") => Family::One,
         (&Method::POST, "/v1/chat/completions") => Family::Two,

@@ -19,7 +19,8 @@ use tower::ServiceExt;
 const T0: i64 = 1_796_083_200_000 - 90_000;
 
 /// What stands behind the service in these tests: System One answers with
-/// `usage.input_tokens: 7`; chat answers stream a usage chunk.
+/// `usage.input_tokens: 7` (its batch with a worker's vllm-sr/5.0 `model_unavailable`);
+/// chat answers stream a usage chunk.
 fn inner() -> Router {
     Router::new()
         .route(
@@ -33,6 +34,17 @@ fn inner() -> Router {
             post(|| async {
                 tokio::time::sleep(std::time::Duration::from_secs(3)).await;
                 axum::Json(json!({"model": "m1", "answers": {}, "usage": {"input_tokens": 7}}))
+            }),
+        )
+        .route(
+            "/v1/systemone/batch",
+            post(|| async {
+                (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    [("retry-after", "5")],
+                    axum::Json(json!({"code": "model_unavailable", "message": "no worker of the model is ready",
+                        "detail": {"error_type": "model_unavailable", "message": "no worker of the model is ready"}})),
+                )
             }),
         )
         .route(
@@ -584,6 +596,10 @@ async fn budgets_admit_exactly_their_value_and_headers_follow(db: Db) {
     );
     assert_eq!(h["retry-after"], "30");
     assert_eq!(h["x-ratelimit-remaining-requests"], "0");
+    // The same refusal in worker-api's vllm-sr/5.0 words, for a client of that document.
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    assert_eq!(v["code"], "rate_limit_exceeded");
+    assert_eq!(v["detail"]["error_type"], "rate_limit_exceeded");
     // Next minute: two more fit the day's five; the sixth is refused by the daily quota
     // and leaves the minute budget untouched.
     e.clock.advance(30_000);
@@ -772,6 +788,23 @@ async fn a_request_past_its_time_limit_gets_504_and_keeps_its_estimate(db: Db) {
     );
 }
 
+/// system-duo-api: "Both APIs answer errors in one shape, the OpenAI one"; worker-api's
+/// vllm-sr/5.0 answers the flat `code` and `detail`. An error that comes from behind the
+/// service is read by a client of either, its status and Retry-After kept.
+async fn system_one_errors_from_behind_the_service_have_both_shapes(db: Db) {
+    let e = env_with(cheap(), &db).await;
+    let body = json!({"model": "m1", "requests": {"a": ask()}});
+    let (s, h, v) = call(&e.app, "POST", "/v1/systemone/batch", None, Some(body)).await;
+    assert_eq!(s, 503, "{v}");
+    assert_eq!(h["retry-after"], "5");
+    assert_eq!(
+        v["error"],
+        json!({"type": "server_error", "code": "model_unavailable", "message": "no worker of the model is ready"})
+    );
+    assert_eq!(v["code"], "model_unavailable");
+    assert_eq!(v["detail"]["error_type"], "model_unavailable");
+}
+
 /// Every scenario runs on SQLite, and on PostgreSQL when a server is given.
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
@@ -808,4 +841,5 @@ on_both!(
     deleting_a_key_gives_back_neither_a_creation_nor_a_budget,
     status_adds_live_server_times_to_the_router_states,
     system_two_usage_is_read_apart,
+    system_one_errors_from_behind_the_service_have_both_shapes,
 );
