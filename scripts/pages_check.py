@@ -6,7 +6,9 @@ ROUTER_URL is a router with the keys service and the pages, on a fresh data dire
 check creates four keys from this address: the fourth must be refused). Gets a key on the
 home page, uses it on Try it (System One and System Two, and the copied curl command), reads
 its usage on the Keys page, revokes it and sees the next request refused, deletes a second
-key with its data, sees the status page list the models, and measures the proof of work.
+key with its data, adds an older site's key (OLD_KEY, an `sk-pt-` key the operator imported)
+through the one-time link and deletes it, sees the status page list the models, and
+measures the proof of work.
 Screenshots of every page go to SCREENSHOT_DIR (default target/pages).
 """
 import json
@@ -197,6 +199,33 @@ with sync_playwright() as p:
     r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", BASE + "/api/keys/self",
                         "-H", f"X-API-Key: {second}"], capture_output=True, text=True)
     check("forget: the key no longer works", r.stdout == "401", r.stdout)
+
+    # An older site's key (sk-pt-, imported by the operator with `vllm-srun keys import`)
+    # arrives through the one-time link, works, and is deleted where the spec says (/pt).
+    old = os.environ.get("OLD_KEY")
+    if old:
+        forgets = []
+        page.on("request", lambda r: forgets.append(r.url) if r.url.endswith("/keys/self/forget") else None)
+        page.goto(BASE + "/keys#add=" + old)
+        wait_text(page, "#keys-status", "added")
+        check("older key: the one-time link leaves the address bar", "#" not in page.url, page.url)
+        stored = [k["key"] for k in page.evaluate("JSON.parse(localStorage.getItem('vsr.keys'))")]
+        check("older key: added to this browser's list", old in stored, stored)
+        card = page.locator(f"article.key[data-prefix='{old[:10]}']")
+        card.locator("figure.chart").first.wait_for(timeout=60_000)
+        ask = json.dumps({"model": MODEL, "state": "Hello", "questions": {"q": {"type": "noul", "instructions": "Is it a greeting?"}}})
+        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", BASE + "/v1/systemone",
+                            "-H", f"X-API-Key: {old}", "-H", "content-type: application/json", "-d", ask],
+                           capture_output=True, text=True)
+        check("older key: System One answers with it", r.stdout == "200", r.stdout)
+        card.get_by_role("button", name="Delete key and its data").click()
+        wait_text(page, "#keys-status", "deleted")
+        check("older key: deleted through /pt/api/keys/self/forget",
+              any(u.endswith("/pt/api/keys/self/forget") for u in forgets), forgets)
+        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", BASE + "/api/keys/self",
+                            "-H", f"X-API-Key: {old}"], capture_output=True, text=True)
+        check("older key: no longer works", r.stdout == "401", r.stdout)
+        page.screenshot(path=f"{SHOTS}/keys-older.png", full_page=True)
 
     # The fourth key from this address within the hour: a 429 that says when to retry.
     page.goto(BASE + "/")

@@ -159,4 +159,7 @@ public_router "$pages_data" "$pages_log"
 pages=$!
 trap 'kill "$server" "$router" "$pages" 2>/dev/null || true' EXIT
 purl="$(wait_listening "$pages_log" 100)" || { echo "router for the pages did not start"; exit 1; }
-python3 scripts/pages_check.py "$purl" sparrow-nano target/pages
+# An older System Two key, as an operator moving an older site's keys imports it.
+OLD_KEY="sk-pt-$(python3 -c 'import secrets; print(secrets.token_urlsafe(21))')"
+echo "$OLD_KEY" | ./target/debug/vllm-srun keys import --data-dir "$pages_data"
+OLD_KEY="$OLD_KEY" python3 scripts/pages_check.py "$purl" sparrow-nano target/pages

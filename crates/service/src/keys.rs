@@ -56,9 +56,14 @@ impl Secret {
         hex::encode(Sha256::digest(self.0.as_bytes()))
     }
 
-    /// The part of the key shown in lists (`sk-vsr-AbCd`).
+    /// The part of the key shown in lists (`sk-vsr-AbCd`, `sk-pt-AbCd`).
     pub fn shown(&self) -> &str {
-        &self.0[..SHOWN.min(self.0.len())]
+        let n = if self.0.starts_with(OLD_KEY_PREFIX) {
+            OLD_KEY_PREFIX.len() + SHOWN - KEY_PREFIX.len()
+        } else {
+            SHOWN
+        };
+        self.0.get(..n).unwrap_or(&self.0)
     }
 
     /// The key itself, to show once to the client that created it.
@@ -141,6 +146,12 @@ mod tests {
         assert!(!dbg.contains(&k.expose()[SHOWN..]), "{dbg}");
         assert_eq!(Secret::parse("sk-vsr-short"), None);
         assert!(Secret::parse(&format!("sk-pt-{}", "a".repeat(32))).is_some());
+        assert_eq!(
+            Secret::parse(&format!("sk-pt-AbCd{}", "a".repeat(28)))
+                .unwrap()
+                .shown(),
+            "sk-pt-AbCd"
+        );
         assert_eq!(Secret::parse("sk-pt-short"), None);
         assert_eq!(Secret::parse(&format!("sk-pt-{}", "a!".repeat(16))), None);
     }

@@ -42,6 +42,56 @@ pub struct Service {
     pub live: live::Live,
 }
 
+/// What `import_keys` did with one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Imported {
+    /// Stored, shown by its prefix.
+    Added(String),
+    /// Already stored.
+    Known(String),
+    /// Not a key's shape (`sk-vsr-…` or an older `sk-pt-…`); its line number.
+    Malformed(usize),
+}
+
+/// Store keys made elsewhere (one per line; blank lines skipped), such as the older System
+/// Two sites' `sk-pt-` keys, so that they are checked, counted and forgotten like keys made
+/// here. Each gets its own budget; only its hash is kept.
+pub async fn import_keys(
+    store: &Store,
+    text: &str,
+    now: clock::Millis,
+) -> Result<Vec<Imported>, StoreError> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some(secret) = keys::Secret::parse(line) else {
+            out.push(Imported::Malformed(n + 1));
+            continue;
+        };
+        let id = keys::new_id("key");
+        let row = store::KeyRow {
+            id: id.clone(),
+            hash: secret.hash(),
+            prefix: secret.shown().to_string(),
+            label: "imported".into(),
+            budget: id,
+            address: "imported".into(),
+            status: "active".into(),
+            created_at: now,
+        };
+        let shown = row.prefix.clone();
+        out.push(if store.import_key(&row).await? {
+            Imported::Added(shown)
+        } else {
+            Imported::Known(shown)
+        });
+    }
+    Ok(out)
+}
+
 impl Service {
     pub fn new(
         config: ServiceConfig,

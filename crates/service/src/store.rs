@@ -216,6 +216,26 @@ impl Store {
         Ok(())
     }
 
+    /// Store a key brought from elsewhere (an older site's): the key alone, no creation in
+    /// any address's log. `false` when a key with that hash is already stored.
+    pub async fn import_key(&self, k: &KeyRow) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "INSERT INTO keys (id, hash, prefix, label, budget, address, status, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hash) DO NOTHING",
+        )
+        .bind(&k.id)
+        .bind(&k.hash)
+        .bind(&k.prefix)
+        .bind(&k.label)
+        .bind(&k.budget)
+        .bind(&k.address)
+        .bind(&k.status)
+        .bind(k.created_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     pub async fn key_by_hash(&self, hash: &str) -> Result<Option<KeyRow>, StoreError> {
         let row = sqlx::query(
             "SELECT id, hash, prefix, label, budget, address, status, created_at FROM keys WHERE hash = $1",

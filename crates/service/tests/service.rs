@@ -346,6 +346,30 @@ async fn forget_leaves_no_row(db: Db) {
     assert_eq!(v["error"]["code"], "invalid_api_key");
     let (s, _, _) = call(&e.app, "POST", "/v1/systemone", Some(&old), Some(ask())).await;
     assert_eq!(s, 401, "an sk-pt- key is checked, never taken for no key");
+    // Imported (as `vllm-srun keys import` does), it works, is counted, and is forgotten
+    // under /pt; importing it again stores nothing new; a line that is no key is named.
+    let text = format!("{old}\n\nnot-a-key\n{old}\n");
+    let done = service::import_keys(&e.svc.store, &text, T0).await.unwrap();
+    use service::Imported;
+    assert_eq!(
+        done,
+        vec![
+            Imported::Added("sk-pt-aaaa".into()),
+            Imported::Malformed(3),
+            Imported::Known("sk-pt-aaaa".into())
+        ]
+    );
+    let (s, _, v) = call(&e.app, "POST", "/v1/systemone", Some(&old), Some(ask())).await;
+    assert_eq!(s, 200, "{v}");
+    let (_, _, me) = call(&e.app, "GET", "/api/keys/self", Some(&old), None).await;
+    assert_eq!(me["prefix"], "sk-pt-aaaa");
+    assert_eq!(me["usage_today"]["requests"], 1);
+    let id = me["key_id"].as_str().unwrap().to_string();
+    let (s, _, _) = call(&e.app, "POST", "/pt/api/keys/self/forget", Some(&old), None).await;
+    assert_eq!(s, 202);
+    assert_eq!(e.svc.store.rows_of(&id).await.unwrap(), 0);
+    let (s, _, _) = call(&e.app, "POST", "/v1/systemone", Some(&old), Some(ask())).await;
+    assert_eq!(s, 401);
 }
 
 async fn challenges_are_single_use_limited_and_checked(db: Db) {

@@ -27,6 +27,11 @@ enum Command {
         #[command(subcommand)]
         command: ModelsCommand,
     },
+    /// The keys service's keys, from the command line.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Measure: with --url, a running server (one question vs six about one ~100-token
     /// state); with --suite, the side-by-side suite against raw llama.cpp in one process.
     Bench {
@@ -79,6 +84,22 @@ enum ModelsCommand {
     Pull { id: String },
     /// List the catalogue and what is cached.
     List,
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Store keys made elsewhere, one per line on standard input (such as an older System
+    /// Two site's `sk-pt-` keys): they then work, are counted and can be forgotten like keys
+    /// made here. Only their hashes are stored; each line's prefix is printed.
+    Import {
+        /// Where keys live: sqlite://FILE or postgres://USER@HOST/DB. Default: the SQLite
+        /// file in --data-dir.
+        #[arg(long, env = "VLLM_SRUN_DATABASE_URL")]
+        database_url: Option<String>,
+        /// Default: $XDG_DATA_HOME/vllm-srun, else ~/.local/share/vllm-srun.
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+    },
 }
 
 /// The keys service (API keys, limits, fair admission) that the router process serves.
@@ -254,6 +275,7 @@ fn main() {
         Command::Models { command } => models(command),
         Command::Serve(args) => serve(*args),
         Command::Router(args) => router_alone(args),
+        Command::Keys { command } => keys(command),
         Command::Bench {
             url,
             model,
@@ -338,6 +360,59 @@ fn models(cmd: ModelsCommand) -> i32 {
             }
             println!("cache: {}", hub::cache_dir().display());
             0
+        }
+    }
+}
+
+fn keys(cmd: KeysCommand) -> i32 {
+    let KeysCommand::Import {
+        database_url,
+        data_dir,
+    } = cmd;
+    let url = match database_url {
+        Some(u) => u,
+        None => {
+            let dir = data_dir.unwrap_or_else(vllm_srun::default_data_dir);
+            match vllm_srun::ServiceOptions::in_dir(&dir) {
+                Ok(o) => o.database_url,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return 1;
+                }
+            }
+        }
+    };
+    let mut text = String::new();
+    if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
+        eprintln!("cannot read standard input: {e}");
+        return 1;
+    }
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    let done = rt.block_on(async {
+        let store = service::Store::open(&url).await?;
+        let now = service::clock::Clock::now_ms(&service::clock::SystemClock);
+        service::import_keys(&store, &text, now).await
+    });
+    match done {
+        Ok(lines) => {
+            let mut code = 0;
+            for l in lines {
+                match l {
+                    service::Imported::Added(p) => println!("added {p}…"),
+                    service::Imported::Known(p) => println!("already stored {p}…"),
+                    service::Imported::Malformed(n) => {
+                        eprintln!("line {n}: not a key (sk-vsr-… or sk-pt-…)");
+                        code = 2;
+                    }
+                }
+            }
+            code
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
         }
     }
 }

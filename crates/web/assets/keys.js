@@ -164,20 +164,35 @@
     }
   }
 
-  document.addEventListener("DOMContentLoaded", () => {
+  // Check a key with the service and add it to this browser's list.
+  async function addKey(key) {
+    const r = await VSR.api("GET", "/api/keys/self", { key });
+    if (!r.ok) {
+      $("keys-status").textContent = VSR.errorText(r);
+      return false;
+    }
+    VSR.keys.add({ key, prefix: r.json.prefix, key_id: r.json.key_id, label: r.json.label, created_at: r.json.created_at, status: r.json.status });
+    $("keys-status").textContent = `${r.json.prefix}… added.`;
+    return true;
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
     $("add-key").addEventListener("submit", async (e) => {
       e.preventDefault();
-      const key = $("add-key-value").value.trim();
-      const r = await VSR.api("GET", "/api/keys/self", { key });
-      if (!r.ok) {
-        $("keys-status").textContent = VSR.errorText(r);
-        return;
-      }
-      VSR.keys.add({ key, prefix: r.json.prefix, key_id: r.json.key_id, label: r.json.label, created_at: r.json.created_at, status: r.json.status });
-      $("add-key-value").value = "";
-      $("keys-status").textContent = `${r.json.prefix}… added.`;
+      if (await addKey($("add-key-value").value.trim())) $("add-key-value").value = "";
       render();
     });
+    // The one-time link an older site's Keys page sends (/keys#add=KEY): the key never goes
+    // to the server in the address, and leaves the address bar and history at once.
+    async function fromLink() {
+      const m = location.hash.match(/^#add=([A-Za-z0-9_-]+)$/);
+      if (!m) return;
+      history.replaceState(null, "", location.pathname);
+      await addKey(m[1]);
+      render();
+    }
+    window.addEventListener("hashchange", fromLink);
+    await fromLink();
     render();
   });
 })();
