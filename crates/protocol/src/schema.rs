@@ -393,7 +393,8 @@ pub struct SieItemDoc {
 pub struct SieEncodeRequestDoc {
     pub items: Vec<SieItemDoc>,
     /// output_types (dense), instruction, output_dtype (float32, float16, int8, binary),
-    /// options (overflow_policy: default, truncate_text or error).
+    /// options (overflow_policy: default, truncate_text or error; profile: default;
+    /// dimensions: each vector's first values, renormalised, up to the model's width).
     #[schema(value_type = Option<Object>)]
     pub params: Option<Value>,
 }

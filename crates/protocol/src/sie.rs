@@ -68,6 +68,9 @@ pub struct EncodeRequest {
     pub instruction: Option<String>,
     pub output_dtype: OutputDtype,
     pub overflow: OverflowPolicy,
+    /// `params.options.dimensions` (a runtime option, as `/v1/embeddings`' `dimensions`):
+    /// each vector's first values, up to the model's width.
+    pub dimensions: Option<u64>,
 }
 
 /// `POST /v1/score/:model`.
@@ -172,21 +175,24 @@ fn profile(o: &Map<String, Value>, what: &str) -> Result<(), ProtocolError> {
     word(o, "profile", what, PROFILES).map(|_| ())
 }
 
-/// `params.options`: `overflow_policy`, `profile`, and `task` where the endpoint takes one.
-fn options(
-    p: &Map<String, Value>,
-    takes_task: bool,
-) -> Result<(OverflowPolicy, Option<ExtractTask>), ProtocolError> {
+/// The runtime options of `params.options` an endpoint read.
+#[derive(Debug, Default)]
+struct Options {
+    overflow: OverflowPolicy,
+    task: Option<ExtractTask>,
+    dimensions: Option<u64>,
+}
+
+/// `params.options`: `overflow_policy` and `profile`, and what else the endpoint takes
+/// (`extra`: extract's `task`, encode's `dimensions`).
+fn options(p: &Map<String, Value>, extra: &[&str]) -> Result<Options, ProtocolError> {
     let o = match given(p, "options") {
-        None => return Ok((OverflowPolicy::default(), None)),
+        None => return Ok(Options::default()),
         Some(o) => object(o, "params.options")?,
     };
-    let allowed: &[&str] = if takes_task {
-        &["overflow_policy", "task", "profile"]
-    } else {
-        &["overflow_policy", "profile"]
-    };
-    only(o, allowed, "params.options")?;
+    let mut allowed = vec!["overflow_policy", "profile"];
+    allowed.extend_from_slice(extra);
+    only(o, &allowed, "params.options")?;
     profile(o, "params.options.profile")?;
     let overflow = match word(
         o,
@@ -203,7 +209,18 @@ fn options(
         Some(_) => Some(ExtractTask::Classify),
         None => None,
     };
-    Ok((overflow, task))
+    let dimensions =
+        match given(o, "dimensions") {
+            None => None,
+            Some(d) => Some(d.as_u64().filter(|d| *d > 0).ok_or_else(|| {
+                malformed("params.options.dimensions must be a positive integer")
+            })?),
+        };
+    Ok(Options {
+        overflow,
+        task,
+        dimensions,
+    })
 }
 
 impl EncodeRequest {
@@ -214,7 +231,11 @@ impl EncodeRequest {
             obj,
             &["output_types", "instruction", "output_dtype", "options"],
         )?;
-        let (overflow, _) = options(&p, false)?;
+        let Options {
+            overflow,
+            dimensions,
+            ..
+        } = options(&p, &["dimensions"])?;
         if let Some(t) = given(&p, "output_types") {
             let types = t
                 .as_array()
@@ -246,6 +267,7 @@ impl EncodeRequest {
             instruction: string(&p, "instruction", "params.instruction")?,
             output_dtype,
             overflow,
+            dimensions,
         })
     }
 }
@@ -298,7 +320,7 @@ impl ExtractRequest {
                 ))
             }
         };
-        let (overflow, task) = options(&p, true)?;
+        let Options { overflow, task, .. } = options(&p, &["task"])?;
         Ok(ExtractRequest {
             items: raw.iter().enumerate().map(list_item).collect(),
             ids: raw
@@ -336,7 +358,7 @@ mod tests {
     fn encode_reads_its_params_and_refuses_words_it_does_not_know() {
         let r = EncodeRequest::parse(&json!({"items": [{"id": 7, "text": "a", "metadata": {}}],
             "params": {"output_types": ["dense"], "instruction": "q:", "output_dtype": "int8",
-                "options": {"overflow_policy": "error"}}}))
+                "options": {"overflow_policy": "error", "dimensions": 64}}}))
         .unwrap();
         assert_eq!(
             r,
@@ -348,6 +370,7 @@ mod tests {
                 instruction: Some("q:".into()),
                 output_dtype: OutputDtype::Int8,
                 overflow: OverflowPolicy::Error,
+                dimensions: Some(64),
             }
         );
         let r = EncodeRequest::parse(&json!({"items": [{"text": "a"}]})).unwrap();
@@ -396,6 +419,11 @@ mod tests {
                 json!({"options": {"task": "entities"}}),
                 reason::UNKNOWN_MEMBER,
                 "\"task\"",
+            ),
+            (
+                json!({"options": {"dimensions": 0}}),
+                reason::BODY_MALFORMED,
+                "dimensions",
             ),
             (
                 json!({"pooling": "mean"}),

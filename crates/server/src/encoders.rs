@@ -130,9 +130,22 @@ pub(crate) fn representation(m: &EncoderModel) -> Value {
     })
 }
 
+/// The width a request asked for (`dimensions`): fewer than the model's, the vector's first
+/// values, normalised again when the model's vectors are (as text-embeddings-inference
+/// answers); more, refused.
+pub(crate) fn width(asked: Option<u64>, model: &str, dims: usize) -> Result<usize, ApiError> {
+    match asked {
+        None => Ok(dims),
+        Some(d) if d as usize <= dims => Ok(d as usize),
+        Some(d) => Err(unsupported_param(format!(
+            "dimensions: model {model} has vectors of {dims} dimensions, fewer than {d}"
+        ))),
+    }
+}
+
 /// A vector's first `dims` values; scaled back to unit length when `normalize` (the model's
 /// own vectors are unit length, so a shortened one is made so again).
-fn shortened(v: &[f32], dims: usize, normalize: bool) -> Vec<f32> {
+pub(crate) fn shortened(v: &[f32], dims: usize, normalize: bool) -> Vec<f32> {
     let mut out = v[..dims.min(v.len())].to_vec();
     if normalize && out.len() < v.len() {
         let norm = out.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -156,18 +169,7 @@ async fn embed(state: &AppState, req: EmbeddingsRequest) -> CoreResult {
         .map_err(|e| engine_err(state, e))?;
     vectors_only(&m)?;
     let info = m.info().clone();
-    // Fewer dimensions than the model's width: the vector's first `d` values, normalised
-    // again when the model's vectors are (as text-embeddings-inference answers). More: refused.
-    let dims = match req.dimensions {
-        None => info.dims,
-        Some(d) if d as usize <= info.dims => d as usize,
-        Some(d) => {
-            return Err(unsupported_param(format!(
-                "dimensions: model {} has vectors of {} dimensions, fewer than {d}",
-                m.meta.name, info.dims
-            )))
-        }
-    };
+    let dims = width(req.dimensions, &m.meta.name, info.dims)?;
     if req.layer {
         return Err(unsupported_param(format!(
             "layer: model {} declares no layer outputs; it answers from its last layer",

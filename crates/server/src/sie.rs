@@ -260,13 +260,14 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> crate::enco
         .collect();
     let truncate = req.overflow != OverflowPolicy::Error;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let info = m.info().clone();
+    let dims = crate::encoders::width(req.dimensions, &m.meta.name, info.dims)?;
     let out = m.embed(&refs, truncate).await.map_err(ApiError::from)?;
-    let dims = m.info().dims;
     let mut results = Vec::with_capacity(req.items.len());
     let dtype = req.output_dtype;
     for (it, v) in req.items.iter().zip(&out.vectors) {
-        let mut r =
-            json!({"dense": {"dims": dims, "dtype": dtype.as_str(), "values": quantize(v, dtype)}});
+        let v = crate::encoders::shortened(v, dims, info.normalize);
+        let mut r = json!({"dense": {"dims": dims, "dtype": dtype.as_str(), "values": quantize(&v, dtype)}});
         if let Some(id) = &it.id {
             r["id"] = id.clone();
         }

@@ -115,6 +115,26 @@ async fn embeddings_shortened_to_fewer_dimensions_are_unit_prefixes() {
     let body = json!({"model": "minilm-l6", "input": FOOD, "dimensions": 384});
     let (_, _, same) = post(&url, &body).await;
     assert_eq!(same["data"][0]["embedding"], full["data"][0]["embedding"]);
+    // The SIE face takes it as a runtime option (params.options.dimensions): the same vector.
+    let (status, _, v) = sie(
+        "/v1/encode/minilm-l6",
+        json!({"items": [{"text": FOOD}], "params": {"options": {"dimensions": 128}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["items"][0]["dense"]["dims"], 128);
+    assert!(
+        cosine(
+            &v["items"][0]["dense"]["values"],
+            &short["data"][0]["embedding"]
+        ) > 0.99999
+    );
+    let (status, _, v) = sie(
+        "/v1/encode/minilm-l6",
+        json!({"items": [{"text": FOOD}], "params": {"options": {"dimensions": 385}}}),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
 }
 
 #[tokio::test]
