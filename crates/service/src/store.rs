@@ -21,7 +21,7 @@ pub enum StoreError {
 }
 
 /// A key as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct KeyRow {
     pub id: String,
     pub hash: String,
@@ -34,7 +34,7 @@ pub struct KeyRow {
 }
 
 /// One day's counts of a key on a model.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
 pub struct DayRow {
     pub day: i64,
     pub model: String,
@@ -46,7 +46,7 @@ pub struct DayRow {
 }
 
 /// One logged request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct RequestRow {
     pub at: Millis,
     pub model: String,
@@ -237,25 +237,12 @@ impl Store {
     }
 
     pub async fn key_by_hash(&self, hash: &str) -> Result<Option<KeyRow>, StoreError> {
-        let row = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT id, hash, prefix, label, budget, address, status, created_at FROM keys WHERE hash = $1",
         )
         .bind(hash)
         .fetch_optional(&self.pool)
-        .await?;
-        Ok(match row {
-            Some(r) => Some(KeyRow {
-                id: r.try_get("id")?,
-                hash: r.try_get("hash")?,
-                prefix: r.try_get("prefix")?,
-                label: r.try_get("label")?,
-                budget: r.try_get("budget")?,
-                address: r.try_get("address")?,
-                status: r.try_get("status")?,
-                created_at: r.try_get("created_at")?,
-            }),
-            None => None,
-        })
+        .await?)
     }
 
     pub async fn revoke(&self, id: &str, now: Millis) -> Result<(), StoreError> {
@@ -369,27 +356,14 @@ impl Store {
 
     /// A key's day rows from `from_day` on.
     pub async fn days(&self, key_id: &str, from_day: i64) -> Result<Vec<DayRow>, StoreError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT day, model, requests, input_tokens, output_tokens, errors, rate_limited \
              FROM usage_days WHERE key_id = $1 AND day >= $2 ORDER BY day, model",
         )
         .bind(key_id)
         .bind(from_day)
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(DayRow {
-                    day: r.try_get("day")?,
-                    model: r.try_get("model")?,
-                    requests: r.try_get("requests")?,
-                    input_tokens: r.try_get("input_tokens")?,
-                    output_tokens: r.try_get("output_tokens")?,
-                    errors: r.try_get("errors")?,
-                    rate_limited: r.try_get("rate_limited")?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     /// A key's logged requests since `since`, newest first, at most `limit`.
@@ -399,7 +373,7 @@ impl Store {
         since: Millis,
         limit: i64,
     ) -> Result<Vec<RequestRow>, StoreError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT at, model, status, code, server_ms, input_tokens FROM requests \
              WHERE key_id = $1 AND at >= $2 ORDER BY at DESC LIMIT $3",
         )
@@ -407,18 +381,6 @@ impl Store {
         .bind(since)
         .bind(limit)
         .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(RequestRow {
-                    at: r.try_get("at")?,
-                    model: r.try_get("model")?,
-                    status: r.try_get("status")?,
-                    code: r.try_get("code")?,
-                    server_ms: r.try_get("server_ms")?,
-                    input_tokens: r.try_get("input_tokens")?,
-                })
-            })
-            .collect()
+        .await?)
     }
 }
