@@ -246,30 +246,16 @@ pub fn app(rt: Arc<Runtime>, standalone: bool) -> Router {
             .route("/metrics", get(metrics_text));
     }
     r.layer(DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn(request_id))
+        // Every answer carries `X-Request-Id`: the caller's (also sent on to the worker or
+        // backend), or a new one.
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+                    tower_http::request_id::MakeRequestUuid,
+                ))
+                .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id()),
+        )
         .with_state(rt)
-}
-
-/// Every answer carries `X-Request-Id`: the caller's (also sent on to the worker or
-/// backend), or a new one.
-async fn request_id(
-    mut req: axum::http::Request<axum::body::Body>,
-    next: axum::middleware::Next,
-) -> Response {
-    const NAME: &str = "x-request-id";
-    let id = req
-        .headers()
-        .get(NAME)
-        .filter(|v| v.len() <= 128)
-        .cloned()
-        .unwrap_or_else(|| {
-            HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string())
-                .unwrap_or(HeaderValue::from_static("unknown"))
-        });
-    req.headers_mut().insert(NAME, id.clone());
-    let mut resp = next.run(req).await;
-    resp.headers_mut().insert(NAME, id);
-    resp
 }
 
 /// A request body read within the public limit and parsed as a JSON object; otherwise the

@@ -19,9 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, HeaderValue, Request};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 use engine::Registry;
@@ -148,26 +146,15 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
             state.clone(),
             transport::admit,
         ))
-        .layer(middleware::from_fn(request_id))
+        // Echo the caller's `X-Request-Id` or give one, on every response.
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+                    tower_http::request_id::MakeRequestUuid,
+                ))
+                .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id()),
+        )
         .with_state(state)
-}
-
-static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// Echo the caller's `X-Request-Id` or give one, on every response.
-async fn request_id(req: Request<axum::body::Body>, next: Next) -> Response {
-    let id = req
-        .headers()
-        .get(&REQUEST_ID)
-        .filter(|v| v.len() <= 128)
-        .cloned()
-        .unwrap_or_else(|| {
-            HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string())
-                .unwrap_or(HeaderValue::from_static("unknown"))
-        });
-    let mut resp = next.run(req).await;
-    resp.headers_mut().insert(REQUEST_ID.clone(), id);
-    resp
 }
 
 /// Serve any app (the worker's routes with others in front) on `listener` until Ctrl-C,

@@ -62,25 +62,14 @@ pub fn app(svc: Arc<Service>, inner: Router) -> Router {
         )
         .with_state(svc)
         .fallback_service(guarded)
-        .layer(axum::middleware::from_fn(request_id))
-}
-
-/// Every answer carries `X-Request-Id`: the caller's, or a new one (also passed inward).
-async fn request_id(mut req: Request, next: Next) -> Response {
-    const NAME: &str = "x-request-id";
-    let id = req
-        .headers()
-        .get(NAME)
-        .filter(|v| v.len() <= 128)
-        .cloned()
-        .unwrap_or_else(|| {
-            HeaderValue::from_str(&uuid::Uuid::new_v4().simple().to_string())
-                .unwrap_or(HeaderValue::from_static("unknown"))
-        });
-    req.headers_mut().insert(NAME, id.clone());
-    let mut resp = next.run(req).await;
-    resp.headers_mut().insert(NAME, id);
-    resp
+        // Every answer carries `X-Request-Id`: the caller's, or a new one (also passed inward).
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+                    tower_http::request_id::MakeRequestUuid,
+                ))
+                .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id()),
+        )
 }
 
 /// The address a request counts against (an IPv6 /64).
