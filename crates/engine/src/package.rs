@@ -105,7 +105,7 @@ pub struct DecisionConfig {
     /// spread evenly; the answer is their geometric mean). 1 asks once; more cancel the
     /// favour a model shows some places in a list, at the cost of one branch each.
     pub choice_orders: usize,
-    /// Question types (`choice`, `score`) whose answers are divided by the same question's
+    /// Question types (`choice`, `score`, `noul`) whose answers are divided by the same question's
     /// answer about an empty state (content-free calibration), which removes the favour a
     /// model shows some labels whatever the state says. Each distinct question's empty-state
     /// answer is evaluated once and remembered.

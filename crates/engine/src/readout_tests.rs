@@ -633,6 +633,47 @@ fn a_noul_bias_lowers_yes_before_the_temperature() {
 }
 
 #[test]
+fn a_content_free_noul_divides_out_its_empty_state_and_keeps_its_bias_once() {
+    // Leans to yes whatever the text (logit 1 against 0); reads "rain" as yes (1.5 more).
+    let script: Script = Arc::new(|context: &str, candidates: &[String]| {
+        let rain = state_of(context).contains("rain");
+        candidates
+            .iter()
+            .map(|c| match c.as_str() {
+                "Yes" => 1.0 + if rain { 1.5 } else { 0.0 },
+                "No" => 0.0,
+                _ => -200.0,
+            })
+            .collect()
+    });
+    let mut config = DecisionConfig {
+        content_free: vec!["noul".into()],
+        noul_bias: 0.25,
+        ..Default::default()
+    };
+    config.temperature.noul = 0.5;
+    let m = model(config, script);
+    let q = json!({"q": {"type": "noul", "instructions": "Rain?"}});
+    // Log-odds 2.5 less the empty state's 1, less the bias, at temperature 0.5.
+    let p = ask(&m, "rain all day", q.clone())["q"]["noul"]
+        .as_f64()
+        .expect("noul");
+    let want = share(&[2.5 - 1.0 - 0.25], &[0.0], 0.5);
+    assert!((p - want).abs() < 1e-6, "p(yes) {p}, want {want}");
+    // A dry text: log-odds 1 less 1 less the bias.
+    let dry = ask(&m, "sunny", q.clone())["q"]["noul"]
+        .as_f64()
+        .expect("noul");
+    let want = share(&[-0.25], &[0.0], 0.5);
+    assert!((dry - want).abs() < 1e-6, "p(yes) {dry}, want {want}");
+    // Remembered: the same bits again.
+    assert_eq!(
+        ask(&m, "rain all day", q.clone())["q"]["noul"].as_f64(),
+        Some(p)
+    );
+}
+
+#[test]
 fn content_free_choices_keep_each_option_its_own_correction_in_any_order() {
     // Leans to "cooking" (its readout token "c") whatever the text; reads the named option.
     let reads = names_what_it_reads();

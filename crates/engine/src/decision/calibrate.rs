@@ -1,7 +1,7 @@
 //! Corrections of label bias, from `decision_config.json`:
 //!
-//! - **content-free calibration** (`content_free`): a choice or score answer is divided by the
-//!   same question's answer about an empty state, so a label the model favours whatever the
+//! - **content-free calibration** (`content_free`): a choice, score or noul answer is divided
+//!   by the same question's answer about an empty state, so a label the model favours whatever the
 //!   state says loses that favour. The empty-state answer depends on the question alone, so
 //!   it is evaluated once per distinct question (in the forward of the first request that
 //!   asks it) and remembered;
@@ -97,6 +97,10 @@ impl DecisionModel {
                 format!("{sorted:?}")
             }
             QuestionKind::Score { levels } => format!("{levels:?}"),
+            QuestionKind::Noul {
+                when_false,
+                when_true,
+            } => format!("{when_false:?}{when_true:?}"),
             _ => return None,
         };
         Some(format!(
@@ -215,6 +219,12 @@ impl DecisionModel {
                     }
                 }
                 Plan::Score { temperature, .. } => divide(p, q, *temperature),
+                // The empty-state yes/no was read with the noul bias too, which the division
+                // cancels: lowered again, the bias acts once.
+                Plan::Noul { temperature, .. } => {
+                    divide(p, q, *temperature);
+                    lower_yes(p, self.config.noul_bias, *temperature);
+                }
                 _ => {}
             }
         }
