@@ -161,7 +161,7 @@ pub const TREE_ATTENTION_MODES: &[&str] = &["prefix_causal", "state_once"];
 /// The most orders a choice may be asked in (each is one more branch per choice question).
 pub const MAX_CHOICE_ORDERS: usize = 8;
 /// The question types whose answers a content-free reading corrects.
-pub const CONTENT_FREE_TYPES: &[&str] = &["choice", "score"];
+pub const CONTENT_FREE_TYPES: &[&str] = &["choice", "score", "noul"];
 /// The question types a package may declare.
 const QUESTION_TYPES: &[&str] = &["choice", "noul", "score", "set", "span", "box", "track"];
 
@@ -268,7 +268,7 @@ impl DecisionConfig {
         {
             return Err(format!(
                 "decision_config.json: content_free names {t:?}; it corrects only {}",
-                CONTENT_FREE_TYPES.join(" and ")
+                CONTENT_FREE_TYPES.join(", ")
             ));
         }
         if !self.noul_bias.is_finite() {
@@ -419,8 +419,9 @@ mod tests {
         assert!(check(|c| c.choice_orders = 0).is_err());
         assert!(check(|c| c.choice_orders = MAX_CHOICE_ORDERS + 1).is_err());
         assert!(check(|c| c.choice_orders = 3).is_ok());
-        let e = check(|c| c.content_free = vec!["noul".into()]).unwrap_err();
-        assert!(e.contains("content_free") && e.contains("noul"), "{e}");
+        let e = check(|c| c.content_free = vec!["set".into()]).unwrap_err();
+        assert!(e.contains("content_free") && e.contains("set"), "{e}");
+        assert!(check(|c| c.content_free = vec!["noul".into()]).is_ok());
         assert!(check(|c| c.content_free = vec!["choice".into(), "score".into()]).is_ok());
         let e = check(|c| c.noul_bias = f64::INFINITY).unwrap_err();
         assert!(e.contains("noul_bias"), "{e}");

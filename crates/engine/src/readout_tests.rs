@@ -633,6 +633,26 @@ fn a_noul_bias_lowers_yes_before_the_temperature() {
 }
 
 #[test]
+fn a_noul_temperature_acts_on_yes_against_no_whatever_their_spellings() {
+    let mut config = DecisionConfig::default();
+    config.temperature.noul = 0.5;
+    let m = model(
+        config,
+        table(&[("Yes", 2.0), ("yes", 1.0), ("No", 0.5), ("no", -1.0)]),
+    );
+    let a = ask(
+        &m,
+        "x",
+        json!({"q": {"type": "noul", "instructions": "Rain?"}}),
+    );
+    let p = a["q"]["noul"].as_f64().expect("noul");
+    // Each side's spellings summed at temperature 1, then the pair at 0.5.
+    let (yes, no) = (2f64.exp() + 1f64.exp(), 0.5f64.exp() + (-1f64).exp());
+    let want = 1.0 / (1.0 + (no / yes).powf(2.0));
+    assert!((p - want).abs() < 1e-6, "p(yes) {p}, want {want}");
+}
+
+#[test]
 fn a_content_free_noul_divides_out_its_empty_state_and_keeps_its_bias_once() {
     // Leans to yes whatever the text (logit 1 against 0); reads "rain" as yes (1.5 more).
     let script: Script = Arc::new(|context: &str, candidates: &[String]| {

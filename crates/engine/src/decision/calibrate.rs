@@ -70,6 +70,20 @@ pub(crate) fn divide(p: &mut [f64], q: &[f64], temperature: f64) {
     }
 }
 
+/// `p_i ∝ p_i^(1/T)`: a distribution read at temperature 1, at temperature `T` over its
+/// outcomes (a noul's yes and no, whatever spellings each sums).
+pub(crate) fn temper(p: &mut [f64], temperature: f64) {
+    if temperature == 1.0 || p.iter().any(|x| *x <= 0.0) {
+        return;
+    }
+    let logs: Vec<f64> = p.iter().map(|x| x.ln() / temperature).collect();
+    let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let z: f64 = logs.iter().map(|l| (l - top).exp()).sum();
+    for (x, l) in p.iter_mut().zip(&logs) {
+        *x = (l - top).exp() / z;
+    }
+}
+
 /// A yes/no pair read at temperature `T` with its log-odds lowered by `bias / T`: what the
 /// logits lowered by `bias` give at `T`.
 pub(crate) fn lower_yes(p: &mut [f64], bias: f64, temperature: f64) {
