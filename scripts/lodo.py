@@ -197,7 +197,8 @@ def judge(raw, shipped=None):
         if n in ("raw",):
             continue
         worst = min(table[n][d]["acc"] - table["raw"][d]["acc"] for d in domains)
-        ok = mean[n]["nll"] < mean["raw"]["nll"] and worst >= -0.02
+        # "no more than 0.02" (1e-9: 3 of 150 is 0.02, not more, whatever the rounding).
+        ok = mean[n]["nll"] < mean["raw"]["nll"] and worst >= -0.02 - 1e-9
         if n != "shipped" and ok:
             accepted.append(n)
         print(f"{n:<12} mean held-out NLL {mean[n]['nll']:.3f} (raw {mean['raw']['nll']:.3f}), "

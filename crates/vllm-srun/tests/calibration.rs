@@ -1,7 +1,7 @@
-//! The label-bias corrections the catalogue ships for `qwen2.5-1.5b` act end to end (issue
-//! 10): content-free calibration divides each choice and score answer by the same question's
-//! answer about an empty state, so a question about an empty state is answered with equal
-//! probabilities, exactly; the empty-state answer is remembered, so asking again, beside other
+//! The label-bias corrections the catalogue ships for `qwen2.5-1.5b` act end to end (issues
+//! 10 and 36): content-free calibration divides each choice, score and noul answer by the same
+//! question's answer about an empty state, so a question about an empty state is answered
+//! with equal probabilities, exactly; the empty-state answer is remembered, so asking again, beside other
 //! questions or with the options in another order gives the same answer; and the corrected
 //! answers are still right on plain cases.
 
@@ -59,8 +59,14 @@ async fn severity_of(text: &str) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_empty_state_gets_equal_probabilities_from_choice_and_score() {
-    let a = answers("", json!({"q": queue(), "s": severity()})).await;
+async fn an_empty_state_gets_equal_probabilities_from_choice_score_and_noul() {
+    let a = answers(
+        "",
+        json!({"q": queue(), "s": severity(), "n": {"type": "noul", "instructions": "Is the customer angry?"}}),
+    )
+    .await;
+    let n = a["n"]["noul"].as_f64().expect("noul");
+    assert!((n - 0.5).abs() < 1e-9, "n: {n}: {a}");
     for id in ["q", "s"] {
         let p = probabilities(&a[id]);
         let even = 1.0 / p.len() as f64;
