@@ -56,6 +56,29 @@ pub struct RequestRow {
     pub input_tokens: i64,
 }
 
+/// `sql` (`KEY_INSERT` or `KEY_IMPORT`) with a key row's eight values bound.
+fn key_insert<'q>(
+    sql: &'static str,
+    k: &'q KeyRow,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    sqlx::query(sql)
+        .bind(&k.id)
+        .bind(&k.hash)
+        .bind(&k.prefix)
+        .bind(&k.label)
+        .bind(&k.budget)
+        .bind(&k.address)
+        .bind(&k.status)
+        .bind(k.created_at)
+}
+
+const KEY_INSERT: &str =
+    "INSERT INTO keys (id, hash, prefix, label, budget, address, status, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+const KEY_IMPORT: &str =
+    "INSERT INTO keys (id, hash, prefix, label, budget, address, status, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hash) DO NOTHING";
+
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
@@ -198,20 +221,7 @@ impl Store {
             .bind(k.created_at)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
-            "INSERT INTO keys (id, hash, prefix, label, budget, address, status, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(&k.id)
-        .bind(&k.hash)
-        .bind(&k.prefix)
-        .bind(&k.label)
-        .bind(&k.budget)
-        .bind(&k.address)
-        .bind(&k.status)
-        .bind(k.created_at)
-        .execute(&mut *tx)
-        .await?;
+        key_insert(KEY_INSERT, k).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -219,20 +229,7 @@ impl Store {
     /// Store a key brought from elsewhere (an older site's): the key alone, no creation in
     /// any address's log. `false` when a key with that hash is already stored.
     pub async fn import_key(&self, k: &KeyRow) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "INSERT INTO keys (id, hash, prefix, label, budget, address, status, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (hash) DO NOTHING",
-        )
-        .bind(&k.id)
-        .bind(&k.hash)
-        .bind(&k.prefix)
-        .bind(&k.label)
-        .bind(&k.budget)
-        .bind(&k.address)
-        .bind(&k.status)
-        .bind(k.created_at)
-        .execute(&self.pool)
-        .await?;
+        let done = key_insert(KEY_IMPORT, k).execute(&self.pool).await?;
         Ok(done.rows_affected() == 1)
     }
 
