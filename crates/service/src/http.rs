@@ -831,7 +831,11 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .map_or_else(|| uuid::Uuid::new_v4().simple().to_string(), str::to_string);
+        // The log keeps at most 128 characters of a caller's id.
+        .map_or_else(
+            || uuid::Uuid::new_v4().simple().to_string(),
+            |s| s.chars().take(128).collect(),
+        );
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
