@@ -106,30 +106,19 @@ fn stack() -> &'static Stack {
 /// worker.
 fn serve_router(yaml: &str) -> String {
     let cfg = router::RouterConfig::from_yaml(yaml, "test.yaml").expect("the test config loads");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let bound = vllm_srun::bind_router(cfg, None, true, "127.0.0.1", 0)
-                .await
-                .expect("bind");
-            tx.send(bound.addr).expect("send");
-            let _ = bound.run().await;
-        });
+    let addr = on_own_runtime(move |tx| async move {
+        let bound = vllm_srun::bind_router(cfg, None, true, "127.0.0.1", 0)
+            .await
+            .expect("bind");
+        tx.send(bound.addr).expect("send");
+        let _ = bound.run().await;
     });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("router bound");
     let router = format!("http://{addr}");
     // Ready once the health checks have seen the worker.
     let get = blocking_get();
     for _ in 0..300 {
         if get(&format!("{router}/v1/systemone/models")).is_ok() {
-            let (code, _) = (get(&format!("{router}/health")).unwrap_or(0), ());
+            let code = get(&format!("{router}/health")).unwrap_or(0);
             if code == 503 || code == 200 {
                 // `nowhere` never becomes ready: the router stays degraded (503).
                 break;

@@ -48,8 +48,15 @@ pub fn start(o: ServeOptions) -> TestServer {
     server
 }
 
-/// Start a server and return as soon as it listens.
-pub fn start_unready(o: ServeOptions) -> TestServer {
+/// Run `serve` on a thread of its own, on a two-worker runtime, until it ends; return what
+/// it sends once it is bound (within 30 s).
+pub fn on_own_runtime<T, F>(
+    serve: impl FnOnce(std::sync::mpsc::Sender<T>) -> F + Send + 'static,
+) -> T
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = ()>,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -57,21 +64,23 @@ pub fn start_unready(o: ServeOptions) -> TestServer {
             .enable_all()
             .build()
             .expect("runtime");
-        rt.block_on(async move {
-            let bound = vllm_srun::bind(o).await.expect("bind");
-            tx.send((bound.addr, bound.registry.clone()))
-                .expect("send addr");
-            let _ = bound.run().await;
-        });
+        rt.block_on(serve(tx));
     });
-    let (addr, registry) = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("server bound");
-    let server = TestServer {
+    rx.recv_timeout(Duration::from_secs(30)).expect("bound")
+}
+
+/// Start a server and return as soon as it listens.
+pub fn start_unready(o: ServeOptions) -> TestServer {
+    let (addr, registry) = on_own_runtime(move |tx| async move {
+        let bound = vllm_srun::bind(o).await.expect("bind");
+        tx.send((bound.addr, bound.registry.clone()))
+            .expect("send addr");
+        let _ = bound.run().await;
+    });
+    TestServer {
         base: format!("http://{addr}"),
         registry,
-    };
-    server
+    }
 }
 
 fn wait_ready(s: &TestServer) {
