@@ -70,6 +70,12 @@ impl From<BodyError> for ApiError {
     }
 }
 
+/// The body did not arrive within `--body-timeout-ms` (the deadline, in milliseconds): the
+/// error the transport's deadline puts in the body stream.
+#[derive(Debug, thiserror::Error)]
+#[error("the body did not arrive within {0} ms")]
+pub(crate) struct BodyTimedOut(pub(crate) u64);
+
 /// zstd frames may ask for a window of at most 8 MiB (2^23 bytes).
 const ZSTD_WINDOW_LOG_MAX: u32 = 23;
 
@@ -134,7 +140,7 @@ fn inflate(mut reader: impl Read, limit: usize) -> Result<Vec<u8>, BodyError> {
 fn timed_out(e: &axum::Error) -> Option<u64> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
-        if let Some(t) = err.downcast_ref::<crate::transport::BodyTimedOut>() {
+        if let Some(t) = err.downcast_ref::<BodyTimedOut>() {
             return Some(t.0);
         }
         cur = err.source();

@@ -21,6 +21,34 @@ pub enum Flavor {
     OpenAi,
 }
 
+impl Flavor {
+    /// The family a path answers errors in: the one path → family mapping, used by the
+    /// routes and by the transport layer for answers given before a handler runs.
+    pub fn of_path(path: &str, schema: protocol::Schema) -> Flavor {
+        if path.starts_with("/v1/systemone") {
+            match schema {
+                protocol::Schema::V4 => Flavor::V4,
+                _ => Flavor::V5,
+            }
+        } else if [
+            "/v1/encode/",
+            "/v1/score/",
+            "/v1/extract/",
+            "/v1/generate/",
+            "/v1/models/",
+        ]
+        .iter()
+        .any(|p| path.starts_with(p))
+        {
+            Flavor::Sie
+        } else if path == "/v1/chat/completions" || path == "/v1/completions" {
+            Flavor::OpenAi
+        } else {
+            Flavor::Internal
+        }
+    }
+}
+
 /// An error answer before it is rendered.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -454,4 +482,37 @@ impl From<engine::EncodeError> for ApiError {
             .with_reason(protocol::reason::INFERENCE_ERROR),
         }
     }
+}
+
+// Constructors for the worker's hand-checked bodies (encoders, bundle, SIE).
+
+pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+        .with_reason(protocol::reason::BODY_MALFORMED)
+}
+
+pub(crate) fn unsupported_param(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
+        .with_reason(protocol::reason::PARAMETER_UNSUPPORTED)
+}
+
+/// Refuse members other than `allowed`, naming the first.
+pub(crate) fn only(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ApiError> {
+    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidRequest,
+            format!(
+                "unknown member {k:?} in {what}; allowed: {}",
+                allowed.join(", ")
+            ),
+        )
+        .with_reason(protocol::reason::UNKNOWN_MEMBER));
+    }
+    Ok(())
+}
+
+pub(crate) fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, ApiError> {
+    v.as_object()
+        .ok_or_else(|| invalid(format!("{what} must be a JSON object")))
 }

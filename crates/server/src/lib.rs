@@ -1,17 +1,18 @@
-//! The HTTP face of the worker (axum). HTTP lives only here: routes, body limits, error
-//! rendering, Server-Timing, request ids, metrics and health.
+//! The HTTP face of the worker (axum): routes, body limits, error rendering, Server-Timing,
+//! request ids, metrics and health.
 
 // An `ApiError` is built at most once per request, on the way out; boxing it would add an
 // allocation to every error path for no gain.
 #![allow(clippy::result_large_err)]
 
+// Shared pieces at the bottom, routes above them, the OpenAPI document and the router on top.
 mod body;
-mod encoders;
+mod calls;
+mod cards;
 pub mod error;
-mod handlers;
-mod openai;
 pub mod openapi;
-mod sie;
+mod respond;
+mod routes;
 mod timing;
 mod transport;
 
@@ -25,6 +26,8 @@ use axum::Router;
 use engine::Registry;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use protocol::Schema;
+
+use routes::{bundle, decisions, encoders, meta, openai, sie};
 
 pub use error::{ApiError, Flavor};
 pub use transport::{Transport, LARGE_BODY_BYTES};
@@ -117,22 +120,22 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
         started: Instant::now(),
     });
     Router::new()
-        .route("/v1/decisions", post(handlers::decisions))
-        .route("/v1/systemone", post(handlers::systemone))
-        .route("/v1/systemone/batch", post(handlers::systemone_batch))
+        .route("/v1/decisions", post(decisions::decisions))
+        .route("/v1/systemone", post(decisions::systemone))
+        .route("/v1/systemone/batch", post(decisions::systemone_batch))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
-        .route("/v1/generate/{*model}", post(openai::generate_route))
-        .route("/v1/models", get(handlers::models))
-        .route("/v1/systemone/models", get(handlers::systemone_models))
-        .route("/health", get(handlers::health))
-        .route("/health/live", get(handlers::live))
-        .route("/metrics", get(handlers::metrics_text))
-        .route("/openapi.yaml", get(handlers::openapi_yaml))
+        .route("/v1/generate/{*model}", post(sie::generate_route))
+        .route("/v1/models", get(meta::models))
+        .route("/v1/systemone/models", get(meta::systemone_models))
+        .route("/health", get(meta::health))
+        .route("/health/live", get(meta::live))
+        .route("/metrics", get(meta::metrics_text))
+        .route("/openapi.yaml", get(openapi::openapi_yaml))
         .route("/v1/embeddings", post(encoders::embeddings))
         .route("/v1/rerank", post(encoders::rerank))
         .route("/v1/classify", post(encoders::classify))
-        .route("/v1/bundle", post(encoders::bundle))
+        .route("/v1/bundle", post(bundle::bundle))
         .route("/v1/encode/{*model}", post(sie::encode_route))
         .route("/v1/score/{*model}", post(sie::score_route))
         .route("/v1/extract/{*model}", post(sie::extract_route))
@@ -140,7 +143,7 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
         .route("/healthz", get(sie::healthz))
         .route("/readyz", get(sie::readyz))
         .route("/livez", get(sie::livez))
-        .fallback(handlers::not_found)
+        .fallback(meta::not_found)
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(
             state.clone(),

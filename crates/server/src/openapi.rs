@@ -3,7 +3,13 @@
 
 use utoipa::OpenApi;
 
-use crate::handlers;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use protocol::error::ErrorCode;
+
+use crate::error::{ApiError, Flavor};
+use crate::respond::json::error_response;
+use crate::routes::{bundle, decisions, encoders, meta, openai, sie};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -12,29 +18,29 @@ use crate::handlers;
         description = "Decision models: System One (vllm-sr/5.0) and the runtime's internal form."
     ),
     paths(
-        handlers::decisions,
-        handlers::systemone,
-        handlers::systemone_batch,
-        handlers::models,
-        handlers::systemone_models,
-        handlers::health,
-        handlers::live,
-        handlers::metrics_text,
-        handlers::openapi_yaml,
-        crate::encoders::embeddings,
-        crate::encoders::rerank,
-        crate::encoders::classify,
-        crate::encoders::bundle,
-        crate::openai::chat_completions,
-        crate::openai::completions,
-        crate::openai::generate_route,
-        crate::sie::encode_route,
-        crate::sie::score_route,
-        crate::sie::extract_route,
-        crate::sie::model_route,
-        crate::sie::healthz,
-        crate::sie::readyz,
-        crate::sie::livez,
+        decisions::decisions,
+        decisions::systemone,
+        decisions::systemone_batch,
+        meta::models,
+        meta::systemone_models,
+        meta::health,
+        meta::live,
+        meta::metrics_text,
+        openapi_yaml,
+        encoders::embeddings,
+        encoders::rerank,
+        encoders::classify,
+        bundle::bundle,
+        openai::chat_completions,
+        openai::completions,
+        sie::generate_route,
+        sie::encode_route,
+        sie::score_route,
+        sie::extract_route,
+        sie::model_route,
+        sie::healthz,
+        sie::readyz,
+        sie::livez,
     ),
     components(schemas(
         protocol::schema::SieErrorDoc,
@@ -50,6 +56,24 @@ pub fn yaml() -> Result<String, String> {
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
     doc.to_yaml().map_err(|e| e.to_string())
+}
+
+/// The OpenAPI document, generated from the handlers' annotations and the wire types.
+#[utoipa::path(get, path = "/openapi.yaml", tag = "health",
+    responses((status = 200, description = "This document", body = String, content_type = "application/yaml")))]
+pub async fn openapi_yaml() -> Response {
+    match yaml() {
+        Ok(y) => ([(header::CONTENT_TYPE, "application/yaml")], y).into_response(),
+        Err(e) => error_response(
+            &ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::InternalError,
+                e,
+            ),
+            Flavor::Internal,
+            None,
+        ),
+    }
 }
 
 #[cfg(test)]

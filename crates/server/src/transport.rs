@@ -31,7 +31,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
-use crate::body::Coding;
+use crate::body::{BodyTimedOut, Coding};
 use crate::error::{ApiError, Flavor};
 use crate::AppState;
 
@@ -93,23 +93,6 @@ fn large(headers: &HeaderMap, method: &Method) -> bool {
     compressed || length.is_none_or(|n| n > LARGE_BODY_BYTES)
 }
 
-/// The error family of a path, for answers given before its handler runs.
-fn flavor_of(path: &str, state: &AppState) -> Flavor {
-    if path.starts_with("/v1/systemone") {
-        match state.config.schema {
-            protocol::Schema::V4 => Flavor::V4,
-            _ => Flavor::V5,
-        }
-    } else if ["/v1/encode/", "/v1/score/", "/v1/extract/"]
-        .iter()
-        .any(|p| path.starts_with(p))
-    {
-        Flavor::Sie
-    } else {
-        Flavor::Internal
-    }
-}
-
 /// Every request: the body's deadline; a large body's slot and its own thread.
 pub(crate) async fn admit(
     State(state): State<Arc<AppState>>,
@@ -123,13 +106,13 @@ pub(crate) async fn admit(
     if !is_large {
         return next.run(Request::from_parts(parts, body)).await;
     }
-    let flavor = flavor_of(parts.uri.path(), &state);
+    let flavor = Flavor::of_path(parts.uri.path(), state.config.schema);
     let refuse = |e: ApiError| {
         if flavor == Flavor::Sie {
-            return crate::sie::error_response(&parts.headers, e);
+            return crate::respond::sie::error_response(&parts.headers, e);
         }
         let e = e.for_flavor(flavor);
-        crate::handlers::error_response(&e, flavor, None)
+        crate::respond::json::error_response(&e, flavor, None)
     };
     let Ok(permit) = admission.large.clone().try_acquire_owned() else {
         metrics::counter!("vllm_srun_large_requests_refused_total").increment(1);
@@ -185,11 +168,6 @@ impl Deadline {
         }
     }
 }
-
-/// The body did not arrive within `--body-timeout-ms` (the deadline, in milliseconds).
-#[derive(Debug, thiserror::Error)]
-#[error("the body did not arrive within {0} ms")]
-pub(crate) struct BodyTimedOut(pub(crate) u64);
 
 impl http_body::Body for Deadline {
     type Data = axum::body::Bytes;

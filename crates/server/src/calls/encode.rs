@@ -1,14 +1,10 @@
-//! The worker endpoints beside decisions: `/v1/embeddings` (OpenAI), `/v1/rerank`,
-//! `/v1/classify` and `/v1/bundle`. Each has a core (`Value` in, `Value` out) that the HTTP
-//! handler and the bundle both call, so a bundle task answers exactly as its endpoint would.
+//! The encoder cores (`Value` in, `Value` out): embeddings, rerank and classify, answered the
+//! same whether a route or a bundle task asks; the relevance and batched-decision steps that
+//! SIE's score and extract share with them.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::http::StatusCode;
 use base64::Engine as _;
 use engine::recipes::{self, Ask};
 use engine::{EncoderModel, ModelKind, Timings};
@@ -19,46 +15,12 @@ use protocol::encoder::{
 use protocol::error::ErrorCode;
 use serde_json::{json, Map, Value};
 
-use crate::error::{ApiError, Flavor};
-use crate::handlers::respond;
-use crate::timing::Phases;
+use crate::calls::CoreResult;
+use crate::cards::representation;
+use crate::error::{invalid, object, only, unsupported_param, ApiError};
 use crate::AppState;
 
-/// What a core returns: the body, the model that answered, and its engine timings.
-pub(crate) type CoreResult = Result<(Value, String, Timings), ApiError>;
-
-pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
-        .with_reason(protocol::reason::BODY_MALFORMED)
-}
-
-fn unsupported_param(message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
-        .with_reason(protocol::reason::PARAMETER_UNSUPPORTED)
-}
-
-/// Refuse members other than `allowed`, naming the first.
-pub(crate) fn only(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ApiError> {
-    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            format!(
-                "unknown member {k:?} in {what}; allowed: {}",
-                allowed.join(", ")
-            ),
-        )
-        .with_reason(protocol::reason::UNKNOWN_MEMBER));
-    }
-    Ok(())
-}
-
-pub(crate) fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, ApiError> {
-    v.as_object()
-        .ok_or_else(|| invalid(format!("{what} must be a JSON object")))
-}
-
-fn engine_err(state: &AppState, e: engine::EngineError) -> ApiError {
+pub(crate) fn engine_err(state: &AppState, e: engine::EngineError) -> ApiError {
     ApiError::from_engine(e, &state.registry.names())
 }
 
@@ -78,7 +40,7 @@ pub(crate) fn vectors_only(m: &EncoderModel) -> Result<(), ApiError> {
 }
 
 /// `options.deadline_ms` of a body whose options were checked for unknown members.
-fn deadline_ms(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
+pub(crate) fn deadline_ms(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
     match obj.get("options").and_then(|o| o.get("deadline_ms")) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => v
@@ -89,7 +51,7 @@ fn deadline_ms(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
 }
 
 /// `options.deadline_ms` of a body whose `options` may hold nothing else (bundle).
-fn deadline_only(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
+pub(crate) fn deadline_only(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
     if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
         only(object(o, "options")?, &["deadline_ms"], "options")?;
     }
@@ -98,7 +60,7 @@ fn deadline_only(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
 
 /// Run `work` within `deadline_ms`: past it the caller gets 504 `deadline_exceeded`, and the
 /// work is dropped (a queued encoder or decision job whose caller is gone is not run).
-async fn within(
+pub(crate) async fn within(
     deadline_ms: Option<u64>,
     work: impl std::future::Future<Output = CoreResult>,
 ) -> CoreResult {
@@ -114,20 +76,6 @@ async fn within(
                 format!("options.deadline_ms ({d} ms) passed before the work was answered"),
             ))
         })
-}
-
-/// The vector space an encoder's vectors live in.
-pub(crate) fn representation(m: &EncoderModel) -> Value {
-    let info = m.info();
-    json!({
-        "model": m.meta.name,
-        "revision": m.meta.revision,
-        "sha256": m.meta.sha256,
-        "dims": info.dims,
-        "pooling": info.pooling,
-        "normalized": info.normalize,
-        "layer": "last",
-    })
 }
 
 /// The width a request asked for (`dimensions`): fewer than the model's, the vector's first
@@ -162,7 +110,7 @@ pub(crate) async fn embeddings_core(state: &AppState, body: &Value) -> CoreResul
     within(req.options.deadline_ms, embed(state, req)).await
 }
 
-async fn embed(state: &AppState, req: EmbeddingsRequest) -> CoreResult {
+pub(crate) async fn embed(state: &AppState, req: EmbeddingsRequest) -> CoreResult {
     let m = state
         .registry
         .encoder(req.model.as_deref())
@@ -260,7 +208,7 @@ pub(crate) async fn decide_batch(
 }
 
 /// A decision question's failure as a request error (400 with its reason word and limit).
-fn failed_question(failure: &protocol::QuestionFailure) -> ApiError {
+pub(crate) fn failed_question(failure: &protocol::QuestionFailure) -> ApiError {
     let mut e = ApiError::new(
         StatusCode::BAD_REQUEST,
         ErrorCode::InvalidRequest,
@@ -338,7 +286,7 @@ pub(crate) async fn rerank_core(state: &AppState, body: &Value) -> CoreResult {
     within(req.options.deadline_ms, rank(state, req)).await
 }
 
-async fn rank(state: &AppState, req: RerankRequest) -> CoreResult {
+pub(crate) async fn rank(state: &AppState, req: RerankRequest) -> CoreResult {
     let docs = req.documents;
     let (scores, tokens, model, timings) =
         relevance(state, req.model.as_deref(), &req.query, &docs).await?;
@@ -501,7 +449,7 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
 /// `/v1/classify` on a sequence-classification head: label probabilities (softmax) or
 /// independent label scores (sigmoid, `multi_label`) per input text, in one batch. On a
 /// token-classification head: the spans of each text.
-async fn classify_head(m: &EncoderModel, req: &ClassifyRequest) -> CoreResult {
+pub(crate) async fn classify_head(m: &EncoderModel, req: &ClassifyRequest) -> CoreResult {
     let labels = m.info().labels.clone().unwrap_or_default();
     let o = &req.options;
     if o.return_spans && !m.info().per_token {
@@ -603,7 +551,7 @@ async fn classify_head(m: &EncoderModel, req: &ClassifyRequest) -> CoreResult {
 }
 
 /// An item error of a token head's text, as the sequence heads give it.
-fn item_error(index: usize, e: engine::EncodeError) -> Value {
+pub(crate) fn item_error(index: usize, e: engine::EncodeError) -> Value {
     let a = ApiError::from(e);
     let error = if a.reason == Some(protocol::reason::SCAN_BUDGET) {
         "scan_budget_exceeded"
@@ -618,7 +566,7 @@ fn item_error(index: usize, e: engine::EncodeError) -> Value {
 
 /// `/v1/classify` on a token-classification head: each text's spans (label, code-point
 /// `start`/`end`, `text`, `probability`).
-async fn classify_spans(
+pub(crate) async fn classify_spans(
     m: &EncoderModel,
     texts: &[String],
     overflow: engine::TagOverflow,
@@ -650,230 +598,4 @@ async fn classify_spans(
     let resp = json!({"model": m.meta.name, "backbone": m.meta.name, "data": data,
         "usage": {"input_tokens": tokens, "output_tokens": 0}});
     Ok((resp, m.meta.name.clone(), timings))
-}
-
-/// Read a JSON body within the limits and answer it with `core`, with Server-Timing, metrics
-/// and the internal error shape.
-async fn serve<F, Fut>(
-    state: Arc<AppState>,
-    headers: HeaderMap,
-    body: Body,
-    path: &'static str,
-    core: F,
-) -> Response
-where
-    F: FnOnce(Arc<AppState>, Value) -> Fut,
-    Fut: std::future::Future<Output = CoreResult>,
-{
-    let started = Instant::now();
-    let mut phases = Phases::default();
-    let result = async {
-        let value = crate::body::value(&headers, body, state.config.max_request_bytes, |b| {
-            serde_json::from_slice(b).map_err(|e| ApiError::bad_json(&e))
-        })
-        .await?;
-        phases.parse = started.elapsed();
-        core(state.clone(), value).await
-    }
-    .await;
-    let result = result.map(|(value, model, timings)| {
-        phases.engine = timings;
-        (StatusCode::OK, value, model)
-    });
-    respond(result, Flavor::Internal, started, phases, path)
-}
-
-/// OpenAI-compatible embeddings.
-#[utoipa::path(post, path = "/v1/embeddings", tag = "encoders",
-    request_body(content = protocol::schema::EmbeddingsRequestDoc, description = "input: a string, a list of strings, token ids or lists of token ids"),
-    responses(
-        (status = 200, description = "One vector per input", body = protocol::schema::EmbeddingsResponseDoc),
-        (status = 400, description = "invalid_request (input_too_long, parameter_unsupported, ...)", body = protocol::schema::ErrorDoc),
-        (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
-        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
-        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
-        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
-        (status = 422, description = "unsupported_surface: the model is no encoder", body = protocol::schema::ErrorDoc),
-        (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
-        (status = 504, description = "deadline_exceeded: options.deadline_ms passed before the answer", body = protocol::schema::ErrorDoc),
-        (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
-    ))]
-pub async fn embeddings(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve(state, headers, body, "/v1/embeddings", |s, v| async move {
-        embeddings_core(&s, &v).await
-    })
-    .await
-}
-
-/// Score documents against a query.
-#[utoipa::path(post, path = "/v1/rerank", tag = "encoders",
-    request_body = protocol::schema::RerankRequestDoc,
-    responses(
-        (status = 200, description = "Documents by relevance", body = protocol::schema::RerankResponseDoc),
-        (status = 400, description = "invalid_request", body = protocol::schema::ErrorDoc),
-        (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
-        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
-        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
-        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
-        (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
-        (status = 504, description = "deadline_exceeded: options.deadline_ms passed before the answer", body = protocol::schema::ErrorDoc),
-        (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
-    ))]
-pub async fn rerank(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve(state, headers, body, "/v1/rerank", |s, v| async move {
-        rerank_core(&s, &v).await
-    })
-    .await
-}
-
-/// Run a classification entry over inputs.
-#[utoipa::path(post, path = "/v1/classify", tag = "encoders",
-    request_body = protocol::schema::ClassifyRequestDoc,
-    responses(
-        (status = 200, description = "Labels per input (failed inputs answered in place)", body = protocol::schema::ClassifyResponseDoc),
-        (status = 400, description = "invalid_request", body = protocol::schema::ErrorDoc),
-        (status = 404, description = "model_not_found", body = protocol::schema::ErrorDoc),
-        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
-        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
-        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
-        (status = 422, description = "unsupported_surface", body = protocol::schema::ErrorDoc),
-        (status = 429, description = "overloaded", body = protocol::schema::ErrorDoc),
-        (status = 504, description = "deadline_exceeded: options.deadline_ms passed before the answer", body = protocol::schema::ErrorDoc),
-        (status = 503, description = "not_ready", body = protocol::schema::ErrorDoc),
-    ))]
-pub async fn classify(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve(state, headers, body, "/v1/classify", |s, v| async move {
-        classify_core(&s, &v).await
-    })
-    .await
-}
-
-/// Several tasks for one or more models in one call, answered in task order, each with the
-/// status it would have had alone.
-#[utoipa::path(post, path = "/v1/bundle", tag = "encoders",
-    request_body = protocol::schema::BundleRequestDoc,
-    responses(
-        (status = 200, description = "Each task's status and body, in task order", body = protocol::schema::BundleResponseDoc),
-        (status = 400, description = "invalid_request (too many tasks: reason bundle_tasks)", body = protocol::schema::ErrorDoc),
-        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
-        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
-        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
-    ))]
-pub async fn bundle(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    serve(state, headers, body, "/v1/bundle", |s, v| async move {
-        bundle_core(&s, &v).await
-    })
-    .await
-}
-
-const TASK_KINDS: &[&str] = &["decisions", "classify", "embeddings", "rerank"];
-
-async fn run_task(
-    state: &AppState,
-    kind: &str,
-    mut body: Value,
-    deadline_ms: Option<u64>,
-) -> CoreResult {
-    match kind {
-        "decisions" => {
-            if let (Some(d), Some(o)) = (deadline_ms, body.as_object_mut()) {
-                let opts = o.entry("options").or_insert_with(|| json!({}));
-                if let Some(opts) = opts.as_object_mut() {
-                    opts.entry("deadline_ms").or_insert(json!(d));
-                }
-            }
-            crate::handlers::decisions_core(state, &body).await
-        }
-        "classify" => classify_core(state, &body).await,
-        "embeddings" => embeddings_core(state, &body).await,
-        _ => rerank_core(state, &body).await,
-    }
-}
-
-/// `POST /v1/bundle`.
-pub(crate) async fn bundle_core(state: &AppState, body: &Value) -> CoreResult {
-    let obj = object(body, "the request body")?;
-    only(obj, &["tasks", "options"], "request")?;
-    let tasks = match obj.get("tasks") {
-        Some(Value::Array(t)) if !t.is_empty() => t,
-        _ => return Err(invalid("tasks must be a non-empty list")),
-    };
-    let limit = state.config.max_bundle_tasks;
-    if tasks.len() > limit {
-        let mut e = ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            format!(
-                "the bundle has {} tasks; this process takes at most {limit}",
-                tasks.len()
-            ),
-        )
-        .with_reason(protocol::reason::BUNDLE_TASKS);
-        e.limit = Some(limit as u64);
-        return Err(e);
-    }
-    let deadline_ms = deadline_only(obj)?;
-    let mut parsed = Vec::with_capacity(tasks.len());
-    for (i, t) in tasks.iter().enumerate() {
-        let t = object(t, &format!("tasks[{i}]"))?;
-        let mut allowed = vec!["id"];
-        allowed.extend_from_slice(TASK_KINDS);
-        only(t, &allowed, &format!("tasks[{i}]"))?;
-        let kinds: Vec<&str> = TASK_KINDS
-            .iter()
-            .copied()
-            .filter(|k| t.contains_key(*k))
-            .collect();
-        let [kind] = kinds[..] else {
-            return Err(invalid(format!(
-                "tasks[{i}] needs exactly one of {}",
-                TASK_KINDS.join(", ")
-            )));
-        };
-        let id = t.get("id").cloned().unwrap_or(json!(i.to_string()));
-        parsed.push((id, kind, t[kind].clone()));
-    }
-    let started = Instant::now();
-    let futures = parsed.into_iter().map(|(id, kind, body)| async move {
-        let run = run_task(state, kind, body, deadline_ms);
-        // Decisions honour the deadline themselves (work not started is not run); other
-        // tasks are cut off when it passes.
-        let result = if kind == "decisions" {
-            run.await
-        } else {
-            within(deadline_ms, run).await
-        };
-        (id, kind, result)
-    });
-    let done = futures_util::future::join_all(futures).await;
-    let mut timings = Timings::default();
-    let mut results = Vec::with_capacity(done.len());
-    for (id, kind, r) in done {
-        match r {
-            Ok((body, _, t)) => {
-                timings = t;
-                results.push(json!({"id": id, "type": kind, "status": 200, "body": body}));
-            }
-            Err(e) => results.push(json!({"id": id, "type": kind, "status": e.status.as_u16(),
-                "body": e.body(Flavor::Internal)})),
-        }
-    }
-    timings.tokenize = timings.tokenize.min(started.elapsed());
-    Ok((json!({"results": results}), String::new(), timings))
 }

@@ -1,119 +1,38 @@
 //! The SIE face of the engine: `/v1/encode/{model}`, `/v1/score/{model}`,
-//! `/v1/extract/{model}`, `/v1/models/{model}`, `/healthz`, `/readyz`, `/livez`.
+//! `/v1/extract/{model}`, `/v1/generate/{model}`, `/v1/models/{model}`, `/healthz`, `/readyz`,
+//! `/livez`.
 //!
 //! Bodies are msgpack (`Content-Type: application/msgpack`) or JSON; answers are msgpack unless
 //! the client sends `Accept: application/json`. Errors are `{"detail": {"code", "message"}}`
 //! with SIE's codes, and every answer carries `X-Total-Time`, `X-Queue-Time`,
 //! `X-Tokenization-Time` and `X-Inference-Time` (milliseconds).
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use engine::generate::{collect, Finish};
 use engine::recipes::{self, Ask};
-use engine::{ModelKind, Timings};
+use engine::{EngineError, GenEvent, Timings};
+use protocol::openai::{SieGenerateRequest, SieGenerateResponse, Usage};
 use protocol::sie::{
     EncodeRequest, ExtractRequest, ExtractTask, OutputDtype, OverflowPolicy, ScoreRequest,
 };
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use crate::encoders::{invalid, relevance};
-use crate::error::{ApiError, Flavor};
+use crate::calls::encode::{decide_batch, relevance, shortened, vectors_only, width};
+use crate::calls::generate::{fail, first, observe, submit, Events};
+use crate::calls::CoreResult;
+use crate::cards::{listing_entry, stalled};
+use crate::error::{invalid, ApiError, Flavor};
+use crate::respond::json::count_request;
+use crate::respond::openai::sse_response;
+use crate::respond::sie::{decode, encode, error_response, ms, set_trace_id, SieErrors};
 use crate::AppState;
-
-const MSGPACK: &str = "application/msgpack";
-
-fn is_msgpack(v: Option<&HeaderValue>) -> bool {
-    v.and_then(|v| v.to_str().ok())
-        .is_some_and(|s| s.contains("msgpack"))
-}
-
-/// Whether the answer is JSON: only when the client asks for it.
-fn wants_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("application/json") && !a.contains("msgpack"))
-}
-
-pub(crate) fn decode(headers: &HeaderMap, bytes: &[u8]) -> Result<Value, ApiError> {
-    if is_msgpack(headers.get(header::CONTENT_TYPE)) {
-        rmp_serde::from_slice(bytes)
-            .map_err(|e| invalid(format!("the msgpack body does not decode: {e}")))
-    } else {
-        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_json(&e))
-    }
-}
-
-pub(crate) fn encode(headers: &HeaderMap, status: StatusCode, v: &Value) -> Response {
-    let (ct, body) = if wants_json(headers) {
-        (
-            "application/json",
-            serde_json::to_vec(v).unwrap_or_default(),
-        )
-    } else {
-        (MSGPACK, rmp_serde::to_vec_named(v).unwrap_or_default())
-    };
-    let mut r = (status, body).into_response();
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
-    r
-}
-
-/// An error in the SIE family, in msgpack or JSON as the caller asked, with Retry-After.
-pub(crate) fn error_response(headers: &HeaderMap, e: ApiError) -> Response {
-    let e = e.for_flavor(Flavor::Sie);
-    let mut r = encode(headers, e.status, &e.body(Flavor::Sie));
-    if let Some(s) = e.retry_after {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(s));
-    }
-    r
-}
-
-pub(crate) fn ms(d: std::time::Duration) -> String {
-    format!("{:.3}", d.as_secs_f64() * 1000.0)
-}
-
-/// The error answers every SIE endpoint documents: `{"detail": {"code", "message"}}` in
-/// msgpack or JSON, by status.
-pub(crate) struct SieErrors;
-
-impl utoipa::IntoResponses for SieErrors {
-    fn responses() -> std::collections::BTreeMap<
-        String,
-        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
-    > {
-        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-        let body = || {
-            ContentBuilder::new()
-                .schema(Some(Ref::from_schema_name("SieErrorDoc")))
-                .build()
-        };
-        [
-            ("400", "INVALID_INPUT or INPUT_TOO_LONG"),
-            ("404", "MODEL_NOT_FOUND"),
-            ("413", "INVALID_INPUT: body over --max-request-bytes"),
-            ("415", "INVALID_INPUT: content coding not read"),
-            ("500", "INFERENCE_ERROR, INTERNAL_ERROR"),
-            ("502", "MODEL_LOAD_FAILED"),
-            ("503", "MODEL_NOT_LOADED, MODEL_LOADING, QUEUE_FULL"),
-        ]
-        .into_iter()
-        .map(|(status, description)| {
-            let r = ResponseBuilder::new()
-                .description(description)
-                .content(MSGPACK, body())
-                .content("application/json", body())
-                .build();
-            (status.to_string(), r.into())
-        })
-        .collect()
-    }
-}
 
 /// Read, decode, answer with `core`, and render with SIE's negotiation, headers and errors.
 async fn serve<F, Fut>(
@@ -125,7 +44,7 @@ async fn serve<F, Fut>(
 ) -> Response
 where
     F: FnOnce(Arc<AppState>, Value) -> Fut,
-    Fut: std::future::Future<Output = crate::encoders::CoreResult>,
+    Fut: std::future::Future<Output = CoreResult>,
 {
     let started = Instant::now();
     let result = async {
@@ -161,30 +80,8 @@ where
         }
     }
     set_trace_id(&headers, h);
-    crate::handlers::count_request(path, model, resp.status());
+    count_request(path, model, resp.status());
     resp
-}
-
-/// `X-Trace-ID` on an SIE answer: the trace id of the caller's W3C `traceparent` when it sent
-/// a valid one (so the answer joins the caller's trace), else a new random one, in the same
-/// form (32 lowercase hex digits).
-pub(crate) fn set_trace_id(request: &HeaderMap, response: &mut HeaderMap) {
-    let sent = request
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|t| t.split('-').nth(1))
-        .filter(|id| {
-            id.len() == 32
-                && id
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-                && id.bytes().any(|b| b != b'0')
-        })
-        .map(str::to_string);
-    let id = sent.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        response.insert("x-trace-id", v);
-    }
 }
 
 /// The `overflow` a decision backbone's questions take under `overflow_policy`: `default`
@@ -243,13 +140,13 @@ fn half_round(x: f32) -> f32 {
     f32::from_bits(rounded)
 }
 
-async fn encode_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
+async fn encode_core(state: &AppState, model: &str, body: &Value) -> CoreResult {
     let req = EncodeRequest::parse(body)?;
     let m = state
         .registry
         .encoder(Some(model))
         .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
-    crate::encoders::vectors_only(&m)?;
+    vectors_only(&m)?;
     let texts: Vec<String> = req
         .items
         .iter()
@@ -261,12 +158,12 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> crate::enco
     let truncate = req.overflow != OverflowPolicy::Error;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let info = m.info().clone();
-    let dims = crate::encoders::width(req.dimensions, &m.meta.name, info.dims)?;
+    let dims = width(req.dimensions, &m.meta.name, info.dims)?;
     let out = m.embed(&refs, truncate).await.map_err(ApiError::from)?;
     let mut results = Vec::with_capacity(req.items.len());
     let dtype = req.output_dtype;
     for (it, v) in req.items.iter().zip(&out.vectors) {
-        let v = crate::encoders::shortened(v, dims, info.normalize);
+        let v = shortened(v, dims, info.normalize);
         let mut r = json!({"dense": {"dims": dims, "dtype": dtype.as_str(), "values": quantize(&v, dtype)}});
         if let Some(id) = &it.id {
             r["id"] = id.clone();
@@ -291,7 +188,7 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> crate::enco
     ))
 }
 
-async fn score_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
+async fn score_core(state: &AppState, model: &str, body: &Value) -> CoreResult {
     let req = ScoreRequest::parse(body)?;
     let q = match &req.instruction {
         Some(ins) => format!("{ins} {}", req.query.text),
@@ -319,7 +216,7 @@ async fn score_core(state: &AppState, model: &str, body: &Value) -> crate::encod
 /// Extract: a decision model classifies each item over `params.labels` (`classifications`),
 /// or with `options.task: entities` finds the words of each label as a span question
 /// (`entities`, code-point offsets). A model without span questions fails each item alone.
-async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::encoders::CoreResult {
+async fn extract_core(state: &AppState, model: &str, body: &Value) -> CoreResult {
     let req = ExtractRequest::parse(body)?;
     if req.output_schema {
         return Err(invalid(format!(
@@ -384,8 +281,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
     }
     let mut timings = Timings::default();
     if !entries.is_empty() {
-        let (b, t) =
-            crate::encoders::decide_batch(state, &m, recipes::batch(entries, None, None)).await?;
+        let (b, t) = decide_batch(state, &m, recipes::batch(entries, None, None)).await?;
         timings = t;
         for (&i, (_, r)) in asked.iter().zip(b.states.iter()) {
             out[i] = Some(match ask.read(r) {
@@ -431,10 +327,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> crate::enc
 /// tags), keeping the entity types `labels` names (case-insensitive; all without it). Under
 /// `overflow_policy` `default` the head reads a long text whole in windows up to its scan
 /// budget; `truncate_text` reads its first input; `error` refuses a text over one input.
-async fn extract_tagged(
-    m: &engine::EncoderModel,
-    req: &ExtractRequest,
-) -> crate::encoders::CoreResult {
+async fn extract_tagged(m: &engine::EncoderModel, req: &ExtractRequest) -> CoreResult {
     // A token head tags what it was trained to tag and reads no instruction: one sent is
     // refused rather than ignored.
     if req.instruction.is_some() {
@@ -565,78 +458,6 @@ pub async fn extract_route(
     .await
 }
 
-/// What a model answers on the SIE face: `encode` (the vector outputs), `score`, `extract`
-/// (its tasks) and `generate`.
-fn capabilities(slot: &engine::Slot) -> Value {
-    let generate = slot.text().is_some();
-    match slot.kind() {
-        ModelKind::Encoder => {
-            let (labels, per_token) = slot
-                .encoder()
-                .map(|e| (e.info().labels.is_some(), e.info().per_token))
-                .unwrap_or((false, false));
-            let vectors = !labels && !per_token;
-            json!({
-                "encode": if vectors { json!(["dense"]) } else { json!([]) },
-                "score": vectors,
-                "extract": if per_token { json!(["entities"]) } else { json!([]) },
-                "generate": generate,
-            })
-        }
-        ModelKind::Decision => json!({
-            "encode": [],
-            "score": true,
-            "extract": ["classify", "entities"],
-            "generate": generate,
-        }),
-    }
-}
-
-/// The SIE fields of one model's listing entry.
-pub(crate) fn sie_fields(slot: &engine::Slot) -> Map<String, Value> {
-    let st = slot.state();
-    let mut m = Map::new();
-    m.insert("inputs".into(), json!(["text"]));
-    match slot.kind() {
-        ModelKind::Encoder => {
-            let (dims, max) = slot
-                .encoder()
-                .map(|e| (json!({"dense": e.info().dims}), json!(e.info().max_tokens)))
-                .unwrap_or((json!({}), Value::Null));
-            m.insert("outputs".into(), json!(["dense", "score"]));
-            m.insert("dims".into(), dims);
-            m.insert("max_sequence_length".into(), max);
-        }
-        ModelKind::Decision => {
-            let max = slot
-                .model()
-                .map(|d| json!(d.limits.max_input_tokens))
-                .unwrap_or(Value::Null);
-            m.insert("outputs".into(), json!(["score", "classifications"]));
-            m.insert("dims".into(), json!({}));
-            m.insert("max_sequence_length".into(), max);
-        }
-    }
-    m.insert("loaded".into(), json!(st == engine::ModelState::Ready));
-    m.insert("state".into(), json!(st.word()));
-    m.insert(
-        "last_error".into(),
-        match &st {
-            engine::ModelState::Failed(e) => json!({"message": e}),
-            _ => Value::Null,
-        },
-    );
-    m.insert("capabilities".into(), capabilities(slot));
-    let profiles: Map<String, Value> = protocol::sie::PROFILES
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.to_string(), json!({"is_default": i == 0})))
-        .collect();
-    m.insert("profiles".into(), Value::Object(profiles));
-    m.insert("revision".into(), json!(slot.meta().revision));
-    m
-}
-
 /// `GET /v1/models/{model}`: one model's listing entry (System One and SIE fields).
 #[utoipa::path(get, path = "/v1/models/{model}", tag = "sie",
     params(("model" = String, Path, description = "A served model id or alias")),
@@ -651,7 +472,7 @@ pub async fn model_route(
 ) -> Response {
     match state.registry.find(Some(&model)) {
         Ok(slot) => {
-            let v = crate::handlers::listing_entry(&state, slot);
+            let v = listing_entry(&state, slot);
             encode(&headers, StatusCode::OK, &v)
         }
         Err(e) => error_response(&headers, ApiError::from_engine(e, &state.registry.names())),
@@ -686,11 +507,141 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 /// `GET /livez`: no forward has outrun --forward-timeout-seconds.
 #[utoipa::path(get, path = "/livez", tag = "sie", responses((status = 200, description = "ok", body = String, content_type = "text/plain"), (status = 503, description = "stalled", body = String, content_type = "text/plain")))]
 pub async fn livez(State(state): State<Arc<AppState>>) -> Response {
-    if crate::handlers::stalled(&state).is_some() {
+    if stalled(&state).is_some() {
         text(StatusCode::SERVICE_UNAVAILABLE, "stalled")
     } else {
         text(StatusCode::OK, "ok")
     }
+}
+
+/// Text from a prompt (SIE). The model id uses `__` for `/`; an id with `/` is refused.
+#[utoipa::path(post, path = "/v1/generate/{model}", tag = "sie",
+    params(("model" = String, Path, description = "A served model id, with __ in place of /")),
+    request_body(content((SieGenerateRequest = "application/json"), (SieGenerateRequest = "application/msgpack"))),
+    responses(
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json; with stream: true a text/event-stream of text_delta events and a done event",
+            content((SieGenerateResponse = "application/msgpack"), (SieGenerateResponse = "application/json"), (String = "text/event-stream"))),
+        SieErrors,
+    ))]
+pub async fn generate_route(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let mut resp = match generate(&state, &model, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => error_response(&headers, e),
+    };
+    if let Ok(v) = HeaderValue::from_str(&ms(started.elapsed())) {
+        resp.headers_mut().insert("x-total-time", v);
+    }
+    set_trace_id(&headers, resp.headers_mut());
+    count_request("/v1/generate", String::new(), resp.status());
+    resp
+}
+
+fn sie_answer(model: &str, text: String, f: &Finish) -> SieGenerateResponse {
+    SieGenerateResponse {
+        model: model.to_string(),
+        text,
+        finish_reason: f.reason.word().into(),
+        usage: Usage::new(f.prompt_tokens as u64, f.completion_tokens as u64),
+        ttft_ms: f.ttft.as_secs_f64() * 1000.0,
+        tpot_ms: f.tpot().as_secs_f64() * 1000.0,
+    }
+}
+
+fn event<T: serde::Serialize>(name: &str, v: &T) -> Vec<u8> {
+    let mut out = format!("event: {name}\ndata: ").into_bytes();
+    out.extend(serde_json::to_vec(v).unwrap_or_default());
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+async fn generate(
+    state: &AppState,
+    model: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    if model.contains('/') {
+        return Err(invalid(format!(
+            "model id {model:?} has '/': use '__' in its place ({:?})",
+            model.replace('/', "__")
+        ))
+        .with_reason(protocol::reason::MODEL_ID_SLASH));
+    }
+    let value = crate::body::value(headers, body, state.config.max_request_bytes, |b| {
+        decode(headers, b)
+    })
+    .await?;
+    let r: SieGenerateRequest = serde_json::from_value(value).map_err(|e| {
+        invalid(format!("the request does not match the schema: {e}"))
+            .with_reason(protocol::reason::BODY_MALFORMED)
+    })?;
+    let params = r.check().map_err(ApiError::from)?;
+    let id = model.replace("__", "/");
+    let tm = state.registry.text(Some(&id)).map_err(|e| fail(state, e))?;
+    let job = tm
+        .text_job(&r.prompt, &params)
+        .map_err(|e| fail(state, e))?;
+    let rx = submit(&tm, job).await.map_err(|e| fail(state, e))?;
+    let name = tm.name().to_string();
+    if r.stream != Some(true) {
+        let (text, _, finish) = collect(rx).await.map_err(|e| fail(state, e.into()))?;
+        observe(&name, &finish);
+        let v = serde_json::to_value(sie_answer(&name, text, &finish)).unwrap_or_default();
+        return Ok(encode(headers, StatusCode::OK, &v));
+    }
+    let (head, rx) = first(rx).await.map_err(|e| fail(state, e))?;
+    struct St {
+        rx: Events,
+        head: Option<GenEvent>,
+        text: String,
+        ended: bool,
+    }
+    let st = St {
+        rx,
+        head,
+        text: String::new(),
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(st, move |mut st| {
+        let name = name.clone();
+        async move {
+            if st.ended {
+                return None;
+            }
+            let ev = match st.head.take() {
+                Some(ev) => Some(ev),
+                None => st.rx.recv().await,
+            };
+            let out = match ev {
+                Some(GenEvent::Delta { text, .. }) => {
+                    st.text.push_str(&text);
+                    event("text_delta", &serde_json::json!({"text_delta": text}))
+                }
+                Some(GenEvent::Done(f)) => {
+                    observe(&name, &f);
+                    st.ended = true;
+                    event("done", &sie_answer(&name, std::mem::take(&mut st.text), &f))
+                }
+                other => {
+                    st.ended = true;
+                    let e: EngineError = match other {
+                        Some(GenEvent::Failed(e)) => e.into(),
+                        _ => EngineError::Unavailable,
+                    };
+                    let api = ApiError::from_engine(e, &[]);
+                    event("error", &api.body(Flavor::Sie))
+                }
+            };
+            Some((Ok::<_, Infallible>(Bytes::from(out)), st))
+        }
+    });
+    Ok(sse_response(stream))
 }
 
 #[cfg(test)]

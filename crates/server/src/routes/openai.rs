@@ -1,6 +1,5 @@
-//! Text generation over HTTP: OpenAI's `/v1/chat/completions` and `/v1/completions` (JSON
-//! answers or `text/event-stream` chunks ending in `data: [DONE]`), and SIE's
-//! `/v1/generate/{model}` (msgpack or JSON; SSE `text_delta` events and a `done` event).
+//! Text generation over HTTP, OpenAI's way: `/v1/chat/completions` and `/v1/completions`
+//! (JSON answers or `text/event-stream` chunks ending in `data: [DONE]`).
 //!
 //! A streamed answer starts only once the first token (or the refusal) is known, so a request
 //! the engine refuses gets a plain error status, never a stream that breaks off. Dropping the
@@ -8,38 +7,33 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use engine::generate::{collect, Finish, GenerateJob, TokenInfo};
-use engine::{EngineError, GenEvent, TextModel};
+use engine::generate::{collect, TokenInfo};
+use engine::{EngineError, GenEvent};
 use protocol::openai::{
     AssistantMessage, ChatChoice, ChatCompletion, ChatCompletionChunk, ChatCompletionRequest,
     ChatDelta, ChatLogprobs, ChunkChoice, Completion, CompletionChoice, CompletionLogprobs,
-    CompletionRequest, FunctionCall, SieGenerateRequest, SieGenerateResponse, TokenLogprob,
-    ToolCallOut, ToolMode, TopLogprob, Usage,
+    CompletionRequest, FunctionCall, TokenLogprob, ToolCallOut, ToolMode, TopLogprob, Usage,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::calls::generate::{fail, first, observe, submit, Events};
 use crate::error::{ApiError, Flavor};
-use crate::handlers::{count_request, error_response, json_response};
+use crate::respond::json::{count_request, error_response, json_response};
+use crate::respond::openai::{data, sse_response, OpenAiErrors};
 use crate::AppState;
-
-type Events = UnboundedReceiver<GenEvent>;
 
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-fn fail(state: &AppState, e: EngineError) -> ApiError {
-    ApiError::from_engine(e, &state.registry.names())
 }
 
 /// Read a JSON body into a request type.
@@ -52,65 +46,6 @@ async fn read_json<T: DeserializeOwned>(
         .await
         .map_err(ApiError::from)?;
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))
-}
-
-/// The model's worker, started on first use off the async threads.
-async fn worker(tm: &Arc<TextModel>) -> Result<Arc<engine::generate::Generation>, EngineError> {
-    if let Some(w) = tm.running() {
-        return Ok(w);
-    }
-    let tm = tm.clone();
-    tokio::task::spawn_blocking(move || tm.worker())
-        .await
-        .map_err(|_| EngineError::Unavailable)?
-}
-
-async fn submit(tm: &Arc<TextModel>, job: GenerateJob) -> Result<Events, EngineError> {
-    let w = worker(tm).await?;
-    w.submit(job).map_err(EngineError::from)
-}
-
-/// Record a finished generation's timings.
-fn observe(model: &str, f: &Finish) {
-    let m = model.to_string();
-    metrics::histogram!("vllm_srun_time_to_first_token_seconds", "model" => m.clone())
-        .record(f.ttft.as_secs_f64());
-    if f.completion_tokens > 1 {
-        metrics::histogram!("vllm_srun_inter_token_latency_seconds", "model" => m.clone())
-            .record(f.tpot().as_secs_f64());
-    }
-    metrics::counter!("vllm_srun_generated_tokens_total", "model" => m)
-        .increment(f.completion_tokens as u64);
-}
-
-/// Wait for the first event: a refusal becomes an error answer; otherwise the events,
-/// with the first put back in front.
-async fn first(mut rx: Events) -> Result<(Option<GenEvent>, Events), EngineError> {
-    match rx.recv().await {
-        Some(GenEvent::Failed(e)) => Err(e.into()),
-        Some(ev) => Ok((Some(ev), rx)),
-        None => Err(EngineError::Unavailable),
-    }
-}
-
-fn sse_response(
-    stream: impl futures_util::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
-) -> Response {
-    let mut r = Response::new(Body::from_stream(stream));
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r
-}
-
-fn data<T: serde::Serialize>(v: &T) -> Bytes {
-    let mut out = b"data: ".to_vec();
-    out.extend(serde_json::to_vec(v).unwrap_or_default());
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
 }
 
 fn chat_logprobs(tokens: &[TokenInfo]) -> Vec<TokenLogprob> {
@@ -156,43 +91,6 @@ fn tool_calls_of(text: &str, mode: &ToolMode) -> (Option<Vec<ToolCallOut>>, Opti
         })
         .collect();
     (Some(calls), (!rest.is_empty()).then_some(rest))
-}
-
-/// The error answers the OpenAI-compatible endpoints document, in OpenAI's body shape.
-pub(crate) struct OpenAiErrors;
-
-impl utoipa::IntoResponses for OpenAiErrors {
-    fn responses() -> std::collections::BTreeMap<
-        String,
-        utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
-    > {
-        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-        [
-            (
-                "400",
-                "Malformed or out-of-range request (param names the member)",
-            ),
-            ("404", "Unknown model (code model_not_found)"),
-            ("408", "The body did not arrive in time"),
-            ("413", "Body too large"),
-            ("415", "Unsupported content encoding"),
-            ("429", "Queue full; retry after Retry-After"),
-            ("500", "The generation failed"),
-            ("503", "Model not ready"),
-        ]
-        .into_iter()
-        .map(|(status, description)| {
-            let body = ContentBuilder::new()
-                .schema(Some(Ref::from_schema_name("OpenAiErrorDoc")))
-                .build();
-            let r = ResponseBuilder::new()
-                .description(description)
-                .content("application/json", body)
-                .build();
-            (status.to_string(), r.into())
-        })
-        .collect()
-    }
 }
 
 /// `POST /v1/chat/completions`.
@@ -635,136 +533,6 @@ async fn complete(state: &AppState, headers: &HeaderMap, body: Body) -> Result<R
                 out.extend_from_slice(b"data: [DONE]\n\n");
                 st.ended = true;
             }
-            Some((Ok::<_, Infallible>(Bytes::from(out)), st))
-        }
-    });
-    Ok(sse_response(stream))
-}
-
-/// Text from a prompt (SIE). The model id uses `__` for `/`; an id with `/` is refused.
-#[utoipa::path(post, path = "/v1/generate/{model}", tag = "sie",
-    params(("model" = String, Path, description = "A served model id, with __ in place of /")),
-    request_body(content((SieGenerateRequest = "application/json"), (SieGenerateRequest = "application/msgpack"))),
-    responses(
-        (status = 200, description = "msgpack by default; JSON with Accept: application/json; with stream: true a text/event-stream of text_delta events and a done event",
-            content((SieGenerateResponse = "application/msgpack"), (SieGenerateResponse = "application/json"), (String = "text/event-stream"))),
-        crate::sie::SieErrors,
-    ))]
-pub async fn generate_route(
-    State(state): State<Arc<AppState>>,
-    Path(model): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let started = Instant::now();
-    let mut resp = match generate(&state, &model, &headers, body).await {
-        Ok(r) => r,
-        Err(e) => crate::sie::error_response(&headers, e),
-    };
-    if let Ok(v) = HeaderValue::from_str(&crate::sie::ms(started.elapsed())) {
-        resp.headers_mut().insert("x-total-time", v);
-    }
-    crate::sie::set_trace_id(&headers, resp.headers_mut());
-    count_request("/v1/generate", String::new(), resp.status());
-    resp
-}
-
-fn sie_answer(model: &str, text: String, f: &Finish) -> SieGenerateResponse {
-    SieGenerateResponse {
-        model: model.to_string(),
-        text,
-        finish_reason: f.reason.word().into(),
-        usage: Usage::new(f.prompt_tokens as u64, f.completion_tokens as u64),
-        ttft_ms: f.ttft.as_secs_f64() * 1000.0,
-        tpot_ms: f.tpot().as_secs_f64() * 1000.0,
-    }
-}
-
-fn event<T: serde::Serialize>(name: &str, v: &T) -> Vec<u8> {
-    let mut out = format!("event: {name}\ndata: ").into_bytes();
-    out.extend(serde_json::to_vec(v).unwrap_or_default());
-    out.extend_from_slice(b"\n\n");
-    out
-}
-
-async fn generate(
-    state: &AppState,
-    model: &str,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    if model.contains('/') {
-        return Err(crate::encoders::invalid(format!(
-            "model id {model:?} has '/': use '__' in its place ({:?})",
-            model.replace('/', "__")
-        ))
-        .with_reason(protocol::reason::MODEL_ID_SLASH));
-    }
-    let value = crate::body::value(headers, body, state.config.max_request_bytes, |b| {
-        crate::sie::decode(headers, b)
-    })
-    .await?;
-    let r: SieGenerateRequest = serde_json::from_value(value).map_err(|e| {
-        crate::encoders::invalid(format!("the request does not match the schema: {e}"))
-            .with_reason(protocol::reason::BODY_MALFORMED)
-    })?;
-    let params = r.check().map_err(ApiError::from)?;
-    let id = model.replace("__", "/");
-    let tm = state.registry.text(Some(&id)).map_err(|e| fail(state, e))?;
-    let job = tm
-        .text_job(&r.prompt, &params)
-        .map_err(|e| fail(state, e))?;
-    let rx = submit(&tm, job).await.map_err(|e| fail(state, e))?;
-    let name = tm.name().to_string();
-    if r.stream != Some(true) {
-        let (text, _, finish) = collect(rx).await.map_err(|e| fail(state, e.into()))?;
-        observe(&name, &finish);
-        let v = serde_json::to_value(sie_answer(&name, text, &finish)).unwrap_or_default();
-        return Ok(crate::sie::encode(headers, StatusCode::OK, &v));
-    }
-    let (head, rx) = first(rx).await.map_err(|e| fail(state, e))?;
-    struct St {
-        rx: Events,
-        head: Option<GenEvent>,
-        text: String,
-        ended: bool,
-    }
-    let st = St {
-        rx,
-        head,
-        text: String::new(),
-        ended: false,
-    };
-    let stream = futures_util::stream::unfold(st, move |mut st| {
-        let name = name.clone();
-        async move {
-            if st.ended {
-                return None;
-            }
-            let ev = match st.head.take() {
-                Some(ev) => Some(ev),
-                None => st.rx.recv().await,
-            };
-            let out = match ev {
-                Some(GenEvent::Delta { text, .. }) => {
-                    st.text.push_str(&text);
-                    event("text_delta", &serde_json::json!({"text_delta": text}))
-                }
-                Some(GenEvent::Done(f)) => {
-                    observe(&name, &f);
-                    st.ended = true;
-                    event("done", &sie_answer(&name, std::mem::take(&mut st.text), &f))
-                }
-                other => {
-                    st.ended = true;
-                    let e: EngineError = match other {
-                        Some(GenEvent::Failed(e)) => e.into(),
-                        _ => EngineError::Unavailable,
-                    };
-                    let api = ApiError::from_engine(e, &[]);
-                    event("error", &api.body(Flavor::Sie))
-                }
-            };
             Some((Ok::<_, Infallible>(Bytes::from(out)), st))
         }
     });
