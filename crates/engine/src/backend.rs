@@ -141,9 +141,28 @@ pub enum BackendError {
     Forward(String),
 }
 
+/// What budgeted tokenization needs of a tokenizer. Implemented by every [`Backend`] and
+/// [`Encoder`](crate::encoder::Encoder).
+///
+/// [`Backend`]: Backend
+pub trait Vocab {
+    /// Tokens of `text` without special tokens.
+    fn tokenize_text(&self, text: &str) -> Result<Vec<Token>, BackendError>;
+    /// The bytes of the text a token covers.
+    fn token_bytes(&self, token: Token) -> Vec<u8>;
+    fn vocab_size(&self) -> usize;
+    /// Whether every byte of a text is covered by its tokens' bytes (byte-level BPE): then a
+    /// text of `n` bytes has at least `n / max_token_bytes` tokens, and a text can be known
+    /// to be over a budget from its length alone. WordPiece drops whitespace and maps unknown
+    /// words to one token, so it does not.
+    fn covers_text(&self) -> bool {
+        false
+    }
+}
+
 /// An inference engine. Shared between request threads (tokenization) and the model's worker
 /// thread, which opens the one [`Session`] that evaluates.
-pub trait Backend: crate::budget::Vocab + Send + Sync + 'static {
+pub trait Backend: Vocab + Send + Sync + 'static {
     fn info(&self) -> &BackendInfo;
     /// Tokenize `text`. With `special`, control-token text (`<|im_start|>`) is read as control
     /// tokens; user text is always tokenized without it.
@@ -265,7 +284,7 @@ pub struct DirectQuestion {
 
 /// A decision model that answers each question from its parts in one call: no token tree, no
 /// worker thread, no queue. Its work is small enough to run on the request's own thread.
-pub trait DirectBackend: crate::budget::Vocab + Send + Sync + 'static {
+pub trait DirectBackend: Vocab + Send + Sync + 'static {
     fn info(&self) -> &BackendInfo;
     /// A state as the model was trained to read it (a text state is read as it is).
     fn render_state<'a>(&self, state: &'a serde_json::Value) -> std::borrow::Cow<'a, str>;

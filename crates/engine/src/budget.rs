@@ -12,24 +12,7 @@
 
 use crate::backend::{BackendError, Token};
 
-/// What budgeted tokenization needs of a tokenizer. Implemented by every [`Backend`] and
-/// [`Encoder`](crate::encoder::Encoder).
-///
-/// [`Backend`]: crate::backend::Backend
-pub trait Vocab {
-    /// Tokens of `text` without special tokens.
-    fn tokenize_text(&self, text: &str) -> Result<Vec<Token>, BackendError>;
-    /// The bytes of the text a token covers.
-    fn token_bytes(&self, token: Token) -> Vec<u8>;
-    fn vocab_size(&self) -> usize;
-    /// Whether every byte of a text is covered by its tokens' bytes (byte-level BPE): then a
-    /// text of `n` bytes has at least `n / max_token_bytes` tokens, and a text can be known
-    /// to be over a budget from its length alone. WordPiece drops whitespace and maps unknown
-    /// words to one token, so it does not.
-    fn covers_text(&self) -> bool {
-        false
-    }
-}
+pub use crate::backend::Vocab;
 
 /// Bytes before a cut inside a run whose tokens are not kept.
 pub const RUN_MARGIN: usize = 1024;

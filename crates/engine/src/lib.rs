@@ -7,7 +7,6 @@ pub mod backend;
 pub mod budget;
 pub mod chat;
 pub mod decision;
-pub mod direct;
 pub mod encoder;
 pub mod error;
 pub mod generate;

@@ -13,33 +13,10 @@
 //! ids, question order and sibling questions.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use protocol::request::{DecisionRequest, Options, Question, QuestionKind, QuestionSlot, Roles};
 
-use super::{DecisionModel, Plan, Reading};
-
-/// How many distinct questions' empty-state answers a model remembers (then it starts over).
-const REMEMBERED: usize = 4096;
-
-/// Empty-state answers by question.
-#[derive(Default)]
-pub(super) struct Remembered(Mutex<HashMap<String, Vec<f64>>>);
-
-impl Remembered {
-    fn get(&self, key: &str) -> Option<Vec<f64>> {
-        self.0.lock().ok()?.get(key).cloned()
-    }
-
-    fn insert(&self, key: String, p: Vec<f64>) {
-        if let Ok(mut m) = self.0.lock() {
-            if m.len() >= REMEMBERED {
-                m.clear();
-            }
-            m.insert(key, p);
-        }
-    }
-}
+use super::model::{DecisionModel, Plan, Reading, Remembered};
 
 /// The empty-state answers one body uses: those remembered when it was planned, and the
 /// request that asks the rest (by key, in order).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use protocol::request::DecisionBody;
 
-use super::{DecisionModel, Engine, Limits, Tree};
+use super::model::{DecisionModel, Engine, Limits, Tree};
 use crate::backend::{Backend, Node, RootLogits, Token};
 use crate::budget::Cutter;
 use crate::error::EngineError;

@@ -4,7 +4,7 @@
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{Question, QuestionKind};
 
-use super::{DecisionModel, Plan, Tree};
+use super::model::{DecisionModel, Plan, Tree};
 use crate::backend::{Node, Token};
 use crate::labels::{option_code, Trie};
 

@@ -8,8 +8,8 @@ use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionRequest, Overflow, Question, QuestionKind, Window};
 use protocol::{ProtocolError, Usage};
 
+use super::model::{DecisionModel, Plan, Prepared, Tree};
 use super::views::{over_keys, span_part, view_index, RootKey, ViewKey, Views};
-use super::{DecisionModel, Plan, Prepared, Tree};
 use crate::backend::{Grow, Node};
 use crate::budget;
 use crate::labels::Trie;

@@ -10,7 +10,7 @@ use protocol::confidence::{argmax, choice_confidence, expected_level, score_conf
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::{Answer, Ordered, Usage};
 
-use super::{DecisionModel, Plan, Prepared, Reading, Tree};
+use super::model::{DecisionModel, Plan, Prepared, Reading, Tree};
 use crate::backend::RootLogits;
 use crate::labels::Trie;
 use crate::span::CopySteer;

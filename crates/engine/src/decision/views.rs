@@ -7,7 +7,7 @@ use protocol::error::{reason, QuestionFailure};
 use protocol::request::{DecisionRequest, Question, Role, Roles};
 use protocol::{text, ProtocolError, Usage};
 
-use super::{DecisionModel, Tree};
+use super::model::{DecisionModel, Tree};
 use crate::backend::{Node, Token};
 use crate::budget;
 use crate::tagger::windows;

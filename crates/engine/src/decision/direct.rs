@@ -17,12 +17,11 @@ use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionBody, DecisionRequest, Question, QuestionKind};
 use protocol::{ProtocolError, Usage};
 
+use super::model::{entries, refusal, Decision, DecisionModel, Engine, Limits, Plan, Timings};
+use super::readout::combine_windows;
+use super::views::{over_keys, view_index, RootKey, Views};
 use crate::backend::{DirectBackend, DirectKind, DirectQuestion, Token};
 use crate::budget::Cutter;
-use crate::decision::{
-    combine_windows, entries, over_keys, refusal, view_index, Decision, DecisionModel, Engine,
-    Limits, Plan, RootKey, Timings,
-};
 use crate::error::EngineError;
 use crate::package::{DecisionConfig, ModelMeta};
 
@@ -195,7 +194,7 @@ fn answer_body(
 /// One request, read and tokenized: its state views, the roots each question reads, and the
 /// question as the backend reads it.
 struct Prepared<'r> {
-    views: crate::decision::Views<'r>,
+    views: Views<'r>,
     keys: Vec<RootKey>,
     /// Each question's root key (an index into `keys`; none when it failed), its plan, and
     /// what the backend reads.
