@@ -1015,6 +1015,29 @@ mod tests {
     use crate::error::ErrorCode;
     use serde_json::json;
 
+    /// The byte-level count a large body is refused by agrees with the full parse.
+    #[test]
+    fn the_count_agrees_with_the_full_parse() {
+        let mut questions = serde_json::Map::new();
+        for i in 0..=crate::MAX_QUESTIONS {
+            questions.insert(
+                format!("q{i}"),
+                serde_json::json!({"type": "noul", "instructions": "?"}),
+            );
+        }
+        let body = serde_json::json!({"state": "s", "questions": questions});
+        let bytes = serde_json::to_vec(&body).unwrap();
+        assert_eq!(
+            crate::precount::top_level_questions(&bytes),
+            Some(crate::MAX_QUESTIONS + 1)
+        );
+        let e = parse_decision_body(&body, crate::Schema::V5).unwrap_err();
+        assert_eq!(
+            e,
+            crate::precount::too_many_questions(crate::MAX_QUESTIONS + 1)
+        );
+    }
+
     #[test]
     fn a_pii_preset_is_a_span_question_and_labels_may_be_a_list_of_names() {
         let q = parse_question(&json!({"preset": "pii"}), Schema::V5).expect("valid");
