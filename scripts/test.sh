@@ -12,6 +12,8 @@ export VLLM_SRUN_TEST_MODEL="$MODEL"
 # deny unwrap and expect outside tests).
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# No import circle inside any crate; the server's route modules import no other route module.
+python3 scripts/modgraph.py
 cargo build --workspace --all-targets
 ./target/debug/vllm-srun models pull "$MODEL"
 # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
