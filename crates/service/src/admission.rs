@@ -530,11 +530,11 @@ impl Gate {
     /// Wait for places, at most `max_wait_ms`.
     pub async fn acquire(self: &Arc<Self>, ticket: Ticket) -> Result<Permit, Refusal> {
         let (tx, mut rx) = oneshot::channel();
-        let started = std::time::Instant::now();
+        let started = self.clock.now_ms();
         let (arrival, wait) = {
             let mut q = self.queue.lock().map_err(|_| Refusal::Full)?;
-            let wait = Duration::from_millis(q.config().max_wait_ms);
-            (q.arrive(ticket, tx, self.clock.now_ms()), wait)
+            let wait = q.config().max_wait_ms as Millis;
+            (q.arrive(ticket, tx, started), wait)
         };
         let id = match arrival {
             Arrival::Start(g) => {
@@ -556,10 +556,15 @@ impl Gate {
             gate: self,
             id: Some(id),
         };
-        let outcome = match tokio::time::timeout(wait, &mut rx).await {
+        let deadline = self.clock.sleep_until(started.saturating_add(wait));
+        let waited = tokio::select! {
+            r = &mut rx => Ok(r),
+            () = deadline => Err(()),
+        };
+        let outcome = match waited {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => Err(Refusal::Full),
-            Err(_) => {
+            Err(()) => {
                 let still_waiting = self
                     .queue
                     .lock()
@@ -577,7 +582,7 @@ impl Gate {
         outcome.map(|g| Permit {
             gate: self.clone(),
             grant: Some(g),
-            waited: started.elapsed(),
+            waited: Duration::from_millis(self.clock.now_ms().saturating_sub(started).max(0) as u64),
         })
     }
 }

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
@@ -666,7 +665,7 @@ struct Ctx {
     key: Option<KeyRow>,
     model: String,
     estimate: u64,
-    started: Instant,
+    /// When the guard took the request, by the service's clock.
     at: Millis,
     request_id: String,
 }
@@ -734,7 +733,7 @@ impl Ctx {
         output: u64,
         rate_limited: bool,
     ) {
-        let server_ms = self.started.elapsed().as_millis() as u64;
+        let server_ms = self.svc.clock.now_ms().saturating_sub(self.at).max(0) as u64;
         self.svc
             .live
             .record(&self.model, self.at, server_ms, status);
@@ -881,7 +880,6 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
         key,
         model: model.clone(),
         estimate,
-        started: Instant::now(),
         at: svc.clock.now_ms(),
         request_id,
     };
@@ -948,12 +946,16 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
         metrics::histogram!("vsr_admission_wait_seconds", "model" => model.clone())
             .record(p.waited.as_secs_f64());
     }
-    let timeout = Duration::from_secs(settings.limits.timeout_seconds.max(1))
-        .saturating_sub(ctx.started.elapsed());
+    let limit_ms = settings.limits.timeout_seconds.max(1).saturating_mul(1000) as Millis;
+    let deadline = svc.clock.sleep_until(ctx.at.saturating_add(limit_ms));
     let req = Request::from_parts(parts, Body::from(bytes));
-    let resp = match tokio::time::timeout(timeout, next.run(req)).await {
-        Ok(r) => r,
-        Err(_) => {
+    let answered = tokio::select! {
+        r = next.run(req) => Some(r),
+        () = deadline => None,
+    };
+    let resp = match answered {
+        Some(r) => r,
+        None => {
             // Charged its estimate, as an abandoned request is.
             let e = ServiceError::Timeout(settings.limits.timeout_seconds);
             return ctx.refuse(e, false).await;

@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode};
 use axum::routing::post;
 use axum::Router;
 use serde_json::{json, Value};
-use service::clock::ManualClock;
+use service::clock::{Clock, ManualClock};
 use service::{ServiceConfig, Store};
 use tower::ServiceExt;
 
@@ -31,10 +31,8 @@ fn inner() -> Router {
         )
         .route(
             "/v1/decisions",
-            post(|| async {
-                tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-                axum::Json(json!({"model": "m1", "answers": {}, "usage": {"input_tokens": 7}}))
-            }),
+            // Never answers: the service's time limit (on its clock) must end it.
+            post(|| std::future::pending::<axum::Json<Value>>()),
         )
         .route(
             "/v1/systemone/batch",
@@ -799,8 +797,21 @@ async fn a_request_past_its_time_limit_gets_504_and_keeps_its_estimate(db: Db) {
     cfg.default_model.limits.timeout_seconds = 1;
     let e = env_with(cfg, &db).await;
     let key = new_key(&e.app).await;
-    // The stand-in's /v1/decisions takes 3 s.
-    let (s, h, v) = call(&e.app, "POST", "/v1/decisions", Some(&key), Some(ask())).await;
+    // The stand-in's /v1/decisions never answers; the test's clock moves on, a quarter of a
+    // second at a time, until the service gives up (nothing sleeps for the limit's length).
+    let answer = call(&e.app, "POST", "/v1/decisions", Some(&key), Some(ask()));
+    let ticks = async {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            e.clock.advance(250);
+        }
+    };
+    let (s, h, v) = tokio::select! {
+        r = answer => r,
+        () = ticks => unreachable!(),
+    };
+    // Answered at the limit: one second by the clock, not before.
+    assert!(e.clock.now_ms() - T0 >= 1_000);
     assert_eq!(
         (s.as_u16(), v["error"]["code"].as_str()),
         (504, Some("timeout"))
