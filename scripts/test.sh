@@ -14,12 +14,14 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # No import circle inside any crate; the server's route modules import no other route module.
 python3 scripts/modgraph.py
-cargo build --workspace --all-targets
+# The binary and the test binaries (examples and benches are only type-checked, by clippy above:
+# linking each would cost more than checking it); the same targets `cargo test` runs below.
+cargo test --workspace --lib --bins --tests --no-run
 ./target/debug/vllm-srun models pull "$MODEL"
 # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
 ./target/debug/vllm-srun models pull minilm-l6
 ./target/debug/vllm-srun models pull qwen2.5-0.5b
-# Span questions need the 1.5B decision backbone (tests/spans.rs).
+# Span questions need the 1.5B decision backbone (crates/vllm-srun/tests/it/spans.rs).
 ./target/debug/vllm-srun models pull qwen2.5-1.5b
 # The Sparrow static decision models (one package carries both).
 ./target/debug/vllm-srun models pull sparrow-nano
@@ -30,7 +32,8 @@ cargo build --workspace --all-targets
 if [ -n "${CI:-}" ] && [ -z "${VSR_TEST_POSTGRES_URL:-}" ]; then
     echo "CI: VSR_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)"; exit 1
 fi
-cargo test --workspace
+# The workspace has no doc tests (`--lib --bins --tests` skips rustdoc's empty runs).
+cargo test --workspace --lib --bins --tests
 
 # Conformance: the System One suite must pass every MUST.
 if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator, openai, msgpack' 2>/dev/null; then
@@ -77,7 +80,7 @@ done
 
 # The OpenAPI document validates, and the server's answers conform to it (schemathesis:
 # generated and mutated bodies for every documented operation, for a bounded time). The
-# generation endpoints are left to tests/generate.rs's fuzz test and the SDK checks below:
+# generation endpoints are left to tests/it/generate.rs's fuzz test and the SDK checks below:
 # schemathesis's generated bodies ask for thousands of tokens each (requests then queue past
 # its 10 s read timeout) and its coverage phase hits an internal error on the chat schema.
 curl -fsS "$url/openapi.yaml" -o "$report.yaml"
