@@ -32,7 +32,7 @@ fn inner() -> Router {
         .route(
             "/v1/decisions",
             // Never answers: the service's time limit (on its clock) must end it.
-            post(|| std::future::pending::<axum::Json<Value>>()),
+            post(std::future::pending::<axum::Json<Value>>),
         )
         .route(
             "/v1/systemone/batch",
