@@ -21,7 +21,7 @@ cargo test --workspace --lib --bins --tests --no-run
 # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
 ./target/debug/vllm-srun models pull minilm-l6
 ./target/debug/vllm-srun models pull qwen2.5-0.5b
-# Span questions need the 1.5B decision backbone (crates/vllm-srun/tests/it/spans.rs).
+# Span questions need the 1.5B decision backbone (tests/spans.rs).
 ./target/debug/vllm-srun models pull qwen2.5-1.5b
 # The Sparrow static decision models (one package carries both).
 ./target/debug/vllm-srun models pull sparrow-nano
@@ -80,7 +80,7 @@ done
 
 # The OpenAPI document validates, and the server's answers conform to it (schemathesis:
 # generated and mutated bodies for every documented operation, for a bounded time). The
-# generation endpoints are left to tests/it/generate.rs's fuzz test and the SDK checks below:
+# generation endpoints are left to tests/generate.rs's fuzz test and the SDK checks below:
 # schemathesis's generated bodies ask for thousands of tokens each (requests then queue past
 # its 10 s read timeout) and its coverage phase hits an internal error on the chat schema.
 curl -fsS "$url/openapi.yaml" -o "$report.yaml"

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::common;
+mod common;
 
 use std::sync::OnceLock;
 
@@ -57,7 +57,7 @@ fn robot() -> Value {
 async fn answers_equal_the_package_forward_over_http() {
     let s = server();
     let fixtures: Value = serde_json::from_str(include_str!(
-        "../../../backend-sparrow/tests/fixtures/sparrow.json"
+        "../../backend-sparrow/tests/fixtures/sparrow.json"
     ))
     .expect("fixtures");
     let mut checked = 0;

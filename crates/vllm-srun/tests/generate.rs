@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::common;
+mod common;
 
 use std::io::{Read, Write};
 use std::sync::OnceLock;

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::common;
+mod common;
 
 use common::*;
 use serde_json::{json, Value};
@@ -289,7 +289,7 @@ async fn decisions_answers_failed_questions_in_place_with_fixed_reasons() {
     assert!(h.contains_key("server-timing"));
     let a = &v["answers"];
     assert_eq!(a["ok"]["type"], "noul");
-    // A causal LM answers span questions (spans.rs): a noul beside its spans.
+    // A causal LM answers span questions (tests/spans.rs): a noul beside its spans.
     assert_eq!(a["span"]["type"], "noul", "{}", a["span"]);
     assert!(v["spans"]["span"].is_array(), "{v}");
     for (id, ty, reason) in [

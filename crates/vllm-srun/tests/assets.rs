@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::common;
+mod common;
 
 use base64::Engine as _;
 use common::{post, post_raw, shared, TICKET};
@@ -69,9 +69,9 @@ async fn an_image_in_the_state_of_a_text_model_is_refused_after_its_checks() {
 
 /// Real containers written by ffmpeg (the media crate's fixtures): 2 s at 10 frames a second,
 /// and 301 s at one frame a second.
-const CLIP_MP4: &[u8] = include_bytes!("../../../media/tests/fixtures/clip.mp4");
-const CLIP_WEBM: &[u8] = include_bytes!("../../../media/tests/fixtures/clip.webm");
-const LONG_MP4: &[u8] = include_bytes!("../../../media/tests/fixtures/long.mp4");
+const CLIP_MP4: &[u8] = include_bytes!("../../media/tests/fixtures/clip.mp4");
+const CLIP_WEBM: &[u8] = include_bytes!("../../media/tests/fixtures/clip.webm");
+const LONG_MP4: &[u8] = include_bytes!("../../media/tests/fixtures/long.mp4");
 
 #[tokio::test]
 async fn videos_are_read_from_their_bytes_before_the_model_refuses_them() {

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::common;
+mod common;
 
 use common::*;
 use serde_json::{json, Value};
