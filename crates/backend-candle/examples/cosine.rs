@@ -2,7 +2,7 @@
 //! `cargo run --release -p backend-candle --example cosine -- DIR`
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-use engine::encoder::{cosine, Encoder};
+use engine::encode::{cosine, Encoder};
 
 fn main() {
     let dir = std::env::args().nth(1).expect("an encoder directory");

@@ -20,7 +20,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use engine::backend::{BackendError, Token};
 use engine::budget::Vocab;
-use engine::encoder::{Encoder, EncoderInfo, Words};
+use engine::encode::{Encoder, EncoderInfo, Words};
 use tokenizers::Tokenizer;
 
 /// A classification head on the encoder.

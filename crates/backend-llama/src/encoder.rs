@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use engine::backend::{BackendError, Token};
 use engine::budget::Vocab;
-use engine::encoder::{Encoder, EncoderInfo, Words};
+use engine::encode::{Encoder, EncoderInfo, Words};
 use llama_cpp_2::context::params::{LlamaContextParams, LlamaPoolingType};
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;

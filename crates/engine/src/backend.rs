@@ -142,7 +142,7 @@ pub enum BackendError {
 }
 
 /// What budgeted tokenization needs of a tokenizer. Implemented by every [`Backend`] and
-/// [`Encoder`](crate::encoder::Encoder).
+/// [`Encoder`](crate::encode::Encoder).
 ///
 /// [`Backend`]: Backend
 pub trait Vocab {

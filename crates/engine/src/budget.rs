@@ -14,6 +14,24 @@ use crate::backend::{BackendError, Token};
 
 pub use crate::backend::Vocab;
 
+/// Where each window starts and ends (own tokens, end exclusive): windows of `size` tokens,
+/// each starting `size - overlap` after the last, until the input is covered. An input of
+/// no tokens has one empty window.
+pub fn windows(tokens: usize, size: usize, overlap: usize) -> Vec<(usize, usize)> {
+    let size = size.max(1);
+    let stride = size.saturating_sub(overlap).max(1);
+    let mut out = Vec::new();
+    let mut start = 0;
+    loop {
+        let end = (start + size).min(tokens);
+        out.push((start, end));
+        if end >= tokens {
+            return out;
+        }
+        start += stride;
+    }
+}
+
 /// Bytes before a cut inside a run whose tokens are not kept.
 pub const RUN_MARGIN: usize = 1024;
 
@@ -313,6 +331,16 @@ pub fn probe_text(kind: CutKind, max_token_bytes: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_cover_the_input_with_the_overlap() {
+        assert_eq!(windows(0, 4, 1), vec![(0, 0)]);
+        assert_eq!(windows(3, 4, 1), vec![(0, 3)]);
+        assert_eq!(windows(10, 4, 1), vec![(0, 4), (3, 7), (6, 10)]);
+        assert_eq!(windows(5, 4, 0), vec![(0, 4), (4, 5)]);
+        // An overlap as large as the window still moves on.
+        assert_eq!(windows(3, 2, 5), vec![(0, 2), (1, 3)]);
+    }
 
     #[test]
     fn boundaries_by_kind() {

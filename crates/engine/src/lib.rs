@@ -5,9 +5,8 @@
 
 pub mod backend;
 pub mod budget;
-pub mod chat;
 pub mod decision;
-pub mod encoder;
+pub mod encode;
 pub mod error;
 pub mod generate;
 pub mod labels;
@@ -16,8 +15,6 @@ pub mod recipes;
 pub mod registry;
 pub mod scheduler;
 pub mod span;
-pub mod tagger;
-pub mod text;
 
 #[cfg(test)]
 mod readout_tests;
@@ -27,10 +24,10 @@ pub use backend::{
     Node, Read, Sampled, Sampling, Session, Token,
 };
 pub use decision::{Decision, DecisionModel, Limits, Timings};
-pub use encoder::{EncodeError, Encoder, EncoderInfo, EncoderModel, TagOverflow, Tagged};
+pub use encode::{EncodeError, Encoder, EncoderInfo, EncoderModel, TagOverflow, Tagged};
 pub use error::EngineError;
+pub use generate::text::TextModel;
 pub use generate::{GenEvent, GenerateConfig};
 pub use package::{DecisionConfig, ModelMeta};
 pub use registry::{Loaded, ModelKind, ModelState, Registry, Slot};
 pub use scheduler::SchedulerConfig;
-pub use text::TextModel;

@@ -3,10 +3,10 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::decision::DecisionModel;
-use crate::encoder::EncoderModel;
+use crate::encode::EncoderModel;
 use crate::error::EngineError;
+use crate::generate::text::TextModel;
 use crate::package::ModelMeta;
-use crate::text::TextModel;
 
 /// Load state of a served model, as `/health` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -46,7 +46,7 @@ pub struct ServeOptions {
     /// Classification entries: a decision backbone with a fixed label set.
     pub classifiers: Vec<Classifier>,
     /// Batching of encoders.
-    pub encoder: engine::encoder::EncoderConfig,
+    pub encoder: engine::encode::EncoderConfig,
     /// Most tasks one /v1/bundle may carry.
     pub max_bundle_tasks: usize,
     /// Connections, header and body timeouts, large-body slots.
@@ -166,7 +166,7 @@ impl Default for ServeOptions {
             pull_missing: true,
             max_scan_tokens: None,
             classifiers: Vec::new(),
-            encoder: engine::encoder::EncoderConfig::default(),
+            encoder: engine::encode::EncoderConfig::default(),
             max_bundle_tasks: 32,
             transport: server::Transport::default(),
             generate: Some(engine::GenerateConfig::default()),
@@ -332,7 +332,7 @@ pub fn prepare_encoder(e: &hub::Entry) -> Result<Option<PathBuf>, String> {
 
 /// Whether llama.cpp can run an encoder: a plain BERT, no classification head, mean or CLS
 /// pooling.
-fn runs_on_llama(dir: &Path, info: &engine::encoder::EncoderInfo) -> bool {
+fn runs_on_llama(dir: &Path, info: &engine::encode::EncoderInfo) -> bool {
     info.labels.is_none()
         && !info.per_token
         && backend_candle::gguf::pooling_type(&info.pooling).is_some()
@@ -423,7 +423,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         let model = EncoderModel::start(
             meta,
             backend,
-            engine::encoder::EncoderConfig {
+            engine::encode::EncoderConfig {
                 max_scan_tokens: o.max_scan_tokens,
                 ..o.encoder
             },

@@ -10,7 +10,7 @@ use protocol::{text, ProtocolError, Usage};
 use super::model::{DecisionModel, Tree};
 use crate::backend::{Node, Token};
 use crate::budget;
-use crate::tagger::windows;
+use crate::budget::windows;
 
 /// Whether `keys` name every key of an object state (then the question reads the whole state).
 fn covers_state(state: &serde_json::Value, keys: &[String]) -> bool {

@@ -1,6 +1,8 @@
 //! Encoder models: sentence embeddings from a backend behind the [`Encoder`] trait, evaluated
 //! on a dedicated worker thread that batches the texts of concurrent requests together.
 
+pub mod tagger;
+
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -339,7 +341,7 @@ impl EncoderModel {
                         w.offsets.truncate(budget);
                         w.words.truncate(budget);
                         Ok(Plan {
-                            windows: crate::tagger::windows(w.tokens.len(), size, overlap),
+                            windows: crate::budget::windows(w.tokens.len(), size, overlap),
                             words: w,
                             truncated: over,
                         })
@@ -388,7 +390,7 @@ impl EncoderModel {
                 outputs.push(v);
             }
             let tokens = plan.words.tokens.len();
-            let pick = crate::tagger::best_window(tokens, &plan.windows);
+            let pick = tagger::best_window(tokens, &plan.windows);
             let token_rows: Vec<&[f32]> = (0..tokens)
                 .map(|i| {
                     let w = pick[i];
@@ -396,9 +398,9 @@ impl EncoderModel {
                     &outputs[w][r * n..(r + 1) * n]
                 })
                 .collect();
-            let words = crate::tagger::words(&plan.words.offsets, &plan.words.words, &token_rows);
+            let words = tagger::words(&plan.words.offsets, &plan.words.words, &token_rows);
             answers.push(Ok(Tagged {
-                spans: crate::tagger::merge(&labels, &words, text),
+                spans: tagger::merge(&labels, &words, text),
                 tokens: read,
                 truncated: plan.truncated,
             }));

@@ -2,28 +2,10 @@
 //! per token chosen from the window that gives it the most context, word-level tags, and
 //! spans merged from BIO (or BIOES) tags with code-point offsets.
 //!
-//! Pure functions: the encoder worker produces the rows, [`crate::encoder::EncoderModel::tag`]
+//! Pure functions: the encoder worker produces the rows, [`super::EncoderModel::tag`]
 //! wires them together.
 
 use protocol::SpanFound;
-
-/// Where each window starts and ends (own tokens, end exclusive): windows of `size` tokens,
-/// each starting `size - overlap` after the last, until the input is covered. An input of
-/// no tokens has one empty window.
-pub fn windows(tokens: usize, size: usize, overlap: usize) -> Vec<(usize, usize)> {
-    let size = size.max(1);
-    let stride = size.saturating_sub(overlap).max(1);
-    let mut out = Vec::new();
-    let mut start = 0;
-    loop {
-        let end = (start + size).min(tokens);
-        out.push((start, end));
-        if end >= tokens {
-            return out;
-        }
-        start += stride;
-    }
-}
 
 /// For each token, the window whose row to use: the one where the token is farthest from
 /// an edge (most context on its nearer side); the earlier window on a tie.
@@ -224,6 +206,7 @@ pub fn entity_types(labels: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::windows;
 
     fn labels(l: &[&str]) -> Vec<String> {
         l.iter().map(|s| s.to_string()).collect()
@@ -235,16 +218,6 @@ mod tests {
             end,
             probs: probs.to_vec(),
         }
-    }
-
-    #[test]
-    fn windows_cover_the_input_with_the_overlap() {
-        assert_eq!(windows(0, 4, 1), vec![(0, 0)]);
-        assert_eq!(windows(3, 4, 1), vec![(0, 3)]);
-        assert_eq!(windows(10, 4, 1), vec![(0, 4), (3, 7), (6, 10)]);
-        assert_eq!(windows(5, 4, 0), vec![(0, 4), (4, 5)]);
-        // An overlap as large as the window still moves on.
-        assert_eq!(windows(3, 2, 5), vec![(0, 2), (1, 3)]);
     }
 
     #[test]

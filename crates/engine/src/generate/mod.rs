@@ -13,6 +13,9 @@
 //!   step: its slot is freed, no more tokens are computed for it.
 //! - Every request gets exactly one terminal event (`Done` or `Failed`).
 
+pub mod chat;
+pub mod text;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};

@@ -10,10 +10,10 @@ use protocol::openai::{
 };
 use serde_json::{json, Map, Value};
 
+use super::chat::ChatTemplate;
+use super::{GenerateConfig, GenerateJob, Generation};
 use crate::backend::{Backend, Sampling, Token};
-use crate::chat::ChatTemplate;
 use crate::error::EngineError;
-use crate::generate::{GenerateConfig, GenerateJob, Generation};
 
 /// What a chat request becomes before it is queued.
 #[derive(Debug, Clone)]

@@ -255,7 +255,7 @@ pub(crate) async fn relevance(
         let q = &out.vectors[0];
         let scores = out.vectors[1..]
             .iter()
-            .map(|d| engine::encoder::cosine(q, d) as f64)
+            .map(|d| engine::encode::cosine(q, d) as f64)
             .collect();
         let tokens = out.tokens.iter().sum();
         let timings = Timings {

@@ -73,7 +73,7 @@ fn tool_calls_of(text: &str, mode: &ToolMode) -> (Option<Vec<ToolCallOut>>, Opti
         return (None, Some(text.to_string()));
     }
     let whole = matches!(mode, ToolMode::Required(_));
-    let (calls, rest) = engine::chat::read_tool_calls(text, whole);
+    let (calls, rest) = engine::generate::chat::read_tool_calls(text, whole);
     if calls.is_empty() {
         return (None, Some(text.to_string()));
     }
