@@ -39,7 +39,8 @@ use llama_cpp_2::DecodeError;
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 
-fn runtime() -> Result<&'static Runtime, BackendError> {
+/// llama.cpp's process-wide backend, initialised once (logs go to `tracing`, off).
+pub fn runtime() -> Result<&'static Runtime, BackendError> {
     RUNTIME
         .get_or_init(|| {
             llama_cpp_2::send_logs_to_tracing(
@@ -201,16 +202,52 @@ impl LlamaBackend {
 }
 
 impl LlamaBackend {
+    /// The llama.cpp model, for tools that measure this backend against plain llama.cpp on the
+    /// same weights (the `bench` crate).
+    pub fn llama_model(&self) -> &LlamaModel {
+        &self.model
+    }
+
     /// The CPU threads every context of this model evaluates with, as llama.cpp takes them.
-    fn threads(&self) -> i32 {
+    pub fn threads(&self) -> i32 {
         i32::try_from(self.config.threads).unwrap_or(2)
     }
 
     /// A context of `n_ctx` tokens split into `seqs` KV streams (one per sequence), with the
     /// attention path chosen at load: the configuration whose branches the engine's self-check
     /// measures exact.
-    fn context(&self, n_ctx: u32, seqs: u32) -> Result<LlamaContext<'_>, BackendError> {
+    pub fn context(&self, n_ctx: u32, seqs: u32) -> Result<LlamaContext<'_>, BackendError> {
         self.context_with(n_ctx, seqs, self.config.flash_attention.unwrap_or(false))
+    }
+
+    /// A context of `n_ctx` cells shared by `slots` sequences, as generation uses it; with its
+    /// batch size (steps hold at most that many tokens).
+    pub fn generation_context(
+        &self,
+        slots: u32,
+        n_ctx: u32,
+    ) -> Result<(LlamaContext<'_>, u32), BackendError> {
+        let threads = self.threads();
+        let n_batch = n_ctx.min(GENERATION_BATCH);
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(n_batch)
+            .with_n_ubatch(self.config.ubatch.min(n_batch))
+            .with_n_seq_max(slots)
+            // One cache for every slot: llama.cpp then evaluates the slots' tokens of a step in
+            // one micro-batch (separate streams split a step into one micro-batch per slot).
+            // Generation does not promise bit-equal logits across batch compositions.
+            .with_kv_unified(true)
+            // LLAMA_FLASH_ATTN_TYPE_DISABLED: with separate streams, auto (flash attention on
+            // CPU) turned greedy SmolLM2 output into broken words in this llama.cpp build.
+            .with_flash_attention_policy(0)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads);
+        let ctx = self
+            .model
+            .new_context(runtime()?, params)
+            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
+        Ok((ctx, n_batch))
     }
 
     fn context_with(
@@ -862,16 +899,6 @@ impl LlamaGenerator<'_> {
 }
 
 /// The token with the largest logit (the first of equals).
-fn argmax(logits: &[f32]) -> Token {
-    let mut best = 0;
-    for (i, l) in logits.iter().enumerate() {
-        if *l > logits[best] {
-            best = i;
-        }
-    }
-    best as Token
-}
-
 /// The log-softmax of `logits` at `chosen`, and the `top` most likely tokens with theirs.
 fn log_probs(logits: &[f32], chosen: usize, top: usize) -> (f32, Vec<(Token, f32)>) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -992,255 +1019,5 @@ impl Generator for LlamaGenerator<'_> {
             *s = None;
             let _ = self.ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
         }
-    }
-}
-
-/// Plain llama.cpp evaluation of one token sequence at a time, in a single-sequence context:
-/// what a runtime without shared prefixes, trees or batching does. For benchmarks.
-pub struct PlainEvaluator<'m> {
-    ctx: LlamaContext<'m>,
-    batch: LlamaBatch<'static>,
-    capacity: usize,
-}
-
-impl LlamaBackend {
-    /// A plain single-sequence context holding up to `tokens` tokens.
-    pub fn plain(&self, tokens: u32) -> Result<PlainEvaluator<'_>, BackendError> {
-        let n_ctx = tokens.max(256).div_ceil(256) * 256;
-        let ctx = self.context(n_ctx, 1)?;
-        Ok(PlainEvaluator {
-            ctx,
-            batch: LlamaBatch::new(n_ctx as usize, 1),
-            capacity: n_ctx as usize,
-        })
-    }
-
-    /// A context of `n_ctx` cells shared by `slots` sequences, as generation uses it; with its
-    /// batch size (steps hold at most that many tokens).
-    fn generation_context(
-        &self,
-        slots: u32,
-        n_ctx: u32,
-    ) -> Result<(LlamaContext<'_>, u32), BackendError> {
-        let threads = self.threads();
-        let n_batch = n_ctx.min(GENERATION_BATCH);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(n_batch)
-            .with_n_ubatch(self.config.ubatch.min(n_batch))
-            .with_n_seq_max(slots)
-            // One cache for every slot: llama.cpp then evaluates the slots' tokens of a step in
-            // one micro-batch (separate streams split a step into one micro-batch per slot).
-            // Generation does not promise bit-equal logits across batch compositions.
-            .with_kv_unified(true)
-            // LLAMA_FLASH_ATTN_TYPE_DISABLED: with separate streams, auto (flash attention on
-            // CPU) turned greedy SmolLM2 output into broken words in this llama.cpp build.
-            .with_flash_attention_policy(0)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
-        let ctx = self
-            .model
-            .new_context(runtime()?, params)
-            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
-        Ok((ctx, n_batch))
-    }
-
-    /// A plain context for `seqs` sequences of up to `tokens` tokens each in one unified
-    /// cache, on the generator's settings: what llama.cpp's batched example runs, for
-    /// [`PlainEvaluator::greedy_batched`].
-    pub fn plain_batched(
-        &self,
-        tokens: u32,
-        seqs: u32,
-    ) -> Result<PlainEvaluator<'_>, BackendError> {
-        let seqs = seqs.clamp(1, 256);
-        let (ctx, n_batch) =
-            self.generation_context(seqs, tokens.max(256).div_ceil(256) * 256 * seqs)?;
-        Ok(PlainEvaluator {
-            ctx,
-            batch: LlamaBatch::new(n_batch as usize, seqs as i32),
-            capacity: n_batch as usize,
-        })
-    }
-
-    /// A one-sequence evaluator on llama.cpp's own context defaults (flash attention `auto`,
-    /// its batch and micro-batch sizes), with only the size and the threads set: the baseline
-    /// a user of plain llama.cpp gets, which benchmarks hold beside [`LlamaBackend::plain`].
-    pub fn plain_defaults(&self, tokens: u32) -> Result<PlainEvaluator<'_>, BackendError> {
-        let n_ctx = tokens.max(256).div_ceil(256) * 256;
-        let threads = self.threads();
-        let params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
-        let ctx = self
-            .model
-            .new_context(runtime()?, params)
-            .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))?;
-        let capacity = ctx.n_batch().min(n_ctx) as usize;
-        Ok(PlainEvaluator {
-            ctx,
-            batch: LlamaBatch::new(capacity, 1),
-            capacity,
-        })
-    }
-}
-
-impl PlainEvaluator<'_> {
-    /// Greedy generation as llama.cpp's simple example does it: the prompt in one decode, then
-    /// one decode per token, the argmax of the logits each time. Returns the tokens and the
-    /// time spent after the prompt.
-    pub fn greedy(
-        &mut self,
-        prompt: &[Token],
-        n: usize,
-    ) -> Result<(Vec<Token>, std::time::Duration), BackendError> {
-        if prompt.is_empty() || prompt.len() + n > self.capacity {
-            return Err(BackendError::OutOfMemory(
-                "the generation does not fit".into(),
-            ));
-        }
-        self.ctx.clear_kv_cache();
-        self.fill(prompt, 0)?;
-        self.decode()?;
-        let start = std::time::Instant::now();
-        let mut out = Vec::with_capacity(n);
-        let mut last = self.batch.n_tokens() - 1;
-        for k in 0..n {
-            let best = argmax(self.ctx.get_logits_ith(last));
-            out.push(best);
-            if k + 1 == n {
-                break;
-            }
-            self.fill(&[best], prompt.len() + k)?;
-            self.decode()?;
-            last = 0;
-        }
-        Ok((out, start.elapsed()))
-    }
-
-    /// Greedy generation for several prompts at once, as llama.cpp's batched example does it
-    /// (needs [`LlamaBackend::plain_batched`] with a sequence per prompt): the prompts in one
-    /// decode, then one decode per step carrying every sequence's last token. Returns each
-    /// prompt's tokens and the time spent after the prompts.
-    pub fn greedy_batched(
-        &mut self,
-        prompts: &[Vec<Token>],
-        n: usize,
-    ) -> Result<(Vec<Vec<Token>>, std::time::Duration), BackendError> {
-        let total: usize = prompts.iter().map(Vec::len).sum();
-        if prompts.iter().any(Vec::is_empty) || total > self.capacity || n == 0 {
-            return Err(BackendError::OutOfMemory(
-                "the generation does not fit".into(),
-            ));
-        }
-        self.ctx.clear_kv_cache();
-        self.batch.clear();
-        let mut lasts = Vec::with_capacity(prompts.len());
-        for (s, p) in prompts.iter().enumerate() {
-            self.push(p, 0, s)?;
-            lasts.push(self.batch.n_tokens() - 1);
-        }
-        self.decode()?;
-        let start = std::time::Instant::now();
-        let mut out = vec![Vec::with_capacity(n); prompts.len()];
-        for k in 0..n {
-            for (s, &at) in lasts.iter().enumerate() {
-                out[s].push(argmax(self.ctx.get_logits_ith(at)));
-            }
-            if k + 1 == n {
-                break;
-            }
-            self.batch.clear();
-            for (s, p) in prompts.iter().enumerate() {
-                self.push(&out[s][k..=k], p.len() + k, s)?;
-                lasts[s] = self.batch.n_tokens() - 1;
-            }
-            self.decode()?;
-        }
-        Ok((out, start.elapsed()))
-    }
-
-    /// Evaluate `tokens` from an empty cache in one decode; return the last position's logits
-    /// for `candidates`.
-    pub fn evaluate(
-        &mut self,
-        tokens: &[Token],
-        candidates: &[Token],
-    ) -> Result<Vec<f32>, BackendError> {
-        if tokens.is_empty() || tokens.len() > self.capacity {
-            return Err(BackendError::OutOfMemory(format!(
-                "{} tokens do not fit a plain context of {}",
-                tokens.len(),
-                self.capacity
-            )));
-        }
-        self.ctx.clear_kv_cache();
-        self.fill(tokens, 0)?;
-        self.decode()?;
-        let logits = self.ctx.get_logits_ith(self.batch.n_tokens() - 1);
-        Ok(candidates
-            .iter()
-            .map(|c| {
-                logits
-                    .get(*c as usize)
-                    .copied()
-                    .unwrap_or(f32::NEG_INFINITY)
-            })
-            .collect())
-    }
-
-    /// Prefill `tokens` from an empty cache in decodes of at most `chunk` tokens, as a server
-    /// that chunks prompts does; return how long each decode took. Later chunks attend to the
-    /// earlier ones, so they cost more than the first.
-    pub fn prefill_chunks(
-        &mut self,
-        tokens: &[Token],
-        chunk: usize,
-    ) -> Result<Vec<std::time::Duration>, BackendError> {
-        if tokens.len() > self.capacity || chunk == 0 {
-            return Err(BackendError::OutOfMemory(format!(
-                "{} tokens in chunks of {chunk} do not fit a plain context of {}",
-                tokens.len(),
-                self.capacity
-            )));
-        }
-        self.ctx.clear_kv_cache();
-        let mut times = Vec::with_capacity(tokens.len().div_ceil(chunk));
-        for (c, part) in tokens.chunks(chunk).enumerate() {
-            self.fill(part, c * chunk)?;
-            let start = std::time::Instant::now();
-            self.decode()?;
-            times.push(start.elapsed());
-        }
-        Ok(times)
-    }
-
-    /// Put `tokens` in the batch at positions from `first` on, with logits for the last only.
-    fn fill(&mut self, tokens: &[Token], first: usize) -> Result<(), BackendError> {
-        self.batch.clear();
-        self.push(tokens, first, 0)
-    }
-
-    /// Add `tokens` of sequence `seq` to the batch at positions from `first` on, with logits
-    /// for the last only.
-    fn push(&mut self, tokens: &[Token], first: usize, seq: usize) -> Result<(), BackendError> {
-        for (i, t) in tokens.iter().enumerate() {
-            self.batch
-                .add(
-                    LlamaToken(*t as i32),
-                    (first + i) as i32,
-                    &[seq as i32],
-                    i + 1 == tokens.len(),
-                )
-                .map_err(|e| BackendError::OutOfMemory(e.to_string()))?;
-        }
-        Ok(())
-    }
-
-    fn decode(&mut self) -> Result<(), BackendError> {
-        self.ctx
-            .decode(&mut self.batch)
-            .map_err(|e| BackendError::Forward(e.to_string()))
     }
 }

@@ -2,7 +2,6 @@
 //! missing), register them, and serve HTTP. `main.rs` is the command line over this; the
 //! integration tests start the same server in-process on a loopback port.
 
-pub mod bench;
 pub mod models_file;
 
 use std::net::SocketAddr;
@@ -280,7 +279,7 @@ pub enum EncoderPath {
     Llama(backend_candle::gguf::Precision),
 }
 
-/// The path a plain embedding model runs on, chosen by `bench --embeddings` (its table of
+/// The path a plain embedding model runs on, chosen by `vllm-srun-bench --embeddings` (its table of
 /// candidates): the fastest whose vectors stay within 1e-3 cosine of the F32 candle path.
 pub const ENCODER_PATH: EncoderPath = EncoderPath::Llama(backend_candle::gguf::Precision::F16);
 

@@ -9,7 +9,7 @@
 //! requests' states in one decode (a `states` batch) cannot save much more than the small
 //! decodes' share, and an exact engine keeps each node in micro-batches of its own anyway.
 //!
-//! `cargo run --release -p backend-llama --example ubatch -- MODEL.gguf`
+//! `cargo run --release -p bench --example ubatch -- MODEL.gguf`
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use engine::Backend;
@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let text = "The quick brown fox jumps over the lazy dog while the farmer counts his sheep. "
         .repeat(120);
     let p = b.tokenize(&text, false)?;
-    let mut ev = b.plain(2048)?;
+    let mut ev = bench::plain::PlainEvaluator::new(&b, 2048)?;
     let sizes = [1usize, 8, 16, 30, 32, 64, 114];
     let mut best = [f64::MAX; 7];
     for _ in 0..4 {

@@ -1,6 +1,6 @@
 //! Greedy generation by re-reading the whole sequence each step in a plain context: the
 //! reference the generation worker's output is compared with.
-//! `cargo run --release -p backend-llama --example greedy -- model.gguf "prompt with <|im_start|>" 20`
+//! `cargo run --release -p bench --example greedy -- model.gguf "prompt with <|im_start|>" 20`
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use backend_llama::{LlamaBackend, LlamaConfig};
@@ -12,7 +12,7 @@ fn main() {
     let b = LlamaBackend::load(std::path::Path::new(path), LlamaConfig::default()).unwrap();
     let mut toks = b.tokenize(&prompt.replace("\\n", "\n"), true).unwrap();
     let vocab: Vec<u32> = (0..engine::budget::Vocab::vocab_size(&b) as u32).collect();
-    let mut plain = b.plain(4096).unwrap();
+    let mut plain = bench::plain::PlainEvaluator::new(&b, 4096).unwrap();
     let mut out = String::new();
     for _ in 0..n {
         let logits = plain.evaluate(&toks, &vocab).unwrap();

@@ -5,7 +5,7 @@
 //! barriers a second) slow down. This prints greedy decode speed alone, then while another
 //! thread that has decoded stays alive.
 //!
-//! `cargo run -p backend-llama --example threads -- MODEL.gguf`
+//! `cargo run -p bench --example threads -- MODEL.gguf`
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use engine::Backend;
@@ -20,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "Write a long story about a lighthouse keeper who lived alone",
         false,
     )?;
-    let mut one = b.plain(4096)?;
+    let mut one = bench::plain::PlainEvaluator::new(&b, 4096)?;
     let mut rate = |label: &str| -> Result<(), Box<dyn std::error::Error>> {
         for _ in 0..2 {
             let (_, t) = one.greedy(&p, 64)?;
@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
         let (b, p) = (&b, &p);
         s.spawn(move || {
-            if let Ok(mut other) = b.plain(512) {
+            if let Ok(mut other) = bench::plain::PlainEvaluator::new(b, 512) {
                 let _ = other.greedy(p, 2);
             }
             let _ = ready_tx.send(());

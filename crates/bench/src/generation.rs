@@ -1,0 +1,368 @@
+//! Generation against raw llama.cpp and llama-cpp-python's server.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::*;
+use crate::decisions::STATE;
+
+/// A story prompt for generation benches.
+pub(crate) const STORY: &str =
+    "Write a long, detailed story about a lighthouse keeper who finds a message \
+in a bottle, describing the sea, the weather and the town nearby.";
+
+/// The prompt of concurrent stream `i`: the story prompt, numbered so streams differ.
+pub(crate) fn story(i: usize) -> String {
+    format!("{STORY} Story number {}.", i + 1)
+}
+
+/// One streamed completion: when it was sent, when each text chunk arrived, and its usage.
+pub(crate) struct Streamed {
+    sent: Instant,
+    chunks: Vec<Instant>,
+    completion_tokens: u64,
+}
+
+impl Streamed {
+    fn ttft(&self) -> Duration {
+        self.chunks
+            .first()
+            .map_or(Duration::ZERO, |t| *t - self.sent)
+    }
+    /// Decode tokens per second after the first token.
+    fn decode_rate(&self) -> f64 {
+        match (self.chunks.first(), self.chunks.last()) {
+            (Some(a), Some(b)) if b > a => {
+                (self.completion_tokens.saturating_sub(1)) as f64 / (*b - *a).as_secs_f64()
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+/// Stream one OpenAI completion (`/v1/completions`), greedy, `max_tokens` long.
+pub(crate) async fn stream_completion(
+    client: &reqwest::Client,
+    base: &str,
+    model: &str,
+    prompt: &str,
+    max_tokens: usize,
+) -> Result<Streamed, String> {
+    let body = json!({"model": model, "prompt": prompt, "max_tokens": max_tokens,
+        "temperature": 0, "stream": true, "stream_options": {"include_usage": true}});
+    let sent = Instant::now();
+    let mut resp = client
+        .post(format!("{base}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!(
+            "{}: {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        ));
+    }
+    let mut chunks = Vec::new();
+    let mut completion_tokens = 0;
+    let mut pending = String::new();
+    while let Some(bytes) = resp.chunk().await.map_err(|e| e.to_string())? {
+        let at = Instant::now();
+        pending.push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n"));
+        while let Some(end) = pending.find("\n\n") {
+            let event: String = pending.drain(..end + 2).collect();
+            let Some(data) = event.trim().strip_prefix("data: ") else {
+                continue;
+            };
+            if data == "[DONE]" {
+                continue;
+            }
+            let v: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+            if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+                completion_tokens = n;
+            }
+            if v["choices"][0]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+            {
+                chunks.push(at);
+            }
+        }
+    }
+    if completion_tokens == 0 {
+        // A server that does not report usage in streams: one token per text chunk.
+        completion_tokens = chunks.len() as u64;
+    }
+    Ok(Streamed {
+        sent,
+        chunks,
+        completion_tokens,
+    })
+}
+
+/// `n` concurrent streams; their total decode rate (tokens after each stream's first, over the
+/// time from the earliest first token to the latest last one) and their time to first token.
+pub(crate) async fn concurrent(
+    client: &reqwest::Client,
+    base: &str,
+    model: &str,
+    n: usize,
+    max_tokens: usize,
+) -> Result<(f64, Vec<Duration>), String> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (client, base, model) = (client.clone(), base.to_string(), model.to_string());
+            let prompt = story(i);
+            tokio::spawn(async move {
+                stream_completion(&client, &base, &model, &prompt, max_tokens).await
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.push(t.await.map_err(|e| e.to_string())??);
+    }
+    let first = all.iter().filter_map(|s| s.chunks.first()).min().copied();
+    let last = all.iter().filter_map(|s| s.chunks.last()).max().copied();
+    let tokens: u64 = all
+        .iter()
+        .map(|s| s.completion_tokens.saturating_sub(1))
+        .sum();
+    let rate = match (first, last) {
+        (Some(a), Some(b)) if b > a => tokens as f64 / (b - a).as_secs_f64(),
+        _ => 0.0,
+    };
+    Ok((rate, all.iter().map(Streamed::ttft).collect()))
+}
+
+/// Start llama-cpp-python's OpenAI server on `gguf` (one request at a time), if installed.
+pub(crate) async fn start_llama_cpp_python(
+    gguf: &std::path::Path,
+    threads: usize,
+) -> Option<(tokio::process::Child, String)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let python = std::env::var("VLLM_SRUN_PYTHON").unwrap_or_else(|_| "python3".into());
+    let child = tokio::process::Command::new(python)
+        .args(["-m", "llama_cpp.server", "--model"])
+        .arg(gguf)
+        // Queue concurrent requests instead of cutting the running one off (its default).
+        .args(["--interrupt_requests", "False"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+        ])
+        .arg(threads.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .ok()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    for _ in 0..600 {
+        if client
+            .get(format!("{base}/v1/models"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Some((child, base));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+/// Generation: one stream's decode rate against raw llama.cpp in this process; four
+/// concurrent streams against llama-cpp-python's server on the same GGUF; time to first token;
+/// and how long running streams stall while a 1,000-token prompt joins them.
+pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Result<(), String> {
+    let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
+    let raw =
+        backend_llama::LlamaBackend::load(&resolved.weights, backend_llama::LlamaConfig::default())
+            .map_err(|e| e.to_string())?;
+    let mut plain = crate::plain::PlainEvaluator::new(&raw, 4096).map_err(|e| e.to_string())?;
+    // Room for four running streams and a fifth that joins them.
+    let o = vllm_srun::ServeOptions {
+        models: vec![model_spec.to_string()],
+        port: 0,
+        generate: Some(engine::GenerateConfig {
+            sequences: 5,
+            ..engine::GenerateConfig::default()
+        }),
+        ..vllm_srun::ServeOptions::default()
+    };
+    let (registry, base) = serve_in_process(o).await?;
+    let text = wait(|| registry.text(None)).await?;
+    let name = text.name().to_string();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(900))
+        .build()
+        .map_err(|e| e.to_string())?;
+    println!(
+        "bench generate: model {name}, {} threads, runs {runs}, {max_tokens} tokens per stream",
+        raw_threads()
+    );
+    let prompt = engine::Backend::tokenize(&raw, STORY, false).map_err(|e| e.to_string())?;
+    // Warm both.
+    stream_completion(&client, &base, &name, STORY, 8).await?;
+    tokio::task::block_in_place(|| plain.greedy(&prompt, 8)).map_err(|e| e.to_string())?;
+    let (mut raw_rates, mut ours, mut ttfts) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let s = stream_completion(&client, &base, &name, STORY, max_tokens).await?;
+        let n = (s.completion_tokens as usize).max(2);
+        ours.push(s.decode_rate());
+        ttfts.push(s.ttft());
+        let (_, t) =
+            tokio::task::block_in_place(|| plain.greedy(&prompt, n)).map_err(|e| e.to_string())?;
+        raw_rates.push((n - 1) as f64 / t.as_secs_f64());
+    }
+    let med = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (r, o1) = (med(raw_rates), med(ours.clone()));
+    println!("(a) raw llama.cpp greedy decode, one sequence: median {r:.1} tokens/s");
+    println!("(b) one stream over HTTP (/v1/completions):    median {o1:.1} tokens/s");
+    println!("    (b)/(a) = {:.3}  [target >= 0.95]", o1 / r);
+
+    let mut four = Vec::new();
+    for _ in 0..runs {
+        let (rate, t) = concurrent(&client, &base, &name, 4, max_tokens).await?;
+        four.push(rate);
+        ttfts.extend(t);
+    }
+    let o4 = med(four);
+    println!("(c) four concurrent streams, total decode:     median {o4:.1} tokens/s ({:.2}x one stream)", o4 / o1);
+    // The ceiling: the same four prompts decoded raw, one llama.cpp decode per step for all.
+    let prompts = (0..4)
+        .map(|i| engine::Backend::tokenize(&raw, &story(i), false))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut batched = crate::plain::PlainEvaluator::batched(&raw, (longest + max_tokens) as u32, 4)
+        .map_err(|e| e.to_string())?;
+    let mut raw4 = Vec::new();
+    for _ in 0..runs {
+        let (_, t) = tokio::task::block_in_place(|| batched.greedy_batched(&prompts, max_tokens))
+            .map_err(|e| e.to_string())?;
+        raw4.push((4 * (max_tokens - 1)) as f64 / t.as_secs_f64());
+    }
+    drop(batched);
+    let r4 = med(raw4);
+    println!(
+        "    raw llama.cpp, the same four prompts batched: median {r4:.1} tokens/s ({:.2}x raw one sequence); (c)/raw = {:.3}",
+        r4 / r,
+        o4 / r4
+    );
+    println!(
+        "    time to first token over {} requests: p50 {:.0} ms, p99 {:.0} ms",
+        ttfts.len(),
+        pct(ttfts.clone(), 0.5).as_secs_f64() * 1e3,
+        pct(ttfts, 0.99).as_secs_f64() * 1e3
+    );
+
+    // (d) A 1,000-token prompt joins four running streams.
+    let long_prompt = {
+        let mut p = String::new();
+        while engine::Backend::tokenize(&raw, &p, false).map_or(0, |t| t.len()) < 1000 {
+            p.push_str(STATE);
+            p.push(' ');
+        }
+        p
+    };
+    // The running streams are long enough to outlast the joining prompt's prefill.
+    let running: Vec<_> = (0..4)
+        .map(|i| {
+            let (client, base, name) = (client.clone(), base.clone(), name.clone());
+            let prompt = story(i);
+            tokio::spawn(async move {
+                stream_completion(&client, &base, &name, &prompt, max_tokens * 4).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let joined_at = Instant::now();
+    let joiner = stream_completion(&client, &base, &name, &long_prompt, 4).await?;
+    let join_end = joined_at + joiner.ttft();
+    let mut normal = Vec::new();
+    let mut during = Duration::ZERO;
+    for t in running {
+        let s = t.await.map_err(|e| e.to_string())??;
+        for w in s.chunks.windows(2) {
+            let gap = w[1] - w[0];
+            if w[1] >= joined_at && w[0] <= join_end {
+                during = during.max(gap);
+            } else {
+                normal.push(gap);
+            }
+        }
+    }
+    let chunk = registry
+        .text(None)
+        .map(|t| t.config().prefill_chunk)
+        .unwrap_or(256);
+    let chunk_tokens = prompt
+        .iter()
+        .cycle()
+        .take(chunk)
+        .copied()
+        .collect::<Vec<_>>();
+    let cand = [chunk_tokens[0]];
+    let t = Instant::now();
+    tokio::task::block_in_place(|| plain.evaluate(&chunk_tokens, &cand))
+        .map_err(|e| e.to_string())?;
+    let chunk_time = t.elapsed();
+    // The joining prompt itself prefilled raw in chunks of the same size: its later chunks
+    // attend to the earlier ones, so its costliest chunk is the one a join must not exceed.
+    let long_tokens =
+        engine::Backend::tokenize(&raw, &long_prompt, false).map_err(|e| e.to_string())?;
+    let own_chunk = tokio::task::block_in_place(|| plain.prefill_chunks(&long_tokens, chunk))
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .max()
+        .unwrap_or_default();
+    println!(
+        "(d) a {}-token prompt joins 4 streams: its first token after {:.0} ms; the running streams' \
+         longest gap meanwhile {:.0} ms (median gap otherwise {:.0} ms); raw prefill of one {chunk}-token chunk: \
+         {:.0} ms from an empty cache, {:.0} ms for the costliest chunk of the joining prompt",
+        long_tokens.len(),
+        joiner.ttft().as_secs_f64() * 1e3,
+        during.as_secs_f64() * 1e3,
+        if normal.is_empty() { 0.0 } else { median(normal).as_secs_f64() * 1e3 },
+        chunk_time.as_secs_f64() * 1e3,
+        own_chunk.as_secs_f64() * 1e3,
+    );
+    println!(
+        "    longest gap / the joining prompt's costliest raw chunk = {:.2}  [target <= 1.0]",
+        during.as_secs_f64() / own_chunk.as_secs_f64().max(1e-9)
+    );
+
+    // (e) llama-cpp-python's server on the same file, one request at a time.
+    drop(plain);
+    match start_llama_cpp_python(&resolved.weights, raw_threads()).await {
+        None => println!("(e) llama-cpp-python's server is not installed (pip install 'llama-cpp-python[server]'): skipped"),
+        Some((mut child, lbase)) => {
+            stream_completion(&client, &lbase, &name, STORY, 8).await?;
+            let (mut one, mut four) = (Vec::new(), Vec::new());
+            for _ in 0..runs {
+                one.push(stream_completion(&client, &lbase, &name, STORY, max_tokens).await?.decode_rate());
+                four.push(concurrent(&client, &lbase, &name, 4, max_tokens).await?.0);
+            }
+            let (l1, l4) = (med(one), med(four));
+            println!("(e) llama-cpp-python server: one stream {l1:.1} tokens/s, four concurrent {l4:.1} tokens/s");
+            println!("    ours/theirs: one stream {:.2}, four concurrent {:.2}  [target >= 2.0]", o1 / l1, o4 / l4);
+            let _ = child.kill().await;
+        }
+    }
+    Ok(())
+}
