@@ -16,7 +16,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 python3 scripts/modgraph.py
 # The binary and the test binaries (examples and benches are only type-checked, by clippy above:
 # linking each would cost more than checking it); the same targets `cargo test` runs below.
-cargo test --workspace --lib --bins --tests --no-run
+# `bench` holds measurements, no tests: clippy checks it, nothing links it here.
+cargo test --workspace --exclude bench --lib --bins --tests --no-run
 ./target/debug/vllm-srun models pull "$MODEL"
 # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
 ./target/debug/vllm-srun models pull minilm-l6
@@ -33,7 +34,7 @@ if [ -n "${CI:-}" ] && [ -z "${VSR_TEST_POSTGRES_URL:-}" ]; then
     echo "CI: VSR_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)"; exit 1
 fi
 # The workspace has no doc tests (`--lib --bins --tests` skips rustdoc's empty runs).
-cargo test --workspace --lib --bins --tests
+cargo test --workspace --exclude bench --lib --bins --tests
 
 # Conformance: the System One suite must pass every MUST.
 if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator, openai, msgpack' 2>/dev/null; then
