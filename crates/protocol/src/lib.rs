@@ -18,6 +18,7 @@ pub mod request;
 pub mod schema;
 pub mod sie;
 pub mod text;
+pub mod wire;
 
 pub use answer::{
     Answer, AnswerEntry, BatchResponse, ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer,

@@ -376,29 +376,6 @@ pub struct SieErrorDetailDoc {
     pub message: String,
 }
 
-/// An SIE item: an optional id and its text (these models read no images, audio, video or
-/// documents).
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SieItemDoc {
-    pub id: Option<String>,
-    pub text: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    pub metadata: Option<Value>,
-}
-
-/// `POST /v1/encode/{model}`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SieEncodeRequestDoc {
-    pub items: Vec<SieItemDoc>,
-    /// output_types (dense), instruction, output_dtype (float32, float16, int8, binary),
-    /// options (overflow_policy: default, truncate_text or error; profile: default;
-    /// dimensions: each vector's first values, renormalised, up to the model's width).
-    #[schema(value_type = Option<Object>)]
-    pub params: Option<Value>,
-}
-
 #[derive(Serialize, ToSchema)]
 pub struct SieEncodeResponseDoc {
     pub model: String,
@@ -407,18 +384,6 @@ pub struct SieEncodeResponseDoc {
     pub items: Vec<Value>,
     #[schema(value_type = Option<Object>)]
     pub timing: Option<Value>,
-}
-
-/// `POST /v1/score/{model}`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SieScoreRequestDoc {
-    pub query: SieItemDoc,
-    pub items: Vec<SieItemDoc>,
-    pub instruction: Option<String>,
-    /// Takes no members: no runtime option acts on score.
-    #[schema(value_type = Option<Object>)]
-    pub options: Option<Value>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -430,18 +395,6 @@ pub struct SieScoreResponseDoc {
     pub scores: Vec<Value>,
     #[schema(value_type = Object)]
     pub usage: Value,
-}
-
-/// `POST /v1/extract/{model}`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SieExtractRequestDoc {
-    pub items: Vec<SieItemDoc>,
-    /// labels (required but on a token head), instruction, output_schema (refused), options
-    /// (task: classify or entities, by default entities on a model that finds spans;
-    /// overflow_policy: default, truncate_text or error; profile: default).
-    #[schema(value_type = Object)]
-    pub params: Value,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -4,13 +4,18 @@
 //! does not list (`output_dtype`, `overflow_policy`, `task`), with `body_malformed`, so no
 //! option a client sends is silently dropped.
 
-use serde_json::{Map, Value};
+use std::num::NonZeroU64;
 
-use crate::encoder::{self, given, malformed, object, only, string};
-use crate::error::ProtocolError;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::error::{reason, ProtocolError};
+use crate::wire::decode;
 
 /// `params.options.overflow_policy`: what a text longer than the model reads at once gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum OverflowPolicy {
     /// Passed as the model allows: an encoder cuts it to its length, a token head or a
     /// decision backbone reads all of it in windows.
@@ -23,7 +28,8 @@ pub enum OverflowPolicy {
 }
 
 /// `params.output_dtype` of encode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum OutputDtype {
     #[default]
     Float32,
@@ -45,12 +51,135 @@ impl OutputDtype {
 
 /// `params.options.task` of extract (a runtime option; without it a model that finds spans
 /// answers `entities`, as SIE's extract does, and any other `classifications`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum ExtractTask {
     /// Each item classified over the labels (`classifications`).
     Classify,
     /// The words of each label found in each item (`entities`).
     Entities,
+}
+
+/// `params.output_types` of encode: these models provide dense vectors only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputType {
+    Dense,
+}
+
+/// `options.profile`: every model has one profile, the default (`GET /v1/models` lists it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    Default,
+}
+
+/// The profiles every model has (`GET /v1/models` lists them): one, the default.
+pub const PROFILES: &[&str] = &["default"];
+
+/// An SIE item on the wire: an optional id (any value, echoed back) and its text. These models
+/// read no images, audio, video or documents: an item carrying one is refused as malformed,
+/// not as an unknown member.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SieItemWire {
+    #[schema(value_type = Option<Object>)]
+    pub id: Option<Value>,
+    pub text: String,
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+    #[schema(ignore)]
+    pub images: Option<Value>,
+    #[schema(ignore)]
+    pub audio: Option<Value>,
+    #[schema(ignore)]
+    pub video: Option<Value>,
+    #[schema(ignore)]
+    pub document: Option<Value>,
+}
+
+/// `params.options` of encode.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EncodeOptionsWire {
+    pub overflow_policy: Option<OverflowPolicy>,
+    pub profile: Option<Profile>,
+    /// Each vector's first values, renormalised, up to the model's width (a runtime option,
+    /// as `/v1/embeddings`' `dimensions`).
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    pub dimensions: Option<NonZeroU64>,
+}
+
+/// `params` of encode.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EncodeParamsWire {
+    pub output_types: Option<Vec<OutputType>>,
+    /// Put before each item's text.
+    pub instruction: Option<String>,
+    pub output_dtype: Option<OutputDtype>,
+    pub options: Option<EncodeOptionsWire>,
+}
+
+/// `POST /v1/encode/{model}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EncodeRequestWire {
+    #[schema(min_items = 1)]
+    pub items: Vec<SieItemWire>,
+    pub params: Option<EncodeParamsWire>,
+}
+
+/// `options` of score: no runtime option acts on score.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreOptionsWire {
+    pub profile: Option<Profile>,
+}
+
+/// `POST /v1/score/{model}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScoreRequestWire {
+    pub query: SieItemWire,
+    #[schema(min_items = 1)]
+    pub items: Vec<SieItemWire>,
+    /// Put before the query's text.
+    pub instruction: Option<String>,
+    pub options: Option<ScoreOptionsWire>,
+}
+
+/// `params.options` of extract.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractOptionsWire {
+    pub task: Option<ExtractTask>,
+    pub overflow_policy: Option<OverflowPolicy>,
+    pub profile: Option<Profile>,
+}
+
+/// `params` of extract.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractParamsWire {
+    /// Required but on a token head (which has its own).
+    #[schema(min_items = 1)]
+    pub labels: Option<Vec<String>>,
+    /// Structured extraction: refused by these models.
+    #[schema(value_type = Option<Object>)]
+    pub output_schema: Option<Value>,
+    pub instruction: Option<String>,
+    pub options: Option<ExtractOptionsWire>,
+}
+
+/// `POST /v1/extract/{model}`. Each item is decoded alone (one that cannot be read fails
+/// alone).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtractRequestWire {
+    #[schema(value_type = Vec<SieItemWire>, min_items = 1)]
+    pub items: Vec<Value>,
+    pub params: Option<ExtractParamsWire>,
 }
 
 /// One item: its text and the id echoed back (any value the client gave).
@@ -98,232 +227,105 @@ pub struct ExtractRequest {
     pub task: Option<ExtractTask>,
 }
 
-const ITEM_MEMBERS: &[&str] = &["id", "text", "metadata"];
-const MEDIA: &[&str] = &["images", "audio", "video", "document"];
-
-/// One of `words` (`None` when absent).
-fn word<'a>(
-    obj: &Map<String, Value>,
-    key: &str,
-    what: &str,
-    words: &[&'a str],
-) -> Result<Option<&'a str>, ProtocolError> {
-    let Some(v) = given(obj, key) else {
-        return Ok(None);
-    };
-    v.as_str()
-        .and_then(|s| words.iter().find(|w| **w == s).copied())
-        .map(Some)
-        .ok_or_else(|| malformed(format!("{what} {v}: use {}", words.join(", "))))
-}
-
 impl SieItem {
-    /// An item's text; images, audio, video and documents are not read by these models.
-    pub fn parse(v: &Value, what: &str) -> Result<SieItem, ProtocolError> {
-        let o = object(v, what)?;
-        if let Some(k) = MEDIA.iter().find(|k| o.contains_key(**k)) {
+    /// An item read from its wire form (`what` names it in errors).
+    fn checked(w: SieItemWire, what: &str) -> Result<SieItem, ProtocolError> {
+        let media = [
+            ("images", &w.images),
+            ("audio", &w.audio),
+            ("video", &w.video),
+            ("document", &w.document),
+        ];
+        if let Some((k, _)) = media.iter().find(|(_, v)| v.is_some()) {
             return Err(malformed(format!("{what}.{k}: the model reads text only")));
         }
-        only(o, ITEM_MEMBERS, what)?;
-        let text = o
-            .get("text")
-            .and_then(Value::as_str)
-            .ok_or_else(|| malformed(format!("{what}.text must be a string")))?;
-        if given(o, "metadata").is_some_and(|m| !m.is_object()) {
-            return Err(malformed(format!("{what}.metadata must be an object")));
-        }
         Ok(SieItem {
-            id: o.get("id").cloned(),
-            text: text.to_string(),
+            id: w.id,
+            text: w.text,
+        })
+    }
+
+    /// An item's text; images, audio, video and documents are not read by these models.
+    pub fn parse(v: &Value, what: &str) -> Result<SieItem, ProtocolError> {
+        SieItem::checked(decode(v, what)?, what)
+    }
+}
+
+/// `items`, checked non-empty and read one by one (errors name them `items[i]`).
+fn items(items: Vec<SieItemWire>) -> Result<Vec<SieItem>, ProtocolError> {
+    if items.is_empty() {
+        return Err(malformed("items must be a non-empty list"));
+    }
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, it)| SieItem::checked(it, &format!("items[{i}]")))
+        .collect()
+}
+
+impl TryFrom<EncodeRequestWire> for EncodeRequest {
+    type Error = ProtocolError;
+
+    fn try_from(w: EncodeRequestWire) -> Result<Self, ProtocolError> {
+        let p = w.params.unwrap_or_default();
+        let o = p.options.unwrap_or_default();
+        Ok(EncodeRequest {
+            items: items(w.items)?,
+            instruction: p.instruction,
+            output_dtype: p.output_dtype.unwrap_or_default(),
+            overflow: o.overflow_policy.unwrap_or_default(),
+            dimensions: o.dimensions.map(NonZeroU64::get),
         })
     }
 }
 
-fn body<'a>(v: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>, ProtocolError> {
-    let obj = encoder::body(v)?;
-    only(obj, allowed, "request")?;
-    Ok(obj)
-}
-
-fn items(v: Option<&Value>) -> Result<&Vec<Value>, ProtocolError> {
-    match v {
-        Some(Value::Array(a)) if !a.is_empty() => Ok(a),
-        _ => Err(malformed("items must be a non-empty list")),
+impl EncodeRequest {
+    pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
+        decode::<EncodeRequestWire>(v, BODY)?.try_into()
     }
 }
 
-/// The `i`th member of `items`, read as an item (errors name it `items[i]`).
-fn list_item((i, it): (usize, &Value)) -> Result<SieItem, ProtocolError> {
-    SieItem::parse(it, &format!("items[{i}]"))
-}
+impl TryFrom<ScoreRequestWire> for ScoreRequest {
+    type Error = ProtocolError;
 
-/// `params` (an empty map when absent), its own members checked.
-fn params(obj: &Map<String, Value>, allowed: &[&str]) -> Result<Map<String, Value>, ProtocolError> {
-    let p = match given(obj, "params") {
-        None => return Ok(Map::new()),
-        Some(p) => object(p, "params")?,
-    };
-    only(p, allowed, "params")?;
-    Ok(p.clone())
-}
-
-/// The profiles every model has (`GET /v1/models` lists them): one, the default.
-pub const PROFILES: &[&str] = &["default"];
-
-/// `options.profile`: one of [`PROFILES`] when given.
-fn profile(o: &Map<String, Value>, what: &str) -> Result<(), ProtocolError> {
-    word(o, "profile", what, PROFILES).map(|_| ())
-}
-
-/// The runtime options of `params.options` an endpoint read.
-#[derive(Debug, Default)]
-struct Options {
-    overflow: OverflowPolicy,
-    task: Option<ExtractTask>,
-    dimensions: Option<u64>,
-}
-
-/// `params.options`: `overflow_policy` and `profile`, and what else the endpoint takes
-/// (`extra`: extract's `task`, encode's `dimensions`).
-fn options(p: &Map<String, Value>, extra: &[&str]) -> Result<Options, ProtocolError> {
-    let o = match given(p, "options") {
-        None => return Ok(Options::default()),
-        Some(o) => object(o, "params.options")?,
-    };
-    let mut allowed = vec!["overflow_policy", "profile"];
-    allowed.extend_from_slice(extra);
-    only(o, &allowed, "params.options")?;
-    profile(o, "params.options.profile")?;
-    let overflow = match word(
-        o,
-        "overflow_policy",
-        "params.options.overflow_policy",
-        &["default", "truncate_text", "error"],
-    )? {
-        Some("truncate_text") => OverflowPolicy::TruncateText,
-        Some("error") => OverflowPolicy::Error,
-        _ => OverflowPolicy::Default,
-    };
-    let task = match word(o, "task", "params.options.task", &["classify", "entities"])? {
-        Some("entities") => Some(ExtractTask::Entities),
-        Some(_) => Some(ExtractTask::Classify),
-        None => None,
-    };
-    let dimensions =
-        match given(o, "dimensions") {
-            None => None,
-            Some(d) => Some(d.as_u64().filter(|d| *d > 0).ok_or_else(|| {
-                malformed("params.options.dimensions must be a positive integer")
-            })?),
-        };
-    Ok(Options {
-        overflow,
-        task,
-        dimensions,
-    })
-}
-
-impl EncodeRequest {
-    pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
-        let obj = body(v, &["items", "params"])?;
-        let raw = items(obj.get("items"))?;
-        let p = params(
-            obj,
-            &["output_types", "instruction", "output_dtype", "options"],
-        )?;
-        let Options {
-            overflow,
-            dimensions,
-            ..
-        } = options(&p, &["dimensions"])?;
-        if let Some(t) = given(&p, "output_types") {
-            let types = t
-                .as_array()
-                .ok_or_else(|| malformed("params.output_types must be a list"))?;
-            if let Some(bad) = types.iter().find(|t| t.as_str() != Some("dense")) {
-                return Err(malformed(format!(
-                    "params.output_types: this model provides dense vectors only, not {bad}"
-                )));
-            }
-        }
-        let output_dtype = match word(
-            &p,
-            "output_dtype",
-            "params.output_dtype",
-            &["float32", "float16", "int8", "binary"],
-        )? {
-            Some("float16") => OutputDtype::Float16,
-            Some("int8") => OutputDtype::Int8,
-            Some("binary") => OutputDtype::Binary,
-            _ => OutputDtype::Float32,
-        };
-        let items = raw
-            .iter()
-            .enumerate()
-            .map(list_item)
-            .collect::<Result<_, _>>()?;
-        Ok(EncodeRequest {
-            items,
-            instruction: string(&p, "instruction", "params.instruction")?,
-            output_dtype,
-            overflow,
-            dimensions,
+    fn try_from(w: ScoreRequestWire) -> Result<Self, ProtocolError> {
+        Ok(ScoreRequest {
+            query: SieItem::checked(w.query, "query")?,
+            items: items(w.items)?,
+            instruction: w.instruction,
         })
     }
 }
 
 impl ScoreRequest {
     pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
-        let obj = body(v, &["query", "items", "instruction", "options"])?;
-        if let Some(o) = given(obj, "options") {
-            let o = object(o, "options")?;
-            only(o, &["profile"], "options")?;
-            profile(o, "options.profile")?;
-        }
-        let query = obj
-            .get("query")
-            .ok_or_else(|| malformed("query is required"))?;
-        let query = SieItem::parse(query, "query")?;
-        let instruction = string(obj, "instruction", "instruction")?;
-        let items = items(obj.get("items"))?
-            .iter()
-            .enumerate()
-            .map(list_item)
-            .collect::<Result<_, _>>()?;
-        Ok(ScoreRequest {
-            query,
-            items,
-            instruction,
-        })
+        decode::<ScoreRequestWire>(v, BODY)?.try_into()
     }
 }
 
-impl ExtractRequest {
-    pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
-        let obj = body(v, &["items", "params"])?;
-        let raw = items(obj.get("items"))?;
-        let p = params(obj, &["labels", "output_schema", "instruction", "options"])?;
-        let labels = match given(&p, "labels") {
-            None => None,
-            Some(Value::Array(a)) if !a.is_empty() => Some(
-                a.iter()
-                    .map(|l| {
-                        l.as_str()
-                            .map(String::from)
-                            .ok_or_else(|| malformed("params.labels must be strings"))
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-            Some(_) => {
-                return Err(malformed(
-                    "params.labels must be a non-empty list of labels",
-                ))
-            }
-        };
-        let Options { overflow, task, .. } = options(&p, &["task"])?;
+impl TryFrom<ExtractRequestWire> for ExtractRequest {
+    type Error = ProtocolError;
+
+    fn try_from(w: ExtractRequestWire) -> Result<Self, ProtocolError> {
+        if w.items.is_empty() {
+            return Err(malformed("items must be a non-empty list"));
+        }
+        let p = w.params.unwrap_or_default();
+        if p.labels.as_ref().is_some_and(Vec::is_empty) {
+            return Err(malformed(
+                "params.labels must be a non-empty list of labels",
+            ));
+        }
+        let o = p.options.unwrap_or_default();
         Ok(ExtractRequest {
-            items: raw.iter().enumerate().map(list_item).collect(),
-            ids: raw
+            items: w
+                .items
+                .iter()
+                .enumerate()
+                .map(|(i, it)| SieItem::parse(it, &format!("items[{i}]")))
+                .collect(),
+            ids: w
+                .items
                 .iter()
                 .enumerate()
                 .map(|(i, it)| {
@@ -332,13 +334,26 @@ impl ExtractRequest {
                         .unwrap_or_else(|| Value::String(format!("item-{i}")))
                 })
                 .collect(),
-            labels,
-            output_schema: p.contains_key("output_schema"),
-            instruction: string(&p, "instruction", "params.instruction")?,
-            overflow,
-            task,
+            labels: p.labels,
+            output_schema: p.output_schema.is_some(),
+            instruction: p.instruction,
+            overflow: o.overflow_policy.unwrap_or_default(),
+            task: o.task,
         })
     }
+}
+
+impl ExtractRequest {
+    pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
+        decode::<ExtractRequestWire>(v, BODY)?.try_into()
+    }
+}
+
+/// How errors name the body at its root.
+const BODY: &str = "the request body";
+
+fn malformed(message: impl Into<String>) -> ProtocolError {
+    ProtocolError::invalid(message).with_reason(reason::BODY_MALFORMED)
 }
 
 #[cfg(test)]

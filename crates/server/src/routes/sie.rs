@@ -401,7 +401,7 @@ async fn extract_tagged(m: &engine::EncoderModel, req: &ExtractRequest) -> CoreR
 /// Embeddings of items (SIE).
 #[utoipa::path(post, path = "/v1/encode/{model}", tag = "sie",
     params(("model" = String, Path, description = "A served model id or alias")),
-    request_body(content((protocol::schema::SieEncodeRequestDoc = "application/json"), (protocol::schema::SieEncodeRequestDoc = "application/msgpack"))),
+    request_body(content((protocol::sie::EncodeRequestWire = "application/json"), (protocol::sie::EncodeRequestWire = "application/msgpack"))),
     responses(
         (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieEncodeResponseDoc = "application/msgpack"), (protocol::schema::SieEncodeResponseDoc = "application/json"))),
         SieErrors,
@@ -421,7 +421,7 @@ pub async fn encode_route(
 /// Items ranked against a query (SIE).
 #[utoipa::path(post, path = "/v1/score/{model}", tag = "sie",
     params(("model" = String, Path, description = "A served model id or alias")),
-    request_body(content((protocol::schema::SieScoreRequestDoc = "application/json"), (protocol::schema::SieScoreRequestDoc = "application/msgpack"))),
+    request_body(content((protocol::sie::ScoreRequestWire = "application/json"), (protocol::sie::ScoreRequestWire = "application/msgpack"))),
     responses(
         (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieScoreResponseDoc = "application/msgpack"), (protocol::schema::SieScoreResponseDoc = "application/json"))),
         SieErrors,
@@ -441,7 +441,7 @@ pub async fn score_route(
 /// Classifications of items over labels (SIE); per-item errors in place.
 #[utoipa::path(post, path = "/v1/extract/{model}", tag = "sie",
     params(("model" = String, Path, description = "A served model id or alias")),
-    request_body(content((protocol::schema::SieExtractRequestDoc = "application/json"), (protocol::schema::SieExtractRequestDoc = "application/msgpack"))),
+    request_body(content((protocol::sie::ExtractRequestWire = "application/json"), (protocol::sie::ExtractRequestWire = "application/msgpack"))),
     responses(
         (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieExtractResponseDoc = "application/msgpack"), (protocol::schema::SieExtractResponseDoc = "application/json"))),
         SieErrors,
