@@ -1,62 +1,45 @@
 //! Typed requests of the endpoints beside decisions: `/v1/embeddings` (OpenAI), `/v1/rerank`
-//! and `/v1/classify`. Decoded strictly from a JSON value, as decision bodies are: an unknown member
-//! is refused with `unknown_member` and its name, and a member of the wrong type with
-//! `body_malformed`, so a value the client meant is never dropped. What depends on the model
-//! (its dimensions, whether it has layer outputs) is checked by the server, which knows it.
+//! and `/v1/classify`. Each body is a wire struct (`*Wire`: `Deserialize` and the OpenAPI
+//! schema in one type, unknown members refused with `unknown_member` and their name, a member
+//! of the wrong type with `body_malformed`), then checked into the request the server runs, so a
+//! value the client meant is never dropped. Members that take several forms (`input`,
+//! `documents`) are read from their value by the check, item by item, with errors naming the
+//! item; their schema is written from the same item types. What depends on the model (its
+//! dimensions, whether it has layer outputs) is checked by the server, which knows it.
 
+use std::num::NonZeroU64;
+
+use serde::Deserialize;
 use serde_json::{Map, Value};
+use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::{ObjectBuilder, RefOr};
+use utoipa::{PartialSchema, ToSchema};
 
-use crate::error::{reason, ProtocolError};
-
-const EMBEDDINGS_MEMBERS: &[&str] = &[
-    "model",
-    "input",
-    "encoding_format",
-    "dimensions",
-    "layer",
-    "user",
-    "options",
-];
-const EMBEDDINGS_OPTIONS: &[&str] = &["return_meta", "deadline_ms"];
-const RERANK_MEMBERS: &[&str] = &[
-    "model",
-    "query",
-    "documents",
-    "top_n",
-    "return_documents",
-    "options",
-];
-const RERANK_OPTIONS: &[&str] = &["deadline_ms"];
+use crate::error::ProtocolError;
+use crate::wire::{decode, malformed};
 
 /// `POST /v1/embeddings`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingsRequest {
-    /// A model id or alias; `None`: the process's encoder.
     pub model: Option<String>,
-    /// One entry per vector asked for, in order.
     pub input: Vec<EmbeddingInput>,
-    /// `encoding_format: base64`: each vector as little-endian f32 bytes in base64.
     pub base64: bool,
-    /// `dimensions`: a shorter vector (its first values), up to the model's own width.
     pub dimensions: Option<u64>,
-    /// `layer` was given (no catalogue encoder declares layer outputs).
     pub layer: bool,
     pub options: EncoderOptions,
 }
 
-/// One embeddings input: text, or token ids.
+/// One input of `/v1/embeddings`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EmbeddingInput {
     Text(String),
     Tokens(Vec<u32>),
 }
 
-/// `options` of an encoder request.
+/// `options` of `/v1/embeddings` and `/v1/rerank`, as read.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EncoderOptions {
-    /// Adds `meta` (the vectors' representation, engine, device, dtype).
     pub return_meta: bool,
-    /// Work not answered by then is answered 504 `deadline_exceeded`.
     pub deadline_ms: Option<u64>,
 }
 
@@ -74,91 +57,112 @@ pub struct RerankRequest {
     pub options: EncoderOptions,
 }
 
-pub(crate) fn malformed(message: impl Into<String>) -> ProtocolError {
-    ProtocolError::invalid(message).with_reason(reason::BODY_MALFORMED)
+/// `encoding_format` of `/v1/embeddings`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EncodingFormat {
+    /// A list of numbers (the default).
+    Float,
+    /// Little-endian float32, base64.
+    Base64,
 }
 
-/// Refuse members other than `allowed`, naming the first.
-pub(crate) fn only(
-    obj: &Map<String, Value>,
-    allowed: &[&str],
-    what: &str,
-) -> Result<(), ProtocolError> {
-    let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) else {
-        return Ok(());
-    };
-    let message = if allowed.is_empty() {
-        format!("unknown member {k:?} in {what}, which takes none here")
-    } else {
-        format!(
-            "unknown member {k:?} in {what}; allowed: {}",
-            allowed.join(", ")
-        )
-    };
-    Err(ProtocolError::invalid(message).with_reason(reason::UNKNOWN_MEMBER))
+/// `options` of `/v1/embeddings`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingsOptionsWire {
+    /// Add `meta` (the vector space, revision, checksum) to the answer.
+    pub return_meta: Option<bool>,
+    /// Past this many milliseconds the request answers 504 `deadline_exceeded`; work not
+    /// started is not run.
+    pub deadline_ms: Option<u64>,
 }
 
-/// A member that is absent or `null`.
-pub(crate) fn given<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    obj.get(key).filter(|v| !v.is_null())
+/// `POST /v1/embeddings` (OpenAI-compatible).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingsRequestWire {
+    pub model: Option<String>,
+    /// A string, a list of strings, token ids, or a list of token-id lists.
+    #[schema(schema_with = embedding_input_schema)]
+    pub input: Option<Value>,
+    pub encoding_format: Option<EncodingFormat>,
+    /// Fewer than the model's width: the vector's first values, unit length again when the
+    /// model's vectors are; more: 400 parameter_unsupported.
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    pub dimensions: Option<NonZeroU64>,
+    /// Only where the model declares layer outputs; otherwise 400.
+    #[schema(value_type = Option<u64>)]
+    pub layer: Option<Value>,
+    pub user: Option<String>,
+    pub options: Option<EmbeddingsOptionsWire>,
 }
 
-pub(crate) fn body(v: &Value) -> Result<&Map<String, Value>, ProtocolError> {
-    v.as_object()
-        .ok_or_else(|| malformed("the request body must be a JSON object"))
+/// `options` of `/v1/rerank`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerankOptionsWire {
+    /// Past this many milliseconds the request answers 504 `deadline_exceeded`; work not
+    /// started is not run.
+    pub deadline_ms: Option<u64>,
 }
 
-/// `v` as an object; `what` names it in the error.
-pub(crate) fn object<'a>(
-    v: &'a Value,
-    what: &str,
-) -> Result<&'a Map<String, Value>, ProtocolError> {
-    v.as_object()
-        .ok_or_else(|| malformed(format!("{what} must be an object")))
+/// A rerank document given as an object.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerankDocumentWire {
+    pub text: String,
 }
 
-/// An optional string member; `what` names it in the error.
-pub(crate) fn string(
-    obj: &Map<String, Value>,
-    key: &str,
-    what: &str,
-) -> Result<Option<String>, ProtocolError> {
-    match given(obj, key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(malformed(format!("{what} must be a string"))),
-    }
+/// `POST /v1/rerank`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerankRequestWire {
+    pub model: Option<String>,
+    pub query: String,
+    /// Strings or `{"text"}` objects.
+    #[schema(schema_with = rerank_documents_schema)]
+    pub documents: Option<Value>,
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    pub top_n: Option<NonZeroU64>,
+    pub return_documents: Option<bool>,
+    pub options: Option<RerankOptionsWire>,
 }
 
-fn model(obj: &Map<String, Value>) -> Result<Option<String>, ProtocolError> {
-    string(obj, "model", "model")
+/// A string, or one of `items`.
+fn one_of(items: impl IntoIterator<Item = RefOr<Schema>>) -> OneOfBuilder {
+    items
+        .into_iter()
+        .fold(OneOfBuilder::new(), |b, item| b.item(item))
 }
 
-fn flag(obj: &Map<String, Value>, key: &str, what: &str) -> Result<bool, ProtocolError> {
-    match given(obj, key) {
-        None => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(malformed(format!("{what} must be a boolean"))),
-    }
+/// A non-empty list of `item`.
+fn list(item: impl Into<RefOr<Schema>>) -> RefOr<Schema> {
+    let item: RefOr<Schema> = item.into();
+    ArrayBuilder::new().items(item).min_items(Some(1)).into()
 }
 
-fn options(obj: &Map<String, Value>, allowed: &[&str]) -> Result<EncoderOptions, ProtocolError> {
-    let o = match given(obj, "options") {
-        None => return Ok(EncoderOptions::default()),
-        Some(o) => object(o, "options")?,
-    };
-    only(o, allowed, "options")?;
-    let deadline_ms = match given(o, "deadline_ms") {
-        None => None,
-        Some(v) => Some(
-            v.as_u64()
-                .ok_or_else(|| malformed("options.deadline_ms must be a non-negative integer"))?,
-        ),
-    };
-    Ok(EncoderOptions {
-        return_meta: flag(o, "return_meta", "options.return_meta")?,
-        deadline_ms,
-    })
+fn token_ids_schema() -> RefOr<Schema> {
+    list(
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0)),
+    )
+}
+
+/// `input` of embeddings: a string, token ids, or a non-empty list of strings or token-id lists.
+fn embedding_input_schema() -> RefOr<Schema> {
+    one_of([
+        String::schema(),
+        token_ids_schema(),
+        list(one_of([String::schema(), token_ids_schema()])),
+    ])
+    .into()
+}
+
+/// `documents` of rerank: a non-empty list of strings or [`RerankDocumentWire`].
+fn rerank_documents_schema() -> RefOr<Schema> {
+    list(one_of([String::schema(), RerankDocumentWire::schema()]))
 }
 
 fn token_ids(a: &[Value]) -> Result<Vec<u32>, ProtocolError> {
@@ -191,85 +195,66 @@ fn inputs(v: Option<&Value>) -> Result<Vec<EmbeddingInput>, ProtocolError> {
     }
 }
 
+impl TryFrom<EmbeddingsRequestWire> for EmbeddingsRequest {
+    type Error = ProtocolError;
+
+    fn try_from(w: EmbeddingsRequestWire) -> Result<Self, ProtocolError> {
+        let o = w.options.unwrap_or_default();
+        Ok(EmbeddingsRequest {
+            model: w.model,
+            input: inputs(w.input.as_ref())?,
+            base64: w.encoding_format == Some(EncodingFormat::Base64),
+            dimensions: w.dimensions.map(NonZeroU64::get),
+            layer: w.layer.is_some(),
+            options: EncoderOptions {
+                return_meta: o.return_meta.unwrap_or(false),
+                deadline_ms: o.deadline_ms,
+            },
+        })
+    }
+}
+
 impl EmbeddingsRequest {
     pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
-        let obj = body(v)?;
-        let options = options(obj, EMBEDDINGS_OPTIONS)?;
-        only(obj, EMBEDDINGS_MEMBERS, "request")?;
-        let input = inputs(obj.get("input"))?;
-        let base64 = match given(obj, "encoding_format") {
-            None => false,
-            Some(v) => match v.as_str() {
-                Some("float") => false,
-                Some("base64") => true,
-                _ => return Err(malformed("encoding_format must be float or base64")),
+        decode::<EmbeddingsRequestWire>(v, BODY)?.try_into()
+    }
+}
+
+impl TryFrom<RerankRequestWire> for RerankRequest {
+    type Error = ProtocolError;
+
+    fn try_from(w: RerankRequestWire) -> Result<Self, ProtocolError> {
+        let documents = match w.documents {
+            Some(Value::Array(a)) if !a.is_empty() => a
+                .into_iter()
+                .map(|d| match d {
+                    Value::String(s) => Ok(s),
+                    d => decode::<RerankDocumentWire>(&d, "document")
+                        .map(|d| d.text)
+                        .map_err(|_| malformed("each document is a string or {\"text\"}")),
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err(malformed("documents must be a non-empty list")),
+        };
+        Ok(RerankRequest {
+            model: w.model,
+            query: w.query,
+            documents,
+            top_n: w
+                .top_n
+                .map(|n| usize::try_from(n.get()).unwrap_or(usize::MAX)),
+            return_documents: w.return_documents.unwrap_or(false),
+            options: EncoderOptions {
+                return_meta: false,
+                deadline_ms: w.options.and_then(|o| o.deadline_ms),
             },
-        };
-        let dimensions = match given(obj, "dimensions") {
-            None => None,
-            Some(d) => Some(
-                d.as_u64()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| malformed("dimensions must be a positive integer"))?,
-            ),
-        };
-        if given(obj, "user").is_some_and(|u| !u.is_string()) {
-            return Err(malformed("user must be a string"));
-        }
-        Ok(EmbeddingsRequest {
-            model: model(obj)?,
-            input,
-            base64,
-            dimensions,
-            layer: given(obj, "layer").is_some(),
-            options,
         })
     }
 }
 
 impl RerankRequest {
     pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
-        let obj = body(v)?;
-        let options = options(obj, RERANK_OPTIONS)?;
-        only(obj, RERANK_MEMBERS, "request")?;
-        let query = obj
-            .get("query")
-            .and_then(Value::as_str)
-            .ok_or_else(|| malformed("query must be a string"))?
-            .to_string();
-        let document = |d: &Value| match d {
-            Value::String(s) => Some(s.clone()),
-            Value::Object(o) if o.len() == 1 => {
-                o.get("text").and_then(Value::as_str).map(String::from)
-            }
-            _ => None,
-        };
-        let documents = match obj.get("documents") {
-            Some(Value::Array(a)) if !a.is_empty() => a
-                .iter()
-                .map(|d| {
-                    document(d).ok_or_else(|| malformed("each document is a string or {\"text\"}"))
-                })
-                .collect::<Result<_, _>>()?,
-            _ => return Err(malformed("documents must be a non-empty list")),
-        };
-        let top_n = match given(obj, "top_n") {
-            None => None,
-            Some(v) => Some(
-                v.as_u64()
-                    .filter(|n| *n > 0)
-                    .and_then(|n| usize::try_from(n).ok())
-                    .ok_or_else(|| malformed("top_n must be a positive integer"))?,
-            ),
-        };
-        Ok(RerankRequest {
-            model: model(obj)?,
-            query,
-            documents,
-            top_n,
-            return_documents: flag(obj, "return_documents", "return_documents")?,
-            options,
-        })
+        decode::<RerankRequestWire>(v, BODY)?.try_into()
     }
 }
 
@@ -321,7 +306,8 @@ impl ClassifyInput {
 }
 
 /// `options.overflow` of classify: what an input longer than the model reads at once gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum ClassifyOverflow {
     /// Refused in place (the default).
     #[default]
@@ -331,7 +317,7 @@ pub enum ClassifyOverflow {
     Window,
 }
 
-/// `options` of classify.
+/// `options` of classify, as read.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClassifyOptions {
     pub overflow: ClassifyOverflow,
@@ -343,114 +329,138 @@ pub struct ClassifyOptions {
     pub return_spans: bool,
 }
 
-const CLASSIFY_MEMBERS: &[&str] = &["model", "input", "options"];
-const CLASSIFY_OPTIONS: &[&str] = &[
-    "overflow",
-    "window",
-    "return_meta",
-    "deadline_ms",
-    "return_spans",
-];
-
-fn classify_options(obj: &Map<String, Value>) -> Result<ClassifyOptions, ProtocolError> {
-    let o = match given(obj, "options") {
-        None => return Ok(ClassifyOptions::default()),
-        Some(o) => object(o, "options")?,
-    };
-    only(o, CLASSIFY_OPTIONS, "options")?;
-    let overflow = match given(o, "overflow") {
-        None => ClassifyOverflow::Reject,
-        Some(v) => match v.as_str() {
-            Some("reject") => ClassifyOverflow::Reject,
-            Some("truncate") => ClassifyOverflow::Truncate,
-            Some("window") => ClassifyOverflow::Window,
-            _ => {
-                return Err(malformed(
-                    "options.overflow must be reject, truncate or window",
-                ))
-            }
-        },
-    };
-    let window = match given(o, "window") {
-        None => None,
-        Some(w) => {
-            let w = object(w, "options.window")?;
-            only(w, &["tokens", "overlap"], "options.window")?;
-            let field = |k: &str| match given(w, k) {
-                None => Ok(None),
-                Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                    malformed("options.window.tokens and overlap must be non-negative integers")
-                }),
-            };
-            Some((field("tokens")?, field("overlap")?))
-        }
-    };
-    if window.is_some() && overflow != ClassifyOverflow::Window {
-        return Err(malformed(
-            "options.window applies with options.overflow window",
-        ));
-    }
-    let deadline_ms = match given(o, "deadline_ms") {
-        None => None,
-        Some(v) => Some(
-            v.as_u64()
-                .ok_or_else(|| malformed("options.deadline_ms must be a non-negative integer"))?,
-        ),
-    };
-    Ok(ClassifyOptions {
-        overflow,
-        window,
-        return_meta: flag(o, "return_meta", "options.return_meta")?,
-        deadline_ms,
-        return_spans: flag(o, "return_spans", "options.return_spans")?,
-    })
+/// `options.window` of classify (with `overflow: window` only).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyWindowWire {
+    pub tokens: Option<u64>,
+    pub overlap: Option<u64>,
 }
 
-impl ClassifyRequest {
-    pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
-        let obj = body(v)?;
-        only(obj, CLASSIFY_MEMBERS, "request")?;
-        let options = classify_options(obj)?;
-        let one = |i: usize, x: &Value| match x {
-            Value::String(s) => Ok(ClassifyInput::Text(s.clone())),
-            Value::Object(o) if o.contains_key("text") => {
-                only(o, &["text", "text_pair"], &format!("input[{i}]"))?;
-                Ok(ClassifyInput::Pair(o.clone()))
-            }
-            Value::Object(o) if o.contains_key("context") || o.contains_key("answer") => {
-                only(
-                    o,
-                    &["context", "question", "answer"],
-                    &format!("input[{i}]"),
-                )?;
-                Ok(ClassifyInput::Grounded(o.clone()))
-            }
-            _ => Err(malformed(format!(
-                "input[{i}] must be a string, {{text, text_pair}} or {{context, question, answer}}"
-            ))),
-        };
-        let input = match obj.get("input") {
+/// `options` of classify.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyOptionsWire {
+    pub overflow: Option<ClassifyOverflow>,
+    pub window: Option<ClassifyWindowWire>,
+    pub return_meta: Option<bool>,
+    /// Past this many milliseconds the request answers 504 `deadline_exceeded`.
+    pub deadline_ms: Option<u64>,
+    /// Refused where the model has no spans.
+    pub return_spans: Option<bool>,
+}
+
+/// A classify input given as a text pair.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyPairWire {
+    pub text: String,
+    pub text_pair: Option<String>,
+}
+
+/// A classify input given as a grounding check (one of `context` and `answer` present).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyGroundedWire {
+    pub context: Option<String>,
+    pub question: Option<String>,
+    pub answer: Option<String>,
+}
+
+/// `POST /v1/classify`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifyRequestWire {
+    /// A classification entry of the models file, or a classification head.
+    pub model: Option<String>,
+    /// A string, or a list of strings, `{text, text_pair}` pairs or `{context, question, answer}` items.
+    #[schema(schema_with = classify_input_schema)]
+    pub input: Option<Value>,
+    pub options: Option<ClassifyOptionsWire>,
+}
+
+/// `input` of classify: a string, or a non-empty list of strings and the two object forms.
+fn classify_input_schema() -> RefOr<Schema> {
+    one_of([
+        String::schema(),
+        list(one_of([
+            String::schema(),
+            ClassifyPairWire::schema(),
+            ClassifyGroundedWire::schema(),
+        ])),
+    ])
+    .into()
+}
+
+/// One classify input, read from its value (errors name it `input[i]`). The object forms are
+/// checked member by member by their wire types and kept as sent (the state a model reads).
+fn classify_input(i: usize, x: &Value) -> Result<ClassifyInput, ProtocolError> {
+    let what = format!("input[{i}]");
+    match x {
+        Value::String(s) => Ok(ClassifyInput::Text(s.clone())),
+        Value::Object(o) if o.contains_key("text") => {
+            decode::<ClassifyPairWire>(x, &what)?;
+            Ok(ClassifyInput::Pair(o.clone()))
+        }
+        Value::Object(o) if o.contains_key("context") || o.contains_key("answer") => {
+            decode::<ClassifyGroundedWire>(x, &what)?;
+            Ok(ClassifyInput::Grounded(o.clone()))
+        }
+        _ => Err(malformed(format!(
+            "{what} must be a string, {{text, text_pair}} or {{context, question, answer}}"
+        ))),
+    }
+}
+
+impl TryFrom<ClassifyRequestWire> for ClassifyRequest {
+    type Error = ProtocolError;
+
+    fn try_from(w: ClassifyRequestWire) -> Result<Self, ProtocolError> {
+        let o = w.options.unwrap_or_default();
+        let overflow = o.overflow.unwrap_or_default();
+        if o.window.is_some() && overflow != ClassifyOverflow::Window {
+            return Err(malformed(
+                "options.window applies with options.overflow window",
+            ));
+        }
+        let input = match &w.input {
             Some(Value::String(s)) => vec![ClassifyInput::Text(s.clone())],
             Some(Value::Array(a)) if !a.is_empty() => a
                 .iter()
                 .enumerate()
-                .map(|(i, x)| one(i, x))
+                .map(|(i, x)| classify_input(i, x))
                 .collect::<Result<_, _>>()?,
             _ => return Err(malformed("input must be a string or a non-empty list")),
         };
         Ok(ClassifyRequest {
-            model: model(obj)?,
+            model: w.model,
             input,
-            options,
+            options: ClassifyOptions {
+                overflow,
+                window: o.window.map(|w| (w.tokens, w.overlap)),
+                return_meta: o.return_meta.unwrap_or(false),
+                deadline_ms: o.deadline_ms,
+                return_spans: o.return_spans.unwrap_or(false),
+            },
         })
     }
 }
+
+impl ClassifyRequest {
+    pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
+        decode::<ClassifyRequestWire>(v, BODY)?.try_into()
+    }
+}
+
+/// How errors name the body at its root.
+const BODY: &str = "the request body";
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::error::reason;
 
     fn refused(r: Result<impl std::fmt::Debug, ProtocolError>) -> (Option<&'static str>, String) {
         let e = r.expect_err("refused");
@@ -522,7 +532,7 @@ mod tests {
             (
                 json!({"input": "a", "encoding_format": "hex"}),
                 reason::BODY_MALFORMED,
-                "float or base64",
+                "use float, base64",
             ),
             (
                 json!({"input": "a", "dimensions": "384"}),
@@ -656,12 +666,12 @@ mod tests {
             (
                 json!({"overflow": "cut"}),
                 reason::BODY_MALFORMED,
-                "reject, truncate or window",
+                "use reject, truncate, window",
             ),
             (
                 json!({"overflow": 1}),
                 reason::BODY_MALFORMED,
-                "reject, truncate or window",
+                "options.overflow",
             ),
             // each of these was read as absent before it was typed
             (

@@ -376,7 +376,7 @@ fn refuse_unknown(
     allowed: &[&str],
     what: &str,
 ) -> Result<(), ProtocolError> {
-    crate::encoder::only(obj, allowed, what)
+    crate::wire::only(obj, allowed, what)
 }
 
 fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, ProtocolError> {

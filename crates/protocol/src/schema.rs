@@ -217,47 +217,6 @@ pub struct HealthDoc {
     pub models: Option<Value>,
 }
 
-/// `POST /v1/embeddings` (OpenAI-compatible).
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EmbeddingsRequestDoc {
-    pub model: Option<String>,
-    /// A string, a list of strings, token ids, or a list of token-id lists.
-    #[schema(value_type = Object)]
-    pub input: Value,
-    /// float (default) or base64 (little-endian float32).
-    pub encoding_format: Option<String>,
-    /// Fewer than the model's width: the vector's first values, unit length again when the
-    /// model's vectors are; more: 400 parameter_unsupported.
-    pub dimensions: Option<u64>,
-    /// Only where the model declares layer outputs; otherwise 400.
-    pub layer: Option<u64>,
-    pub user: Option<String>,
-    pub options: Option<EncoderOptionsDoc>,
-}
-
-/// `options` of `/v1/embeddings`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EncoderOptionsDoc {
-    /// Add `meta` (the vector space, revision, checksum) to the answer.
-    pub return_meta: Option<bool>,
-    /// Past this many milliseconds the request answers 504 `deadline_exceeded`; work not
-    /// started is not run.
-    #[schema(minimum = 0)]
-    pub deadline_ms: Option<u64>,
-}
-
-/// `options` of `/v1/rerank`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RerankOptionsDoc {
-    /// Past this many milliseconds the request answers 504 `deadline_exceeded`; work not
-    /// started is not run.
-    #[schema(minimum = 0)]
-    pub deadline_ms: Option<u64>,
-}
-
 #[derive(Serialize, ToSchema)]
 pub struct EmbeddingDoc {
     pub object: String,
@@ -282,21 +241,6 @@ pub struct EmbeddingsResponseDoc {
     pub meta: Option<Value>,
 }
 
-/// `POST /v1/rerank`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RerankRequestDoc {
-    pub model: Option<String>,
-    pub query: String,
-    /// Strings or `{"text"}` objects.
-    #[schema(value_type = Vec<Object>)]
-    pub documents: Vec<Value>,
-    #[schema(minimum = 1)]
-    pub top_n: Option<u64>,
-    pub return_documents: Option<bool>,
-    pub options: Option<RerankOptionsDoc>,
-}
-
 #[derive(Serialize, ToSchema)]
 pub struct RerankResultDoc {
     pub index: u64,
@@ -311,21 +255,6 @@ pub struct RerankResponseDoc {
     pub results: Vec<RerankResultDoc>,
     #[schema(value_type = Object)]
     pub usage: Value,
-}
-
-/// `POST /v1/classify`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ClassifyRequestDoc {
-    /// A classification entry of the models file, or a classification head.
-    pub model: Option<String>,
-    /// A string, or a list of strings, `{text, text_pair}` pairs or `{context, question, answer}` items.
-    #[schema(value_type = Object)]
-    pub input: Value,
-    /// overflow (reject, truncate, window), window {tokens, overlap} (with overflow window),
-    /// return_meta, deadline_ms, return_spans (refused where the model has no spans).
-    #[schema(value_type = Option<Object>)]
-    pub options: Option<Value>,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::error::{reason, ProtocolError};
-use crate::wire::decode;
+use crate::error::ProtocolError;
+use crate::wire::{decode, malformed};
 
 /// `params.options.overflow_policy`: what a text longer than the model reads at once gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ToSchema)]
@@ -351,10 +351,6 @@ impl ExtractRequest {
 
 /// How errors name the body at its root.
 const BODY: &str = "the request body";
-
-fn malformed(message: impl Into<String>) -> ProtocolError {
-    ProtocolError::invalid(message).with_reason(reason::BODY_MALFORMED)
-}
 
 #[cfg(test)]
 mod tests {

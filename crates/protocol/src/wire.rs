@@ -87,6 +87,32 @@ fn words(expected: &str) -> String {
         .join(", ")
 }
 
+/// A `body_malformed` refusal.
+pub(crate) fn malformed(message: impl Into<String>) -> ProtocolError {
+    ProtocolError::invalid(message).with_reason(reason::BODY_MALFORMED)
+}
+
+/// Refuse members of `obj` other than `allowed`, naming the first (for the bodies still read
+/// member by member from their value).
+pub(crate) fn only(
+    obj: &serde_json::Map<String, Value>,
+    allowed: &[&str],
+    what: &str,
+) -> Result<(), ProtocolError> {
+    let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) else {
+        return Ok(());
+    };
+    let message = if allowed.is_empty() {
+        format!("unknown member {k:?} in {what}, which takes none here")
+    } else {
+        format!(
+            "unknown member {k:?} in {what}; allowed: {}",
+            allowed.join(", ")
+        )
+    };
+    Err(ProtocolError::invalid(message).with_reason(reason::UNKNOWN_MEMBER))
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;

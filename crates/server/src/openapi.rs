@@ -112,11 +112,21 @@ mod tests {
     #[test]
     fn encoder_options_are_described_member_by_member() {
         let doc = super::yaml().unwrap();
-        for name in ["RerankOptionsDoc:", "EncoderOptionsDoc:"] {
+        for name in [
+            "RerankOptionsWire:",
+            "EmbeddingsOptionsWire:",
+            "ClassifyOptionsWire:",
+        ] {
             let at = doc
                 .find(&format!("    {name}"))
                 .unwrap_or_else(|| panic!("no {name}"));
-            let schema = &doc[at..(at + 600).min(doc.len())];
+            // The schema ends where the next component (the next line indented as deep) starts.
+            let rest = &doc[at + 4..];
+            let end = rest
+                .match_indices("\n    ")
+                .find(|(i, _)| rest[i + 5..].starts_with(|c: char| c != ' '))
+                .map_or(rest.len(), |(i, _)| i);
+            let schema = &rest[..end];
             assert!(schema.contains("deadline_ms"), "{schema}");
             assert!(schema.contains("additionalProperties: false"), "{schema}");
         }

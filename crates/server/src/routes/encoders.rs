@@ -15,7 +15,7 @@ use crate::AppState;
 
 /// OpenAI-compatible embeddings.
 #[utoipa::path(post, path = "/v1/embeddings", tag = "encoders",
-    request_body(content = protocol::schema::EmbeddingsRequestDoc, description = "input: a string, a list of strings, token ids or lists of token ids"),
+    request_body(content = protocol::encoder::EmbeddingsRequestWire, description = "input: a string, a list of strings, token ids or lists of token ids"),
     responses(
         (status = 200, description = "One vector per input", body = protocol::schema::EmbeddingsResponseDoc),
         (status = 400, description = "invalid_request (input_too_long, parameter_unsupported, ...)", body = protocol::schema::ErrorDoc),
@@ -41,7 +41,7 @@ pub async fn embeddings(
 
 /// Score documents against a query.
 #[utoipa::path(post, path = "/v1/rerank", tag = "encoders",
-    request_body = protocol::schema::RerankRequestDoc,
+    request_body = protocol::encoder::RerankRequestWire,
     responses(
         (status = 200, description = "Documents by relevance", body = protocol::schema::RerankResponseDoc),
         (status = 400, description = "invalid_request", body = protocol::schema::ErrorDoc),
@@ -66,7 +66,7 @@ pub async fn rerank(
 
 /// Run a classification entry over inputs.
 #[utoipa::path(post, path = "/v1/classify", tag = "encoders",
-    request_body = protocol::schema::ClassifyRequestDoc,
+    request_body = protocol::encoder::ClassifyRequestWire,
     responses(
         (status = 200, description = "Labels per input (failed inputs answered in place)", body = protocol::schema::ClassifyResponseDoc),
         (status = 400, description = "invalid_request", body = protocol::schema::ErrorDoc),
