@@ -7,6 +7,7 @@
 
 pub mod answer;
 pub mod assets;
+pub mod bundle;
 pub mod confidence;
 pub mod encoder;
 pub mod error;

@@ -273,17 +273,6 @@ pub struct ClassifyResponseDoc {
     pub meta: Option<Value>,
 }
 
-/// `POST /v1/bundle`.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BundleRequestDoc {
-    /// Each `{id, <kind>: body}` with kind decisions, classify, embeddings or rerank.
-    #[schema(value_type = Vec<Object>)]
-    pub tasks: Vec<Value>,
-    #[schema(value_type = Option<Object>)]
-    pub options: Option<Value>,
-}
-
 #[derive(Serialize, ToSchema)]
 pub struct BundleResponseDoc {
     /// In task order: `{id, type, status, body}`.

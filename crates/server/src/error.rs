@@ -495,24 +495,3 @@ pub(crate) fn unsupported_param(message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
         .with_reason(protocol::reason::PARAMETER_UNSUPPORTED)
 }
-
-/// Refuse members other than `allowed`, naming the first.
-pub(crate) fn only(obj: &Map<String, Value>, allowed: &[&str], what: &str) -> Result<(), ApiError> {
-    if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            format!(
-                "unknown member {k:?} in {what}; allowed: {}",
-                allowed.join(", ")
-            ),
-        )
-        .with_reason(protocol::reason::UNKNOWN_MEMBER));
-    }
-    Ok(())
-}
-
-pub(crate) fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, ApiError> {
-    v.as_object()
-        .ok_or_else(|| invalid(format!("{what} must be a JSON object")))
-}

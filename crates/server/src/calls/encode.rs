@@ -13,11 +13,11 @@ use protocol::encoder::{
     RerankRequest,
 };
 use protocol::error::ErrorCode;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::calls::CoreResult;
 use crate::cards::representation;
-use crate::error::{invalid, object, only, unsupported_param, ApiError};
+use crate::error::{invalid, unsupported_param, ApiError};
 use crate::AppState;
 
 pub(crate) fn engine_err(state: &AppState, e: engine::EngineError) -> ApiError {
@@ -37,25 +37,6 @@ pub(crate) fn vectors_only(m: &EncoderModel) -> Result<(), ApiError> {
         ));
     }
     Ok(())
-}
-
-/// `options.deadline_ms` of a body whose options were checked for unknown members.
-pub(crate) fn deadline_ms(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
-    match obj.get("options").and_then(|o| o.get("deadline_ms")) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| invalid("options.deadline_ms must be a non-negative integer")),
-    }
-}
-
-/// `options.deadline_ms` of a body whose `options` may hold nothing else (bundle).
-pub(crate) fn deadline_only(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
-    if let Some(o) = obj.get("options").filter(|v| !v.is_null()) {
-        only(object(o, "options")?, &["deadline_ms"], "options")?;
-    }
-    deadline_ms(obj)
 }
 
 /// Run `work` within `deadline_ms`: past it the caller gets 504 `deadline_exceeded`, and the
