@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 use crate::error::{reason, ProtocolError, QuestionErrorKind, QuestionFailure};
 
@@ -451,6 +453,26 @@ fn count_in(s: &str, assets: &Assets, uses: &mut [usize]) {
             *n += 1;
         }
     }
+}
+
+/// An asset: bytes inline or a multipart part. The OpenAPI document's shape of what
+/// [`parse_assets`] reads (member by member from the body's value, so that the base64 text of
+/// a large video is read in place, not copied into a struct first).
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AssetDoc {
+    #[serde(rename = "type")]
+    pub kind: AssetTypeDoc,
+    pub data_base64: Option<String>,
+    pub part: Option<String>,
+}
+
+/// What an asset holds.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AssetTypeDoc {
+    Image,
+    Video,
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 use crate::encoder::{ClassifyRequestWire, EmbeddingsRequestWire, RerankRequestWire};
 use crate::error::{reason, ProtocolError};
-use crate::schema::DecisionRequestDoc;
+use crate::request::DecisionRequestWire;
 use crate::wire::{decode, malformed};
 
 /// What a task asks.
@@ -39,7 +39,7 @@ pub struct BundleTaskWire {
     /// Echoed in the task's result; by default the task's index.
     #[schema(value_type = Option<String>)]
     pub id: Option<Value>,
-    #[schema(value_type = Option<DecisionRequestDoc>)]
+    #[schema(value_type = Option<DecisionRequestWire>)]
     pub decisions: Option<Value>,
     #[schema(value_type = Option<ClassifyRequestWire>)]
     pub classify: Option<Value>,

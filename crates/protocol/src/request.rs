@@ -4,11 +4,16 @@
 //! a [`ProtocolError`]; question-level problems become a [`QuestionFailure`] kept beside the
 //! question's id, so the other questions are still answered.
 
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
+use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema as OpenApiSchema, Type};
+use utoipa::openapi::{ObjectBuilder, RefOr};
+use utoipa::{PartialSchema, ToSchema};
 
-use crate::assets::{self, Asset, AssetKind, Assets, Parts};
+use crate::assets::{self, Asset, AssetDoc, AssetKind, Assets, Parts};
 use crate::error::{reason, ProtocolError, QuestionFailure};
 use crate::text::render;
+use crate::wire::{decode_at, decode_message};
 use crate::{MAX_LEVELS, MAX_OPTIONS, PII_PRESET};
 
 /// Which System One schema a body is read in.
@@ -64,7 +69,8 @@ pub struct Window {
 }
 
 /// Which part of an object state plays which role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
     User,
     Context,
@@ -156,7 +162,8 @@ impl QuestionKind {
 }
 
 /// How a question reads a state longer than its budget.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Overflow {
     /// Fail the question with max_length_exceeded (the default).
     #[default]
@@ -240,19 +247,211 @@ impl DecisionBody {
     }
 }
 
-const TOP_V5: &[&str] = &["model", "state", "questions", "options", "roles", "assets"];
-const TOP_LEGACY: &[&str] = &[
-    "model",
-    "state",
-    "questions",
-    "options",
-    "roles",
-    "assets",
-    "images",
-    "videos",
-    "states",
-];
-const ENTRY_MEMBERS: &[&str] = &["state", "questions", "roles", "images", "videos"];
+/// A decision body on the wire: one request (a state and its questions) or, in the internal
+/// and 4.0 forms, a batch of named requests in `states`. Members whose form depends on the
+/// schema the body is read in, or that take several forms, are kept as values and checked by
+/// [`parse_decision_body_with`], each with the error the contract gives it; their schema is
+/// written from the types they are read into.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequestWire {
+    /// A model id or alias; absent: the process's first model.
+    pub model: Option<String>,
+    /// The text the questions are about: a string, an object of named parts or an array.
+    #[schema(schema_with = text_schema)]
+    pub state: Option<Value>,
+    /// Question ids to questions, answered in this order.
+    #[schema(value_type = HashMap<String, QuestionWire>)]
+    pub questions: Option<Value>,
+    pub options: Option<OptionsWire>,
+    /// Which state keys hold the user's content, context or the answer under check (null: no
+    /// part has a role).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<HashMap<String, Role>>)]
+    pub roles: Option<Value>,
+    /// Images (and videos) by reference, placed where their references occur.
+    #[schema(value_type = Option<HashMap<String, AssetDoc>>)]
+    pub assets: Option<Value>,
+    /// 4.0: images as data URLs (a removed form under vllm-sr/5.0).
+    #[schema(ignore)]
+    pub images: Option<Value>,
+    /// 4.0: videos as data URLs (a removed form under vllm-sr/5.0).
+    #[schema(ignore)]
+    pub videos: Option<Value>,
+    /// Internal and 4.0: a batch of named requests (under vllm-sr/5.0, `/v1/systemone/batch`).
+    #[schema(ignore)]
+    pub states: Option<Value>,
+}
+
+/// `POST /v1/systemone/batch`: named requests, each answered as it would be alone.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SystemOneBatchWire {
+    /// The model of each request that names none.
+    pub model: Option<String>,
+    /// Names to requests; each is read when it is answered, so a bad one fails alone.
+    #[schema(value_type = HashMap<String, DecisionRequestWire>)]
+    pub requests: Option<Value>,
+}
+
+/// A `/v1/systemone/batch` body: the requests in order, each with the batch's model when it
+/// names none (still to be read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemOneBatch {
+    pub requests: Vec<(String, Value)>,
+}
+
+impl SystemOneBatch {
+    pub fn parse(v: &Value) -> Result<Self, ProtocolError> {
+        let w: SystemOneBatchWire = decode_at(v, &[])?;
+        let requests = match w.requests {
+            Some(Value::Object(r)) if !r.is_empty() => r,
+            _ => {
+                return Err(ProtocolError::schema(
+                    &["requests"],
+                    "requests must be an object of named requests",
+                ))
+            }
+        };
+        Ok(SystemOneBatch {
+            requests: requests
+                .into_iter()
+                .map(|(name, mut req)| {
+                    if let (Some(m), Some(o)) = (&w.model, req.as_object_mut()) {
+                        o.entry("model").or_insert_with(|| Value::String(m.clone()));
+                    }
+                    (name, req)
+                })
+                .collect(),
+        })
+    }
+}
+
+/// One named request of a batch (`states`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntryWire {
+    pub state: Option<Value>,
+    pub questions: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    pub roles: Option<Value>,
+    pub images: Option<Value>,
+    pub videos: Option<Value>,
+}
+
+/// `options` of a decision request.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OptionsWire {
+    /// Work not started by then is not run; its questions answer deadline_exceeded.
+    pub deadline_ms: Option<u64>,
+    /// Adds `meta`: identity, revision, numerics, engine, device, timings.
+    pub return_meta: Option<bool>,
+    /// The scan budget of a model that reads a long part in windows.
+    pub max_tokens: Option<u64>,
+    /// 4.0 and internal forms (vllm-sr/5.0 takes the TypeSafe-Danger-Zone-Long-Context header).
+    #[schema(ignore)]
+    pub long_context: Option<bool>,
+    /// Internal form only: the windows questions with `overflow: window` read.
+    #[schema(value_type = Option<WindowWire>)]
+    pub window: Option<Value>,
+}
+
+/// `options.window` of the internal form: `tokens`, and an `overlap` less than it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WindowWire {
+    #[schema(minimum = 1)]
+    pub tokens: u64,
+    pub overlap: Option<u64>,
+}
+
+/// A question's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QuestionType {
+    Choice,
+    Noul,
+    Score,
+    Set,
+    Span,
+    Box,
+    Track,
+}
+
+/// A question. Members other than `type` depend on the type (a member another type takes is
+/// refused); a question the model cannot answer is answered with its error in place (or fails
+/// the request on /v1/systemone).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionWire {
+    /// Required but with `preset: pii` (a span question).
+    #[serde(rename = "type")]
+    pub kind: Option<QuestionType>,
+    /// The question, as text or structured text.
+    #[schema(schema_with = text_schema)]
+    pub instructions: Option<Value>,
+    /// Options (choice: names to descriptions), outcome descriptions (noul: false and true),
+    /// levels (score: a list) or labels (set, span: names to descriptions, or a list of names).
+    #[schema(value_type = Option<Object>)]
+    pub criteria: Option<Value>,
+    /// A named question: `pii` (span).
+    pub preset: Option<String>,
+    /// The state keys the question reads: one, or a non-empty list.
+    #[schema(schema_with = over_schema)]
+    pub over: Option<Value>,
+    pub overflow: Option<Overflow>,
+    pub require_full_input: Option<bool>,
+    /// Choice, noul and score.
+    pub decision_adapter: Option<bool>,
+    /// Set and span: the probability from which a label is selected.
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub threshold: Option<f64>,
+    /// Span.
+    #[schema(value_type = Option<Object>)]
+    pub head: Option<Value>,
+    /// Box: the second of a video the box is asked at.
+    #[schema(minimum = 0.0)]
+    pub at: Option<f64>,
+    /// Track: frames per second, 1 or 2.
+    #[schema(minimum = 1, maximum = 2)]
+    pub rate: Option<u64>,
+    /// 4.0: a choice's options as `[{key, description}]`.
+    #[schema(ignore)]
+    pub choices: Option<Value>,
+    /// 4.0: a score's levels.
+    #[schema(ignore)]
+    pub levels: Option<Value>,
+    /// 4.0: a set's or span's labels as `[{key, description}]`.
+    #[schema(ignore)]
+    pub labels: Option<Value>,
+}
+
+/// A member whose null is not its absence (`roles: null`): present as a value, absent as none.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Text or structured text: a string, an object or an array.
+fn text_schema() -> RefOr<OpenApiSchema> {
+    OneOfBuilder::new()
+        .item(String::schema())
+        .item(ObjectBuilder::new().schema_type(Type::Object))
+        .item(ArrayBuilder::new())
+        .into()
+}
+
+/// `over`: a state key, or a non-empty list of them.
+fn over_schema() -> RefOr<OpenApiSchema> {
+    OneOfBuilder::new()
+        .item(String::schema())
+        .item(
+            ArrayBuilder::new()
+                .items(String::schema())
+                .min_items(Some(1)),
+        )
+        .into()
+}
 
 /// Decode a request body (already parsed as JSON) in `schema`.
 pub fn parse_decision_body(value: &Value, schema: Schema) -> Result<DecisionBody, ProtocolError> {
@@ -269,6 +468,7 @@ pub fn parse_decision_body_with(
         .as_object()
         .ok_or_else(|| ProtocolError::schema(&[], "the request body must be a JSON object"))?;
     if schema == Schema::V5 {
+        // Removed forms are named as such, before any other member is read.
         for (form, replacement) in [
             ("images", "assets of type image"),
             ("videos", "assets of type video"),
@@ -278,18 +478,29 @@ pub fn parse_decision_body_with(
                 return Err(removed(form, replacement));
             }
         }
+        if obj
+            .get("options")
+            .and_then(Value::as_object)
+            .is_some_and(|o| o.contains_key("long_context"))
+        {
+            return Err(removed(
+                "options.long_context",
+                "the request header TypeSafe-Danger-Zone-Long-Context: true",
+            ));
+        }
     }
-    let allowed = if schema.legacy() { TOP_LEGACY } else { TOP_V5 };
-    refuse_unknown(obj, allowed, "request")?;
-    let model = match obj.get("model") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(ProtocolError::schema(&["model"], "model must be a string")),
-    };
-    let options = parse_options(obj.get("options"), schema)?;
-    let assets = assets::parse_assets(obj.get("assets"), parts)?;
+    let w: DecisionRequestWire = decode_at(value, &[])?;
+    let options = options(w.options, schema)?;
+    let assets = assets::parse_assets(w.assets.as_ref(), parts)?;
     let mut used = vec![0usize; assets.len()];
-    let body = parse_requests(obj, schema, model, options, &assets, &mut used)?;
+    let top = EntryWire {
+        state: w.state,
+        questions: w.questions,
+        roles: w.roles,
+        images: w.images,
+        videos: w.videos,
+    };
+    let body = parse_requests(top, w.states, schema, w.model, options, &assets, &mut used)?;
     if let Some(i) = used.iter().position(|n| *n == 0) {
         return Err(ProtocolError::invalid(format!(
             "asset {:?} is used nowhere: every asset must be referenced in the state, a question's instructions or its options",
@@ -300,17 +511,24 @@ pub fn parse_decision_body_with(
     Ok(body)
 }
 
+/// One request (`top`), or the batch in `states` (each entry without `roles` takes the top's).
 fn parse_requests(
-    obj: &Map<String, Value>,
+    top: EntryWire,
+    states: Option<Value>,
     schema: Schema,
     model: Option<String>,
     options: Options,
     assets: &Assets,
     used: &mut [usize],
 ) -> Result<DecisionBody, ProtocolError> {
-    if let Some(states) = obj.get("states") {
-        for member in ["state", "questions", "images", "videos"] {
-            if obj.contains_key(member) {
+    if let Some(states) = states {
+        for (member, given) in [
+            ("state", top.state.is_some()),
+            ("questions", top.questions.is_some()),
+            ("images", top.images.is_some()),
+            ("videos", top.videos.is_some()),
+        ] {
+            if given {
                 return Err(ProtocolError::invalid(format!(
                     "a batch (states) has no top-level {member}: send each entry's {member} inside it"
                 ))
@@ -329,19 +547,13 @@ fn parse_requests(
         crate::limits::check_counts(states.len(), 0, 0, 0)?;
         let mut entries = Vec::with_capacity(states.len());
         for (name, entry) in states {
-            let e = entry.as_object().ok_or_else(|| {
-                ProtocolError::schema(
-                    &["states", name],
-                    format!("states.{name} must be an object"),
-                )
-            })?;
-            refuse_unknown(e, ENTRY_MEMBERS, &format!("states.{name}"))?;
+            let mut e: EntryWire = decode_at(entry, &["states", name])?;
+            if e.roles.is_none() {
+                e.roles = top.roles.clone();
+            }
             let mut req = parse_single(e, schema, &["states", name], assets, used)?;
             req.model = model.clone();
             req.options = options.clone();
-            if !e.contains_key("roles") {
-                req.roles = parse_roles(obj.get("roles"))?;
-            }
             entries.push((name.clone(), req));
         }
         let sum = |f: fn(&DecisionRequest) -> usize| entries.iter().map(|(_, r)| f(r)).sum();
@@ -357,7 +569,7 @@ fn parse_requests(
             entries,
         });
     }
-    let mut req = parse_single(obj, schema, &[], assets, used)?;
+    let mut req = parse_single(top, schema, &[], assets, used)?;
     crate::limits::check_counts(1, req.questions.len(), req.all_images(), req.videos)?;
     req.model = model;
     req.options = options;
@@ -371,32 +583,12 @@ fn removed(form: &str, replacement: &str) -> ProtocolError {
     .with_reason(reason::REMOVED_FORM)
 }
 
-fn refuse_unknown(
-    obj: &Map<String, Value>,
-    allowed: &[&str],
-    what: &str,
-) -> Result<(), ProtocolError> {
-    crate::wire::only(obj, allowed, what)
-}
-
-fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, ProtocolError> {
-    let mut options = Options::default();
-    let obj = match value {
-        None | Some(Value::Null) => return Ok(options),
-        Some(Value::Object(o)) => o,
-        Some(_) => {
-            return Err(ProtocolError::schema(
-                &["options"],
-                "options must be an object",
-            ))
-        }
+/// The options a body in `schema` takes (`window` in the internal form only, `long_context`
+/// not in vllm-sr/5.0, where it is a removed form).
+fn options(w: Option<OptionsWire>, schema: Schema) -> Result<Options, ProtocolError> {
+    let Some(w) = w else {
+        return Ok(Options::default());
     };
-    if schema == Schema::V5 && obj.contains_key("long_context") {
-        return Err(removed(
-            "options.long_context",
-            "the request header TypeSafe-Danger-Zone-Long-Context: true",
-        ));
-    }
     let allowed: &[&str] = match schema {
         Schema::Internal => &[
             "deadline_ms",
@@ -408,41 +600,27 @@ fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, Proto
         _ if schema.legacy() => &["deadline_ms", "return_meta", "max_tokens", "long_context"],
         _ => &["deadline_ms", "return_meta", "max_tokens"],
     };
-    refuse_unknown(obj, allowed, "options")?;
-    let uint = |k: &str| -> Result<Option<u64>, ProtocolError> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                ProtocolError::schema(
-                    &["options", k],
-                    format!("options.{k} must be a non-negative integer"),
-                )
-            }),
-        }
-    };
-    let flag = |k: &str| -> Result<bool, ProtocolError> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(ProtocolError::schema(
-                &["options", k],
-                format!("options.{k} must be a boolean"),
-            )),
-        }
-    };
-    options.deadline_ms = uint("deadline_ms")?;
-    options.max_tokens = uint("max_tokens")?;
-    options.return_meta = flag("return_meta")?;
-    options.long_context = flag("long_context")?;
-    if let Some(w) = obj.get("window").filter(|w| !w.is_null()) {
-        let field = |k: &str| w.get(k).and_then(Value::as_u64);
-        let members = w.as_object().map_or(0, |o| o.len());
-        options.window = match (members, field("tokens"), field("overlap")) {
-            (1, Some(tokens), None) if tokens > 0 => Some(Window {
+    if w.window.is_some() && schema != Schema::Internal {
+        return Err(ProtocolError::invalid(format!(
+            "unknown member \"window\" in options; allowed: {}",
+            allowed.join(", ")
+        ))
+        .with_reason(reason::UNKNOWN_MEMBER));
+    }
+    let window = match w.window.filter(|w| !w.is_null()) {
+        None => None,
+        Some(v) => match decode_at::<WindowWire>(&v, &["options", "window"]) {
+            Ok(WindowWire {
+                tokens,
+                overlap: None,
+            }) if tokens > 0 => Some(Window {
                 tokens,
                 overlap: None,
             }),
-            (2, Some(tokens), Some(overlap)) if overlap < tokens => Some(Window {
+            Ok(WindowWire {
+                tokens,
+                overlap: Some(overlap),
+            }) if overlap < tokens => Some(Window {
                 tokens,
                 overlap: Some(overlap),
             }),
@@ -452,9 +630,15 @@ fn parse_options(value: Option<&Value>, schema: Schema) -> Result<Options, Proto
                     "options.window is {tokens, overlap}: integers, overlap (optional) less than tokens",
                 ))
             }
-        };
-    }
-    Ok(options)
+        },
+    };
+    Ok(Options {
+        deadline_ms: w.deadline_ms,
+        return_meta: w.return_meta.unwrap_or(false),
+        max_tokens: w.max_tokens,
+        long_context: w.long_context.unwrap_or(false),
+        window,
+    })
 }
 
 fn parse_roles(value: Option<&Value>) -> Result<Roles, ProtocolError> {
@@ -487,7 +671,7 @@ fn parse_roles(value: Option<&Value>) -> Result<Roles, ProtocolError> {
 }
 
 fn parse_single(
-    obj: &Map<String, Value>,
+    e: EntryWire,
     schema: Schema,
     at: &[&str],
     assets: &Assets,
@@ -497,9 +681,9 @@ fn parse_single(
         at.iter().copied().chain(std::iter::once(k)).collect()
     }
     let loc = |k: &'static str| join(at, k);
-    let state = match obj.get("state") {
+    let state = match e.state {
         None => return Err(ProtocolError::schema(&loc("state"), "state is required")),
-        Some(v @ (Value::String(_) | Value::Object(_) | Value::Array(_))) => v.clone(),
+        Some(v @ (Value::String(_) | Value::Object(_) | Value::Array(_))) => v,
         Some(_) => {
             return Err(ProtocolError::schema(
                 &loc("state"),
@@ -508,7 +692,7 @@ fn parse_single(
         }
     };
     crate::limits::check_state(&state, &loc("state").join("."))?;
-    let questions = match obj.get("questions") {
+    let questions = match &e.questions {
         None => {
             return Err(ProtocolError::schema(
                 &loc("questions"),
@@ -532,7 +716,7 @@ fn parse_single(
     if questions.len() > crate::MAX_QUESTIONS {
         return Err(crate::precount::too_many_questions(questions.len()));
     }
-    let roles = parse_roles(obj.get("roles"))?;
+    let roles = parse_roles(e.roles.as_ref())?;
     let mut slots = Vec::with_capacity(questions.len());
     for (id, q) in questions {
         if schema == Schema::V5 {
@@ -573,24 +757,24 @@ fn parse_single(
             question,
         });
     }
-    let list = |k: &'static str| -> Result<&[Value], ProtocolError> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(&[]),
-            Some(Value::Array(a)) => Ok(a.as_slice()),
+    let list = |k: &'static str, v: Option<&Value>| -> Result<Vec<Value>, ProtocolError> {
+        match v {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(a)) => Ok(a.clone()),
             Some(_) => Err(ProtocolError::schema(
                 &loc(k),
                 format!("{k} must be an array"),
             )),
         }
     };
-    let data_urls = list("images")?;
+    let data_urls = list("images", e.images.as_ref())?;
     for (i, v) in data_urls.iter().enumerate() {
         assets::inspect_data_url(v, &format!("images[{i}]"))?;
     }
     let mut uses = vec![0usize; assets.len()];
     assets::count_uses(&state, assets, &mut uses);
     let images = data_urls.len() + add_uses(used, &uses, assets, false);
-    let video_urls = list("videos")?;
+    let video_urls = list("videos", e.videos.as_ref())?;
     for (i, v) in video_urls.iter().enumerate() {
         assets::inspect_video_data_url(v, &format!("videos[{i}]"))?;
     }
@@ -706,7 +890,9 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             )));
         }
     }
-    let instructions = match obj.get("instructions") {
+    // Past the type's own members, each member's type is read by the question's wire type.
+    let w: QuestionWire = decode_message(value).map_err(QuestionFailure::malformed)?;
+    let instructions = match &w.instructions {
         None | Some(Value::Null) => None,
         Some(v @ (Value::String(_) | Value::Object(_) | Value::Array(_))) => {
             let s = render(v);
@@ -722,35 +908,12 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             ))
         }
     };
-    let preset = match obj.get("preset") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err(QuestionFailure::malformed("preset must be a string")),
-    };
-    let flag = |k: &str| -> Result<bool, QuestionFailure> {
-        match obj.get(k) {
-            None | Some(Value::Null) => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(QuestionFailure::malformed(format!("{k} must be a boolean"))),
-        }
-    };
-    let require_full_input = flag("require_full_input")?;
-    let decision_adapter = flag("decision_adapter")?;
-    let overflow = match obj.get("overflow") {
-        None | Some(Value::Null) => Overflow::Reject,
-        Some(v) => match v.as_str() {
-            Some("window") => Overflow::Window,
-            Some("truncate") => Overflow::Truncate,
-            Some("reject") => Overflow::Reject,
-            _ => {
-                return Err(QuestionFailure::malformed(
-                    "overflow must be window, truncate or reject",
-                ))
-            }
-        },
-    };
-    let over = match obj.get("over") {
-        None | Some(Value::Null) => None,
+    let preset = w.preset;
+    let require_full_input = w.require_full_input.unwrap_or(false);
+    let decision_adapter = w.decision_adapter.unwrap_or(false);
+    let overflow = w.overflow.unwrap_or_default();
+    let over = match &w.over {
+        None => None,
         Some(Value::String(k)) => Some(vec![k.clone()]),
         Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_string) => Some(
             a.iter()
@@ -764,16 +927,14 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             ))
         }
     };
-    let threshold = match obj.get("threshold") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_f64() {
-            Some(x) if (0.0..=1.0).contains(&x) => Some(x),
-            _ => {
-                return Err(QuestionFailure::malformed(
-                    "threshold must be a number from 0 to 1",
-                ))
-            }
-        },
+    let threshold = match w.threshold {
+        None => None,
+        Some(x) if (0.0..=1.0).contains(&x) => Some(x),
+        Some(_) => {
+            return Err(QuestionFailure::malformed(
+                "threshold must be a number from 0 to 1",
+            ))
+        }
     };
     let kind = match t {
         "choice" => {
@@ -879,12 +1040,10 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
                     "a box question needs instructions",
                 ));
             }
-            if let Some(at) = obj.get("at") {
-                if !at.is_null() && !at.as_f64().is_some_and(|x| x >= 0.0) {
-                    return Err(QuestionFailure::malformed(
-                        "at must be a non-negative number of seconds",
-                    ));
-                }
+            if w.at.is_some_and(|x| x < 0.0) {
+                return Err(QuestionFailure::malformed(
+                    "at must be a non-negative number of seconds",
+                ));
             }
             QuestionKind::Box
         }
@@ -894,10 +1053,8 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
                     "a track question needs instructions",
                 ));
             }
-            if let Some(rate) = obj.get("rate") {
-                if !rate.is_null() && !matches!(rate.as_u64(), Some(1 | 2)) {
-                    return Err(QuestionFailure::malformed("rate must be 1 or 2"));
-                }
+            if w.rate.is_some_and(|r| !matches!(r, 1 | 2)) {
+                return Err(QuestionFailure::malformed("rate must be 1 or 2"));
             }
             QuestionKind::Track
         }

@@ -1,106 +1,12 @@
-//! Schema-only types for the OpenAPI document: the request forms and the shapes whose
-//! serialization is written by hand (answers, errors). Decoding stays in [`crate::request`]
-//! and [`crate::encoder`], which must name unknown members and removed forms; these types
-//! describe what they accept.
+//! Schema-only types for the OpenAPI document: the shapes whose serialization is written by
+//! hand (answers, errors, listings). Requests are described by the wire types they are decoded
+//! into (`*Wire` in [`crate::request`], [`crate::encoder`], [`crate::sie`], [`crate::bundle`]).
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
-
-/// A standard request: one state and its questions.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct DecisionRequestDoc {
-    /// A model id or alias; absent: the process's first model.
-    pub model: Option<String>,
-    /// The text the questions are about: a string, an object of named parts or an array.
-    #[schema(value_type = Object)]
-    pub state: Value,
-    /// Question ids to questions, answered in this order.
-    pub questions: HashMap<String, QuestionDoc>,
-    pub options: Option<OptionsDoc>,
-    /// Which state keys hold the user's content, context or the answer under check.
-    #[schema(value_type = Option<HashMap<String, RoleDoc>>)]
-    pub roles: Option<Value>,
-    /// Images (and videos) by reference, placed where their references occur.
-    pub assets: Option<HashMap<String, AssetDoc>>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum RoleDoc {
-    User,
-    Context,
-    Answer,
-}
-
-/// `options` of a request.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OptionsDoc {
-    /// Work not started by then is not run; its questions answer deadline_exceeded.
-    #[schema(minimum = 0)]
-    pub deadline_ms: Option<u64>,
-    /// Adds `meta`: identity, revision, numerics, engine, device, timings.
-    pub return_meta: Option<bool>,
-    /// The scan budget of a model that reads a long part in windows.
-    #[schema(minimum = 0)]
-    pub max_tokens: Option<u64>,
-}
-
-/// An asset: bytes inline or a multipart part.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AssetDoc {
-    #[serde(rename = "type")]
-    pub kind: AssetTypeDoc,
-    pub data_base64: Option<String>,
-    pub part: Option<String>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum AssetTypeDoc {
-    Image,
-    Video,
-}
-
-/// A question. Fields other than `type` depend on the type; a question the model cannot
-/// answer is answered with its error in place (or fails the request on /v1/systemone).
-#[derive(Serialize, ToSchema)]
-pub struct QuestionDoc {
-    #[serde(rename = "type")]
-    pub kind: QuestionTypeDoc,
-    /// The question, as text or structured text.
-    #[schema(value_type = Option<Object>)]
-    pub instructions: Option<Value>,
-    /// Options (choice), outcome descriptions (noul), levels (score) or labels (set, span).
-    #[schema(value_type = Option<Object>)]
-    pub criteria: Option<Value>,
-    pub preset: Option<String>,
-    /// State keys the question reads, in state order.
-    #[schema(value_type = Option<Object>)]
-    pub over: Option<Value>,
-    pub overflow: Option<String>,
-    pub require_full_input: Option<bool>,
-    pub decision_adapter: Option<bool>,
-    #[schema(minimum = 0.0, maximum = 1.0)]
-    pub threshold: Option<f64>,
-}
-
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum QuestionTypeDoc {
-    Choice,
-    Noul,
-    Score,
-    Set,
-    Span,
-    Box,
-    Track,
-}
 
 /// One entry of `answers`: a typed answer, or the question's error in place.
 #[derive(Serialize, ToSchema)]
@@ -169,14 +75,6 @@ pub struct ErrorDoc {
     pub question: Option<String>,
     pub state: Option<String>,
     pub limit: Option<u64>,
-}
-
-/// `POST /v1/systemone/batch`: named requests, each answered as it would be alone.
-#[derive(Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SystemOneBatchDoc {
-    pub model: Option<String>,
-    pub requests: HashMap<String, DecisionRequestDoc>,
 }
 
 /// Each named request's response body; a failed one carries its error body and `status`.

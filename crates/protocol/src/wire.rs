@@ -9,6 +9,7 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_path_to_error::Segment;
 
 use crate::error::{reason, ProtocolError};
 
@@ -19,46 +20,108 @@ use crate::error::{reason, ProtocolError};
 /// members in order from an array, which no client means).
 pub fn decode<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, ProtocolError> {
     if !v.is_object() {
-        let what = if what == "the request body" {
+        let what = if what == BODY {
             "the request body must be a JSON object".to_string()
         } else {
             format!("{what} must be an object")
         };
-        return Err(ProtocolError::invalid(what).with_reason(reason::BODY_MALFORMED));
+        return Err(malformed(what));
     }
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let at = match (path.as_str(), what) {
             (".", w) => w.to_string(),
-            (p, "the request body") => p.to_string(),
+            (p, BODY) => p.to_string(),
             (p, w) if p.starts_with('[') => format!("{w}{p}"),
             (p, w) => format!("{w}.{p}"),
         };
-        error(&at, &inner)
+        match fault(&at, &inner) {
+            Fault::Unknown(m) => ProtocolError::invalid(m).with_reason(reason::UNKNOWN_MEMBER),
+            Fault::Other(m) => malformed(m),
+        }
     })
 }
 
-/// The protocol's error for serde's message `inner` about the value at `at`.
-fn error(at: &str, inner: &str) -> ProtocolError {
+/// Decode a decision body's value `v`, found at `loc` in the body, into `T`: an unknown member
+/// is refused as in [`decode`]; any other error is a schema validation error (a 422 under
+/// vllm-sr/5.0) at its location, as decision bodies report them.
+pub fn decode_at<T: DeserializeOwned>(v: &Value, loc: &[&str]) -> Result<T, ProtocolError> {
+    let dotted = |segments: &[String]| {
+        if segments.is_empty() {
+            BODY.to_string()
+        } else {
+            segments.join(".")
+        }
+    };
+    let root: Vec<String> = loc.iter().map(|s| s.to_string()).collect();
+    if !v.is_object() {
+        let message = if root.is_empty() {
+            "the request body must be a JSON object".to_string()
+        } else {
+            format!("{} must be an object", dotted(&root))
+        };
+        return Err(ProtocolError::schema(loc, message));
+    }
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let mut at = root.clone();
+        at.extend(e.path().iter().map(|s| match s {
+            Segment::Seq { index } => index.to_string(),
+            Segment::Map { key } => key.clone(),
+            Segment::Enum { variant } => variant.clone(),
+            Segment::Unknown => "?".to_string(),
+        }));
+        let inner = e.into_inner().to_string();
+        match fault(&dotted(&at), &inner) {
+            Fault::Unknown(m) => ProtocolError::invalid(m).with_reason(reason::UNKNOWN_MEMBER),
+            Fault::Other(m) => {
+                let at: Vec<&str> = at.iter().map(String::as_str).collect();
+                ProtocolError::schema(&at, m)
+            }
+        }
+    })
+}
+
+/// Decode one question (or another value that fails in place) into `T`; the error is the
+/// message only, the caller decides what failure it is.
+pub fn decode_message<T: DeserializeOwned>(v: &Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        match fault(if path == "." { "the question" } else { &path }, &inner) {
+            Fault::Unknown(m) | Fault::Other(m) => m,
+        }
+    })
+}
+
+/// How errors name a body at its root.
+const BODY: &str = "the request body";
+
+/// What serde's first error was.
+enum Fault {
+    /// A member the type does not name.
+    Unknown(String),
+    /// Anything else.
+    Other(String),
+}
+
+/// The fault for serde's message `inner` about the value at `at`.
+fn fault(at: &str, inner: &str) -> Fault {
     if let Some(rest) = inner.strip_prefix("unknown variant `") {
         // serde: "unknown variant `x`, expected one of `a`, `b`" / "expected `a` or `b`".
         let (word, expected) = rest.split_once('`').unwrap_or((rest, ""));
-        return ProtocolError::invalid(format!("{at} {word:?}: use {}", words(expected)))
-            .with_reason(reason::BODY_MALFORMED);
+        return Fault::Other(format!("{at} {word:?}: use {}", words(expected)));
     }
     if let Some(rest) = inner.strip_prefix("missing field `") {
         let name = rest.split('`').next().unwrap_or(rest);
-        let message = if at == "the request body" {
+        return Fault::Other(if at == BODY {
             format!("{name} is required")
         } else {
             format!("{at}.{name} is required")
-        };
-        return ProtocolError::invalid(message).with_reason(reason::BODY_MALFORMED);
+        });
     }
     let Some(rest) = inner.strip_prefix("unknown field `") else {
-        return ProtocolError::invalid(format!("{at}: {inner}"))
-            .with_reason(reason::BODY_MALFORMED);
+        return Fault::Other(format!("{at}: {inner}"));
     };
     // serde: "unknown field `x`, expected one of `a`, `b`" / "expected `a`" / "there are no
     // fields". The path ends at the unknown member; the error names the object holding it.
@@ -69,12 +132,11 @@ fn error(at: &str, inner: &str) -> ProtocolError {
         .unwrap_or(at);
     let holder = if holder.is_empty() { "request" } else { holder };
     let allowed = words(expected);
-    let message = if allowed.is_empty() {
+    Fault::Unknown(if allowed.is_empty() {
         format!("unknown member {name:?} in {holder}, which takes none here")
     } else {
         format!("unknown member {name:?} in {holder}; allowed: {allowed}")
-    };
-    ProtocolError::invalid(message).with_reason(reason::UNKNOWN_MEMBER)
+    })
 }
 
 /// The words serde quotes in backticks, joined by commas.
@@ -90,27 +152,6 @@ fn words(expected: &str) -> String {
 /// A `body_malformed` refusal.
 pub(crate) fn malformed(message: impl Into<String>) -> ProtocolError {
     ProtocolError::invalid(message).with_reason(reason::BODY_MALFORMED)
-}
-
-/// Refuse members of `obj` other than `allowed`, naming the first (for the bodies still read
-/// member by member from their value).
-pub(crate) fn only(
-    obj: &serde_json::Map<String, Value>,
-    allowed: &[&str],
-    what: &str,
-) -> Result<(), ProtocolError> {
-    let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) else {
-        return Ok(());
-    };
-    let message = if allowed.is_empty() {
-        format!("unknown member {k:?} in {what}, which takes none here")
-    } else {
-        format!(
-            "unknown member {k:?} in {what}; allowed: {}",
-            allowed.join(", ")
-        )
-    };
-    Err(ProtocolError::invalid(message).with_reason(reason::UNKNOWN_MEMBER))
 }
 
 #[cfg(test)]

@@ -11,10 +11,8 @@ use axum::response::Response;
 use protocol::answer::DecisionResponse;
 use protocol::assets::Parts;
 use protocol::error::ErrorCode;
-use protocol::request::Schema;
-use protocol::schema::{
-    DecisionRequestDoc, ErrorDoc, SystemOneBatchDoc, SystemOneBatchResponseDoc,
-};
+use protocol::request::{Schema, SystemOneBatch, SystemOneBatchWire};
+use protocol::schema::{ErrorDoc, SystemOneBatchResponseDoc};
 use serde_json::{json, Value};
 
 use crate::calls::decide::{answer, Call, Endpoint};
@@ -95,43 +93,12 @@ async fn batch(
     started: Instant,
     phases: &mut Phases,
 ) -> Result<(StatusCode, Value, String), ApiError> {
-    let obj = value.as_object().ok_or_else(|| {
-        ApiError::from(protocol::ProtocolError::schema(
-            &[],
-            "the batch body must be a JSON object",
-        ))
-    })?;
-    if let Some(k) = obj
-        .keys()
-        .find(|k| !matches!(k.as_str(), "model" | "requests"))
-    {
-        return Err(ApiError::from(
-            protocol::ProtocolError::invalid(format!(
-                "unknown member {k:?} in the batch; allowed: model, requests"
-            ))
-            .with_reason(protocol::reason::UNKNOWN_MEMBER),
-        ));
-    }
-    let requests = obj
-        .get("requests")
-        .and_then(Value::as_object)
-        .filter(|r| !r.is_empty())
-        .ok_or_else(|| {
-            ApiError::from(protocol::ProtocolError::schema(
-                &["requests"],
-                "requests must be an object of named requests",
-            ))
-        })?;
-    let model = obj.get("model").cloned();
+    let requests = SystemOneBatch::parse(&value)?.requests;
     let flavor = Flavor::of_path(Endpoint::SystemOneBatch.path(), schema);
     let mut set = tokio::task::JoinSet::new();
-    for (i, (name, req)) in requests.iter().enumerate() {
-        let mut req = req.clone();
-        if let (Some(m), Some(o)) = (&model, req.as_object_mut()) {
-            o.entry("model").or_insert_with(|| m.clone());
-        }
+    let count = requests.len();
+    for (i, (name, req)) in requests.into_iter().enumerate() {
         let state = state.clone();
-        let name = name.clone();
         set.spawn(async move {
             let mut p = Phases::default();
             let call = Call {
@@ -146,7 +113,7 @@ async fn batch(
             (i, name, r, p)
         });
     }
-    let mut out: Vec<(usize, String, Value)> = Vec::with_capacity(requests.len());
+    let mut out: Vec<(usize, String, Value)> = Vec::with_capacity(count);
     let mut model_name = String::new();
     while let Some(joined) = set.join_next().await {
         let (i, name, r, p) = joined.map_err(|e| {
@@ -189,7 +156,7 @@ async fn batch(
 
 /// Answer a request (or a batch in `states`), each failed question in place.
 #[utoipa::path(post, path = "/v1/decisions", tag = "decisions",
-    request_body(content = DecisionRequestDoc, description = "A request in the internal form (also a batch in `states`, 4.0 forms, gzip/zstd bodies, multipart/form-data with the request first)"),
+    request_body(content = protocol::request::DecisionRequestWire, description = "A request in the internal form (also a batch in `states`, 4.0 forms, gzip/zstd bodies, multipart/form-data with the request first)"),
     responses(
         (status = 200, description = "Every question answered, failures in place", body = DecisionResponse),
         (status = 400, description = "invalid_request", body = ErrorDoc),
@@ -212,7 +179,7 @@ pub async fn decisions(
 
 /// Answer one System One request; a failed question fails the request.
 #[utoipa::path(post, path = "/v1/systemone", tag = "decisions",
-    request_body(content = DecisionRequestDoc, description = "One System One request (gzip/zstd bodies and multipart/form-data with the request first are read)"),
+    request_body(content = protocol::request::DecisionRequestWire, description = "One System One request (gzip/zstd bodies and multipart/form-data with the request first are read)"),
     params(("TypeSafe-Danger-Zone-Long-Context" = Option<String>, Header, description = "true reads a long context")),
     responses(
         (status = 200, description = "Every question answered", body = DecisionResponse),
@@ -238,7 +205,7 @@ pub async fn systemone(
 
 /// Named System One requests, each answered as it would be alone.
 #[utoipa::path(post, path = "/v1/systemone/batch", tag = "decisions",
-    request_body = SystemOneBatchDoc,
+    request_body = SystemOneBatchWire,
     responses(
         (status = 200, description = "Each request's body (a failed one with its status)", body = SystemOneBatchResponseDoc),
         (status = 400, description = "invalid_request", body = ErrorDoc),
