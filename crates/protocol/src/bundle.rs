@@ -59,6 +59,7 @@ pub struct BundleOptionsWire {
 
 /// `POST /v1/bundle`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"tasks": [{"id": "e", "embeddings": {"input": "a text"}}, {"rerank": {"query": "q", "documents": ["d"]}}]}))]
 #[serde(deny_unknown_fields)]
 pub struct BundleRequestWire {
     #[schema(min_items = 1)]

@@ -80,6 +80,7 @@ pub struct EmbeddingsOptionsWire {
 
 /// `POST /v1/embeddings` (OpenAI-compatible).
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"model": "minilm-l6", "input": ["a first text", "a second"]}))]
 #[serde(deny_unknown_fields)]
 pub struct EmbeddingsRequestWire {
     pub model: Option<String>,
@@ -116,6 +117,7 @@ pub struct RerankDocumentWire {
 
 /// `POST /v1/rerank`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"query": "refund policy", "documents": ["Refunds take 5 days.", {"text": "Shipping is free."}], "top_n": 1}))]
 #[serde(deny_unknown_fields)]
 pub struct RerankRequestWire {
     pub model: Option<String>,
@@ -369,6 +371,7 @@ pub struct ClassifyGroundedWire {
 
 /// `POST /v1/classify`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"input": ["I love it", {"text": "The cat sat.", "text_pair": "A cat is sitting."}]}))]
 #[serde(deny_unknown_fields)]
 pub struct ClassifyRequestWire {
     /// A classification entry of the models file, or a classification head.

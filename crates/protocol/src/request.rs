@@ -253,6 +253,11 @@ impl DecisionBody {
 /// [`parse_decision_body_with`], each with the error the contract gives it; their schema is
 /// written from the types they are read into.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"model": "qwen2.5-1.5b", "state": "My order arrived broken and I want a refund.",
+    "questions": {"team": {"type": "choice", "instructions": "Which team should handle this?",
+        "criteria": {"returns": "Refunds and damaged deliveries", "billing": null}},
+        "urgent": {"type": "noul", "instructions": "Is this urgent?"}},
+    "options": {"deadline_ms": 5000}}))]
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequestWire {
     /// A model id or alias; absent: the process's first model.
@@ -285,6 +290,8 @@ pub struct DecisionRequestWire {
 
 /// `POST /v1/systemone/batch`: named requests, each answered as it would be alone.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"requests": {"a": {"state": "Hello", "questions": {"greeting": {"type": "noul",
+    "instructions": "Is this a greeting?"}}}}}))]
 #[serde(deny_unknown_fields)]
 pub struct SystemOneBatchWire {
     /// The model of each request that names none.

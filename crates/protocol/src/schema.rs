@@ -205,7 +205,8 @@ pub struct SieEncodeResponseDoc {
 #[derive(Serialize, ToSchema)]
 pub struct SieScoreResponseDoc {
     pub model: String,
-    pub query_id: Option<String>,
+    /// The query's `id` as sent (any value), or null.
+    pub query_id: Value,
     /// `{item_id, score, rank}`, best first.
     #[schema(value_type = Vec<Object>)]
     pub scores: Vec<Value>,

@@ -123,6 +123,7 @@ pub struct EncodeParamsWire {
 
 /// `POST /v1/encode/{model}`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"items": [{"id": "a", "text": "a first text"}], "params": {"output_dtype": "float16"}}))]
 #[serde(deny_unknown_fields)]
 pub struct EncodeRequestWire {
     #[schema(min_items = 1)]
@@ -139,6 +140,7 @@ pub struct ScoreOptionsWire {
 
 /// `POST /v1/score/{model}`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"query": {"text": "refund policy"}, "items": [{"id": "d1", "text": "Refunds take 5 days."}]}))]
 #[serde(deny_unknown_fields)]
 pub struct ScoreRequestWire {
     pub query: SieItemWire,
@@ -175,6 +177,7 @@ pub struct ExtractParamsWire {
 /// `POST /v1/extract/{model}`. Each item is decoded alone (one that cannot be read fails
 /// alone).
 #[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"items": [{"text": "Call Ada Lovelace at +44 20 7946 0958."}], "params": {"labels": ["PERSON", "PHONE_NUMBER"]}}))]
 #[serde(deny_unknown_fields)]
 pub struct ExtractRequestWire {
     #[schema(value_type = Vec<SieItemWire>, min_items = 1)]

@@ -147,4 +147,87 @@ mod tests {
             "{openai}"
         );
     }
+
+    /// The document is written from the types the decoders read: every example it carries
+    /// decodes with the decoder of its body, and each request body has one.
+    #[test]
+    fn every_example_in_the_document_decodes() {
+        use protocol::request::{parse_decision_body, Schema, SystemOneBatch};
+        use protocol::{bundle, encoder, sie};
+        use serde_json::Value;
+        use utoipa::OpenApi;
+
+        fn decision(v: &Value) -> Result<(), String> {
+            for schema in [Schema::Internal, Schema::V5] {
+                parse_decision_body(v, schema).map_err(|e| e.message)?;
+            }
+            Ok(())
+        }
+        let doc = serde_json::to_value(super::ApiDoc::openapi()).unwrap();
+        let mut decoded = Vec::new();
+        for (name, schema) in doc["components"]["schemas"].as_object().unwrap() {
+            let Some(example) = schema.get("example") else {
+                continue;
+            };
+            let r: Result<(), String> = match name.as_str() {
+                "DecisionRequestWire" => decision(example),
+                "SystemOneBatchWire" => SystemOneBatch::parse(example)
+                    .map_err(|e| e.message)
+                    .and_then(|b| b.requests.iter().try_for_each(|(_, r)| decision(r))),
+                "EmbeddingsRequestWire" => encoder::EmbeddingsRequest::parse(example)
+                    .map(drop)
+                    .map_err(|e| e.message),
+                "RerankRequestWire" => encoder::RerankRequest::parse(example)
+                    .map(drop)
+                    .map_err(|e| e.message),
+                "ClassifyRequestWire" => encoder::ClassifyRequest::parse(example)
+                    .map(drop)
+                    .map_err(|e| e.message),
+                "EncodeRequestWire" => sie::EncodeRequest::parse(example)
+                    .map(drop)
+                    .map_err(|e| e.message),
+                "ScoreRequestWire" => sie::ScoreRequest::parse(example)
+                    .map(drop)
+                    .map_err(|e| e.message),
+                "ExtractRequestWire" => sie::ExtractRequest::parse(example)
+                    .map(drop)
+                    .map_err(|e| e.message),
+                "BundleRequestWire" => bundle::BundleRequest::parse(example, 8)
+                    .map_err(|e| e.message)
+                    .and_then(|b| {
+                        b.tasks.iter().try_for_each(|t| match t.kind {
+                            bundle::TaskKind::Decisions => decision(&t.body),
+                            bundle::TaskKind::Classify => encoder::ClassifyRequest::parse(&t.body)
+                                .map(drop)
+                                .map_err(|e| e.message),
+                            bundle::TaskKind::Embeddings => {
+                                encoder::EmbeddingsRequest::parse(&t.body)
+                                    .map(drop)
+                                    .map_err(|e| e.message)
+                            }
+                            bundle::TaskKind::Rerank => encoder::RerankRequest::parse(&t.body)
+                                .map(drop)
+                                .map_err(|e| e.message),
+                        })
+                    }),
+                other => Err(format!("no decoder is named for {other}'s example")),
+            };
+            assert_eq!(r, Ok(()), "{name}: {example}");
+            decoded.push(name.clone());
+        }
+        // Every request body the document describes carries an example.
+        for name in [
+            "DecisionRequestWire",
+            "SystemOneBatchWire",
+            "EmbeddingsRequestWire",
+            "RerankRequestWire",
+            "ClassifyRequestWire",
+            "EncodeRequestWire",
+            "ScoreRequestWire",
+            "ExtractRequestWire",
+            "BundleRequestWire",
+        ] {
+            assert!(decoded.iter().any(|d| d == name), "{name} has no example");
+        }
+    }
 }
