@@ -6,9 +6,11 @@
 
 use protocol::answer::{BatchResponse, DecisionResponse, SpanFound};
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
-use protocol::request::{parse_decision_body, DecisionBody, Schema, Window};
+use protocol::request::{
+    DecisionBody, DecisionRequest, Options, Overflow, Question, QuestionKind, Roles, Window,
+};
 use protocol::{Answer, Ordered, ProtocolError};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// The question asked of each (query, document) pair.
 pub const RELEVANCE: &str =
@@ -25,17 +27,24 @@ const RELEVANT: &str = "relevant";
 /// The batch that asks the relevance of each document to `query`, one state per document
 /// (`{query, document}`), each read in part when it is too long rather than refused.
 pub fn relevance_batch(query: &str, documents: &[String]) -> Result<DecisionBody, ProtocolError> {
-    let states: Map<String, Value> = documents
+    let relevant = Question::asked(
+        QuestionKind::Noul {
+            when_false: None,
+            when_true: None,
+        },
+        Some(RELEVANCE),
+        None,
+        Overflow::Truncate,
+    );
+    let entries = documents
         .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let q = json!({"type": "noul", "instructions": RELEVANCE, "overflow": "truncate"});
-            let entry =
-                json!({"state": {"query": query, "document": d}, "questions": {RELEVANT: q}});
-            (i.to_string(), entry)
+        .map(|d| {
+            let state = json!({"query": query, "document": d});
+            let asked = vec![(RELEVANT.to_string(), Ok(relevant.clone()))];
+            DecisionRequest::asked(state, Roles::Absent, asked)
         })
         .collect();
-    parse_decision_body(&json!({ "states": states }), Schema::Internal)
+    DecisionBody::batch_of(entries, Options::default())
 }
 
 /// Each document's probability of relevance, in document order; the first document whose
@@ -88,51 +97,47 @@ pub enum Read {
 }
 
 impl Ask<'_> {
-    /// The question asked of each input; `overflow` as the endpoint accepted it.
-    pub fn question(&self, overflow: Option<&str>) -> Value {
-        let criteria = |labels: &[String]| -> Map<String, Value> {
-            labels.iter().map(|l| (l.clone(), Value::Null)).collect()
-        };
-        let mut q = match *self {
+    /// The question asked of each input, read as `overflow` says; a label list the question
+    /// cannot take fails it in place, as a body's would.
+    pub fn question(&self, overflow: Overflow) -> Result<Question, QuestionFailure> {
+        let names = |labels: &[String]| labels.iter().map(|l| (l.clone(), None)).collect();
+        let (kind, instructions, preset) = match *self {
             Ask::Choice {
                 labels,
                 instructions,
-            } => json!({"type": "choice", "criteria": criteria(labels),
-                "instructions": instructions.unwrap_or(CHOOSE_LABEL)}),
+            } => (
+                QuestionKind::choice(names(labels))?,
+                Some(instructions.unwrap_or(CHOOSE_LABEL)),
+                None,
+            ),
             Ask::Set {
                 labels,
                 instructions,
-            } => json!({"type": "set", "criteria": criteria(labels),
-                "instructions": instructions.unwrap_or(APPLY_LABELS)}),
+            } => (
+                QuestionKind::set(names(labels))?,
+                Some(instructions.unwrap_or(APPLY_LABELS)),
+                None,
+            ),
             Ask::Spans {
                 labels,
                 preset,
                 instructions,
             } => {
-                let mut q = json!({"type": "span"});
-                match preset {
-                    Some(p) if labels.is_empty() => q["preset"] = json!(p),
-                    _ => q["criteria"] = json!(labels),
-                }
-                if let Some(i) = instructions {
-                    q["instructions"] = json!(i);
-                }
-                q
+                // A preset stands for its labels only when none are given.
+                let preset = preset.filter(|_| labels.is_empty());
+                (
+                    QuestionKind::span(names(labels), preset.is_some())?,
+                    instructions,
+                    preset,
+                )
             }
         };
-        if let Some(o) = overflow {
-            q["overflow"] = json!(o);
-        }
-        q
+        Ok(Question::asked(kind, instructions, preset, overflow))
     }
 
-    /// One batch entry: `state` (with its `roles`, if any) asked this question.
-    pub fn entry(&self, state: Value, roles: Option<Value>, overflow: Option<&str>) -> Value {
-        let mut entry = json!({"state": state, "questions": {ASKED: self.question(overflow)}});
-        if let Some(roles) = roles {
-            entry["roles"] = roles;
-        }
-        entry
+    /// One batch entry: `state` (with its `roles`) asked this question.
+    pub fn entry(&self, state: Value, roles: Roles, overflow: Overflow) -> DecisionRequest {
+        DecisionRequest::asked(state, roles, vec![(ASKED.into(), self.question(overflow))])
     }
 
     /// Read one input's answer.
@@ -181,28 +186,16 @@ impl Ask<'_> {
 /// The batch of `entries` (from [`Ask::entry`]), keyed by their index, with a deadline and the
 /// windows questions with `overflow: window` read.
 pub fn batch(
-    entries: Vec<Value>,
+    entries: Vec<DecisionRequest>,
     deadline_ms: Option<u64>,
     window: Option<Window>,
 ) -> Result<DecisionBody, ProtocolError> {
-    let states: Map<String, Value> = entries
-        .into_iter()
-        .enumerate()
-        .map(|(i, e)| (i.to_string(), e))
-        .collect();
-    let mut options = Map::new();
-    if let Some(d) = deadline_ms {
-        options.insert("deadline_ms".into(), json!(d));
-    }
-    if let Some(w) = window {
-        let mut window = json!({ "tokens": w.tokens });
-        if let Some(o) = w.overlap {
-            window["overlap"] = json!(o);
-        }
-        options.insert("window".into(), window);
-    }
-    let body = json!({ "states": states, "options": options });
-    parse_decision_body(&body, Schema::Internal)
+    let options = Options {
+        deadline_ms,
+        window,
+        ..Options::default()
+    };
+    DecisionBody::batch_of(entries, options)
 }
 
 fn no_answer(message: &str) -> QuestionFailure {
@@ -315,9 +308,13 @@ mod tests {
             instructions: None,
         };
         let entries = vec![
-            choice.entry(json!("t"), None, Some("window")),
-            set.entry(json!("t"), None, None),
-            spans.entry(json!({"user": "t"}), Some(json!({"user": "user"})), None),
+            choice.entry(json!("t"), Roles::Absent, Overflow::Window),
+            set.entry(json!("t"), Roles::Absent, Overflow::Reject),
+            spans.entry(
+                json!({"user": "t"}),
+                Roles::Map(vec![("user".into(), protocol::request::Role::User)]),
+                Overflow::Reject,
+            ),
         ];
         let window = Window {
             tokens: 64,
@@ -334,12 +331,20 @@ mod tests {
         );
         assert_eq!(body.options().deadline_ms, Some(500));
         assert_eq!(body.options().window, Some(window));
-        assert_eq!(
-            choice.question(Some("window"))["instructions"],
-            CHOOSE_LABEL
-        );
-        assert_eq!(choice.question(Some("window"))["overflow"], "window");
-        assert_eq!(spans.question(None)["preset"], "pii");
+        let q = choice.question(Overflow::Window).expect("a valid choice");
+        assert_eq!(q.instructions.as_deref(), Some(CHOOSE_LABEL));
+        assert_eq!(q.overflow, Overflow::Window);
+        let q = spans
+            .question(Overflow::Reject)
+            .expect("a valid span question");
+        assert_eq!(q.preset.as_deref(), Some("pii"));
+        // Labels a question cannot take fail it in place, as in a body.
+        let one = vec!["only".to_string()];
+        let lone = Ask::Choice {
+            labels: &one,
+            instructions: None,
+        };
+        assert!(lone.question(Overflow::Reject).is_err());
 
         // A choice reads its probabilities highest first.
         let probs = Ordered(vec![("pos".into(), 0.2), ("neg".into(), 0.8)]);

@@ -16,6 +16,7 @@ use utoipa::openapi::{ObjectBuilder, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::error::ProtocolError;
+use crate::request::{Role, Roles};
 use crate::wire::{decode, malformed};
 
 /// `POST /v1/embeddings`.
@@ -289,21 +290,22 @@ impl ClassifyInput {
         }
     }
 
-    /// The roles of a grounded input's parts (`question` is the user's).
-    pub fn roles(&self) -> Option<Value> {
+    /// The roles of a grounded input's parts (`question` is the user's); none for the others.
+    pub fn roles(&self) -> Roles {
         let ClassifyInput::Grounded(o) = self else {
-            return None;
+            return Roles::Absent;
         };
-        let roles: Map<String, Value> = [
-            ("context", "context"),
-            ("question", "user"),
-            ("answer", "answer"),
-        ]
-        .into_iter()
-        .filter(|(k, _)| o.contains_key(*k))
-        .map(|(k, r)| (k.to_string(), Value::String(r.into())))
-        .collect();
-        Some(Value::Object(roles))
+        Roles::Map(
+            [
+                ("context", Role::Context),
+                ("question", Role::User),
+                ("answer", Role::Answer),
+            ]
+            .into_iter()
+            .filter(|(k, _)| o.contains_key(*k))
+            .map(|(k, r)| (k.to_string(), r))
+            .collect(),
+        )
     }
 }
 
@@ -639,10 +641,14 @@ mod tests {
         .unwrap();
         assert_eq!(r.input.len(), 3);
         assert_eq!(r.input[0].state(), json!("a"));
-        assert_eq!(r.input[1].roles(), None);
+        assert_eq!(r.input[1].roles(), Roles::Absent);
         assert_eq!(
             r.input[2].roles(),
-            Some(json!({"context": "context", "question": "user", "answer": "answer"}))
+            Roles::Map(vec![
+                ("context".into(), Role::Context),
+                ("question".into(), Role::User),
+                ("answer".into(), Role::Answer)
+            ])
         );
         assert_eq!(
             r.options,

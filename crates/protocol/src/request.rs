@@ -944,16 +944,7 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         }
     };
     let kind = match t {
-        "choice" => {
-            let options = keyed_options(obj, "choices", "option")?;
-            if options.len() < 2 || options.len() > MAX_OPTIONS {
-                return Err(QuestionFailure::malformed(format!(
-                    "a choice takes 2 to {MAX_OPTIONS} options in criteria; got {}",
-                    options.len()
-                )));
-            }
-            QuestionKind::Choice { options }
-        }
+        "choice" => choice_kind(keyed_options(obj, "choices", "option")?)?,
         "noul" => {
             let criteria = if obj.contains_key("choices") {
                 keyed_options(obj, "choices", "outcome")?
@@ -1025,22 +1016,13 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             }
             QuestionKind::Score { levels: out }
         }
-        "set" | "span" => {
-            let labels = keyed_options(obj, "labels", "label")?;
-            // A span question that names a preset may leave its labels to the preset.
-            let preset_labels = t == "span" && preset.is_some() && labels.is_empty();
-            if (labels.is_empty() && !preset_labels) || labels.len() > MAX_OPTIONS {
-                return Err(QuestionFailure::malformed(format!(
-                    "a {t} takes 1 to {MAX_OPTIONS} labels in criteria; got {}",
-                    labels.len()
-                )));
-            }
-            if t == "set" {
-                QuestionKind::Set { labels, threshold }
-            } else {
-                QuestionKind::Span { labels, threshold }
-            }
-        }
+        // A span question that names a preset may leave its labels to the preset.
+        "set" | "span" => labels_kind(
+            t,
+            keyed_options(obj, "labels", "label")?,
+            threshold,
+            preset.is_some(),
+        )?,
         "box" => {
             if instructions.is_none() {
                 return Err(QuestionFailure::malformed(
@@ -1075,6 +1057,185 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         require_full_input,
         decision_adapter,
     })
+}
+
+/// Names given without descriptions (`["PERSON", "EMAIL_ADDRESS"]`): each a non-empty string,
+/// none twice.
+fn named<'a>(
+    names: impl IntoIterator<Item = Option<&'a str>>,
+    what: &str,
+) -> Result<Vec<(String, Option<String>)>, QuestionFailure> {
+    let mut out: Vec<(String, Option<String>)> = Vec::new();
+    for (i, n) in names.into_iter().enumerate() {
+        match n {
+            Some(k) if !k.is_empty() => {
+                if out.iter().any(|(o, _)| o == k) {
+                    return Err(QuestionFailure::malformed(format!(
+                        "criteria names {what} {k:?} twice"
+                    )));
+                }
+                out.push((k.to_string(), None));
+            }
+            _ => {
+                return Err(QuestionFailure::malformed(format!(
+                    "criteria[{i}] must be a non-empty {what} name"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A choice among `options`: 2 to [`MAX_OPTIONS`] of them.
+fn choice_kind(options: Vec<(String, Option<String>)>) -> Result<QuestionKind, QuestionFailure> {
+    if options.len() < 2 || options.len() > MAX_OPTIONS {
+        return Err(QuestionFailure::malformed(format!(
+            "a choice takes 2 to {MAX_OPTIONS} options in criteria; got {}",
+            options.len()
+        )));
+    }
+    Ok(QuestionKind::Choice { options })
+}
+
+/// A set or span question (`t`) over `labels`: 1 to [`MAX_OPTIONS`] of them, or none for a
+/// span question that names a preset (its labels are the preset's).
+fn labels_kind(
+    t: &str,
+    labels: Vec<(String, Option<String>)>,
+    threshold: Option<f64>,
+    preset: bool,
+) -> Result<QuestionKind, QuestionFailure> {
+    let preset_labels = t == "span" && preset && labels.is_empty();
+    if (labels.is_empty() && !preset_labels) || labels.len() > MAX_OPTIONS {
+        return Err(QuestionFailure::malformed(format!(
+            "a {t} takes 1 to {MAX_OPTIONS} labels in criteria; got {}",
+            labels.len()
+        )));
+    }
+    Ok(if t == "set" {
+        QuestionKind::Set { labels, threshold }
+    } else {
+        QuestionKind::Span { labels, threshold }
+    })
+}
+
+/// Options or labels the runtime names itself: each name non-empty and given once; a blank
+/// description is none, as in a body.
+fn runtime_names(
+    names: Vec<(String, Option<String>)>,
+    what: &str,
+) -> Result<Vec<(String, Option<String>)>, QuestionFailure> {
+    let checked = named(names.iter().map(|(n, _)| Some(n.as_str())), what)?;
+    Ok(checked
+        .into_iter()
+        .zip(names)
+        .map(|((n, _), (_, d))| (n, d.filter(|d| !d.trim().is_empty())))
+        .collect())
+}
+
+impl QuestionKind {
+    /// A choice among `options` (names and descriptions), checked as a body's criteria are.
+    pub fn choice(options: Vec<(String, Option<String>)>) -> Result<Self, QuestionFailure> {
+        choice_kind(runtime_names(options, "option")?)
+    }
+
+    /// A set question over `labels`, checked as a body's criteria are.
+    pub fn set(labels: Vec<(String, Option<String>)>) -> Result<Self, QuestionFailure> {
+        labels_kind("set", runtime_names(labels, "label")?, None, false)
+    }
+
+    /// A span question over `labels`, or over a preset's labels when `labels` is empty and
+    /// `preset` is true.
+    pub fn span(
+        labels: Vec<(String, Option<String>)>,
+        preset: bool,
+    ) -> Result<Self, QuestionFailure> {
+        labels_kind("span", runtime_names(labels, "label")?, None, preset)
+    }
+}
+
+impl Question {
+    /// A question the runtime asks itself (the recipes of rerank, classify and SIE), built
+    /// from its parts rather than read from a body.
+    pub fn asked(
+        kind: QuestionKind,
+        instructions: Option<&str>,
+        preset: Option<&str>,
+        overflow: Overflow,
+    ) -> Question {
+        Question {
+            kind,
+            instructions: instructions
+                .filter(|i| !i.trim().is_empty())
+                .map(String::from),
+            preset: preset.map(String::from),
+            over: None,
+            overflow,
+            require_full_input: false,
+            decision_adapter: false,
+        }
+    }
+}
+
+/// A question the runtime asks, by its id (or the reason it cannot be asked).
+pub type Asked = (String, Result<Question, QuestionFailure>);
+
+impl DecisionRequest {
+    /// One state with its questions, asked by the runtime itself.
+    pub fn asked(state: Value, roles: Roles, questions: Vec<Asked>) -> DecisionRequest {
+        DecisionRequest {
+            model: None,
+            state,
+            roles,
+            questions: questions
+                .into_iter()
+                .map(|(id, question)| QuestionSlot {
+                    id,
+                    type_word: question
+                        .as_ref()
+                        .map_or("", |q| q.kind.type_name())
+                        .to_string(),
+                    images: 0,
+                    question,
+                })
+                .collect(),
+            options: Options::default(),
+            images: 0,
+            videos: 0,
+        }
+    }
+}
+
+impl DecisionBody {
+    /// A batch of `entries` named by their index, with `options`: the states' sizes and the
+    /// batch's counts checked as a body's are.
+    pub fn batch_of(
+        entries: Vec<DecisionRequest>,
+        options: Options,
+    ) -> Result<Self, ProtocolError> {
+        crate::limits::check_counts(entries.len(), 0, 0, 0)?;
+        for (i, r) in entries.iter().enumerate() {
+            crate::limits::check_state(&r.state, &format!("states.{i}.state"))?;
+        }
+        crate::limits::check_counts(
+            entries.len(),
+            entries.iter().map(|r| r.questions.len()).sum(),
+            0,
+            0,
+        )?;
+        Ok(DecisionBody::Batch {
+            model: None,
+            entries: entries
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut r)| {
+                    r.options = options.clone();
+                    (i.to_string(), r)
+                })
+                .collect(),
+            options,
+        })
+    }
 }
 
 /// Options given as `criteria: {key: description}` or, in legacy forms,
@@ -1147,25 +1308,7 @@ fn keyed_options(
         }
         // Labels may be named without descriptions: `["PERSON", "EMAIL_ADDRESS"]`.
         Some(Value::Array(names)) if what == "label" => {
-            let mut out: Vec<(String, Option<String>)> = Vec::with_capacity(names.len());
-            for (i, n) in names.iter().enumerate() {
-                match n.as_str() {
-                    Some(k) if !k.is_empty() => {
-                        if out.iter().any(|(o, _)| o == k) {
-                            return Err(QuestionFailure::malformed(format!(
-                                "criteria names {what} {k:?} twice"
-                            )));
-                        }
-                        out.push((k.to_string(), None));
-                    }
-                    _ => {
-                        return Err(QuestionFailure::malformed(format!(
-                            "criteria[{i}] must be a non-empty {what} name"
-                        )))
-                    }
-                }
-            }
-            Ok(out)
+            named(names.iter().map(Value::as_str), what)
         }
         Some(_) => Err(QuestionFailure::malformed(format!(
             "criteria must be an object of {what} names to descriptions"

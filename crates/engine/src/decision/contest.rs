@@ -14,9 +14,11 @@
 
 use std::sync::Arc;
 
-use protocol::request::DecisionBody;
+use protocol::request::{
+    Asked, DecisionBody, DecisionRequest, Overflow, Question, QuestionKind, Roles,
+};
 use protocol::{Answer, DecisionResponse, SpanFound};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use crate::span::CopySteer;
 
@@ -116,7 +118,7 @@ fn check_id(i: usize) -> String {
 pub(super) fn checks(
     contests: &[Contest],
 ) -> Result<(DecisionBody, Vec<(usize, String)>), protocol::ProtocolError> {
-    let mut entries: Vec<(usize, &str, Map<String, Value>)> = Vec::new();
+    let mut entries: Vec<(usize, &str, Vec<Asked>)> = Vec::new();
     let mut asked = Vec::with_capacity(contests.len());
     for c in contests {
         let at = match entries
@@ -125,25 +127,23 @@ pub(super) fn checks(
         {
             Some(at) => at,
             None => {
-                entries.push((c.request, &c.state, Map::new()));
+                entries.push((c.request, &c.state, Vec::new()));
                 entries.len() - 1
             }
         };
-        let criteria: Map<String, Value> = c
-            .labels
-            .iter()
-            .map(|(l, d)| (l.clone(), d.as_ref().map_or(Value::Null, |d| json!(d))))
-            .collect();
         let questions = &mut entries[at].2;
         let id = check_id(questions.len());
-        let q = json!({"type": "choice", "criteria": criteria,
-            "instructions": format!("What is \"{}\" in the text?", c.place)});
-        questions.insert(id.clone(), q);
+        let instructions = format!("What is \"{}\" in the text?", c.place);
+        let q = QuestionKind::choice(c.labels.clone())
+            .map(|kind| Question::asked(kind, Some(&instructions), None, Overflow::Reject));
+        questions.push((id.clone(), q));
         asked.push((at, id));
     }
     let entries = entries
         .into_iter()
-        .map(|(_, state, questions)| json!({"state": state, "questions": questions}))
+        .map(|(_, state, questions)| {
+            DecisionRequest::asked(Value::String(state.to_string()), Roles::Absent, questions)
+        })
         .collect();
     let body = crate::recipes::batch(entries, None, None)?;
     Ok((body, asked))

@@ -13,6 +13,7 @@ use protocol::encoder::{
     RerankRequest,
 };
 use protocol::error::ErrorCode;
+use protocol::request::Overflow;
 use serde_json::{json, Value};
 
 use crate::calls::CoreResult;
@@ -345,9 +346,9 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
     };
     let o = &req.options;
     let overflow = match o.overflow {
-        ClassifyOverflow::Reject => None,
-        ClassifyOverflow::Truncate => Some("truncate"),
-        ClassifyOverflow::Window => Some("window"),
+        ClassifyOverflow::Reject => Overflow::Reject,
+        ClassifyOverflow::Truncate => Overflow::Truncate,
+        ClassifyOverflow::Window => Overflow::Window,
     };
     // Windows no larger than what the backbone reads with the question (the engine caps them
     // there); by default an eighth of the window it reads overlaps.

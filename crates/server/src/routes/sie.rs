@@ -19,6 +19,7 @@ use engine::generate::{collect, Finish};
 use engine::recipes::{self, Ask};
 use engine::{EngineError, GenEvent, Timings};
 use protocol::openai::{SieGenerateRequest, SieGenerateResponse, Usage};
+use protocol::request::{Overflow, Roles};
 use protocol::sie::{
     EncodeRequest, ExtractRequest, ExtractTask, OutputDtype, OverflowPolicy, ScoreRequest,
 };
@@ -88,11 +89,11 @@ where
 /// passes the text as the model allows, so the backbone reads all of it, in windows when it is
 /// longer than one input (up to its scan budget); `truncate_text` reads its head; `error`
 /// refuses a text longer than one input.
-fn backbone_overflow(policy: OverflowPolicy) -> &'static str {
+fn backbone_overflow(policy: OverflowPolicy) -> Overflow {
     match policy {
-        OverflowPolicy::Default => "window",
-        OverflowPolicy::TruncateText => "truncate",
-        OverflowPolicy::Error => "reject",
+        OverflowPolicy::Default => Overflow::Window,
+        OverflowPolicy::TruncateText => Overflow::Truncate,
+        OverflowPolicy::Error => Overflow::Reject,
     }
 }
 
@@ -270,7 +271,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> CoreResult
         match it {
             Ok(it) => {
                 asked.push(i);
-                entries.push(ask.entry(json!(it.text), None, Some(overflow)));
+                entries.push(ask.entry(json!(it.text), Roles::Absent, overflow));
             }
             Err(e) => {
                 out[i] = Some(
@@ -659,10 +660,16 @@ mod tests {
                 .map(|r| super::backbone_overflow(r.overflow))
                 .map_err(|e| crate::error::ApiError::from(e).status.as_u16())
         };
-        assert_eq!(of(json!(null)), Ok("window"));
-        assert_eq!(of(json!("default")), Ok("window"));
-        assert_eq!(of(json!("truncate_text")), Ok("truncate"));
-        assert_eq!(of(json!("error")), Ok("reject"));
+        assert_eq!(of(json!(null)), Ok(protocol::request::Overflow::Window));
+        assert_eq!(
+            of(json!("default")),
+            Ok(protocol::request::Overflow::Window)
+        );
+        assert_eq!(
+            of(json!("truncate_text")),
+            Ok(protocol::request::Overflow::Truncate)
+        );
+        assert_eq!(of(json!("error")), Ok(protocol::request::Overflow::Reject));
         assert_eq!(of(json!("cut")), Err(400));
     }
 }
