@@ -153,15 +153,45 @@ mod tests {
     #[test]
     fn every_example_in_the_document_decodes() {
         use protocol::request::{parse_decision_body, Schema, SystemOneBatch};
-        use protocol::{bundle, encoder, sie};
+        use protocol::{bundle, encoder, sie, ProtocolError};
         use serde_json::Value;
         use utoipa::OpenApi;
 
-        fn decision(v: &Value) -> Result<(), String> {
-            for schema in [Schema::Internal, Schema::V5] {
-                parse_decision_body(v, schema).map_err(|e| e.message)?;
+        fn ok<T>(r: Result<T, ProtocolError>) -> Result<(), String> {
+            r.map(drop).map_err(|e| e.message)
+        }
+        /// Decode `v` as the body whose wire type is `name`.
+        fn decodes(name: &str, v: &Value) -> Result<(), String> {
+            match name {
+                "DecisionRequestWire" => [Schema::Internal, Schema::V5]
+                    .into_iter()
+                    .try_for_each(|s| ok(parse_decision_body(v, s))),
+                "SystemOneBatchWire" => SystemOneBatch::parse(v)
+                    .map_err(|e| e.message)?
+                    .requests
+                    .iter()
+                    .try_for_each(|(_, r)| decodes("DecisionRequestWire", r)),
+                "EmbeddingsRequestWire" => ok(encoder::EmbeddingsRequest::parse(v)),
+                "RerankRequestWire" => ok(encoder::RerankRequest::parse(v)),
+                "ClassifyRequestWire" => ok(encoder::ClassifyRequest::parse(v)),
+                "EncodeRequestWire" => ok(sie::EncodeRequest::parse(v)),
+                "ScoreRequestWire" => ok(sie::ScoreRequest::parse(v)),
+                "ExtractRequestWire" => ok(sie::ExtractRequest::parse(v)),
+                "BundleRequestWire" => bundle::BundleRequest::parse(v, 8)
+                    .map_err(|e| e.message)?
+                    .tasks
+                    .iter()
+                    .try_for_each(|t| {
+                        let name = match t.kind {
+                            bundle::TaskKind::Decisions => "DecisionRequestWire",
+                            bundle::TaskKind::Classify => "ClassifyRequestWire",
+                            bundle::TaskKind::Embeddings => "EmbeddingsRequestWire",
+                            bundle::TaskKind::Rerank => "RerankRequestWire",
+                        };
+                        decodes(name, &t.body)
+                    }),
+                other => Err(format!("no decoder is named for {other}'s example")),
             }
-            Ok(())
         }
         let doc = serde_json::to_value(super::ApiDoc::openapi()).unwrap();
         let mut decoded = Vec::new();
@@ -169,50 +199,7 @@ mod tests {
             let Some(example) = schema.get("example") else {
                 continue;
             };
-            let r: Result<(), String> = match name.as_str() {
-                "DecisionRequestWire" => decision(example),
-                "SystemOneBatchWire" => SystemOneBatch::parse(example)
-                    .map_err(|e| e.message)
-                    .and_then(|b| b.requests.iter().try_for_each(|(_, r)| decision(r))),
-                "EmbeddingsRequestWire" => encoder::EmbeddingsRequest::parse(example)
-                    .map(drop)
-                    .map_err(|e| e.message),
-                "RerankRequestWire" => encoder::RerankRequest::parse(example)
-                    .map(drop)
-                    .map_err(|e| e.message),
-                "ClassifyRequestWire" => encoder::ClassifyRequest::parse(example)
-                    .map(drop)
-                    .map_err(|e| e.message),
-                "EncodeRequestWire" => sie::EncodeRequest::parse(example)
-                    .map(drop)
-                    .map_err(|e| e.message),
-                "ScoreRequestWire" => sie::ScoreRequest::parse(example)
-                    .map(drop)
-                    .map_err(|e| e.message),
-                "ExtractRequestWire" => sie::ExtractRequest::parse(example)
-                    .map(drop)
-                    .map_err(|e| e.message),
-                "BundleRequestWire" => bundle::BundleRequest::parse(example, 8)
-                    .map_err(|e| e.message)
-                    .and_then(|b| {
-                        b.tasks.iter().try_for_each(|t| match t.kind {
-                            bundle::TaskKind::Decisions => decision(&t.body),
-                            bundle::TaskKind::Classify => encoder::ClassifyRequest::parse(&t.body)
-                                .map(drop)
-                                .map_err(|e| e.message),
-                            bundle::TaskKind::Embeddings => {
-                                encoder::EmbeddingsRequest::parse(&t.body)
-                                    .map(drop)
-                                    .map_err(|e| e.message)
-                            }
-                            bundle::TaskKind::Rerank => encoder::RerankRequest::parse(&t.body)
-                                .map(drop)
-                                .map_err(|e| e.message),
-                        })
-                    }),
-                other => Err(format!("no decoder is named for {other}'s example")),
-            };
-            assert_eq!(r, Ok(()), "{name}: {example}");
+            assert_eq!(decodes(name, example), Ok(()), "{name}: {example}");
             decoded.push(name.clone());
         }
         // Every request body the document describes carries an example.
