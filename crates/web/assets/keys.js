@@ -184,14 +184,17 @@
     });
     // The one-time link an older site's Keys page sends (/keys#add=KEY): the key never goes
     // to the server in the address, and leaves the address bar and history at once.
+    // Says whether it added one; the caller renders the list once.
     async function fromLink() {
       const m = location.hash.match(/^#add=([A-Za-z0-9_-]+)$/);
-      if (!m) return;
+      if (!m) return false;
       history.replaceState(null, "", location.pathname);
       await addKey(m[1]);
-      render();
+      return true;
     }
-    window.addEventListener("hashchange", fromLink);
+    window.addEventListener("hashchange", async () => {
+      if (await fromLink()) render();
+    });
     await fromLink();
     render();
   });
