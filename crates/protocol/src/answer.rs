@@ -1,6 +1,9 @@
 //! Answer and response types.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::error::QuestionFailure;
@@ -137,7 +140,7 @@ pub struct SpanFound {
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct DecisionResponse {
     pub model: String,
-    #[schema(value_type = std::collections::HashMap<String, crate::schema::AnswerDoc>)]
+    #[schema(value_type = std::collections::HashMap<String, AnswerDoc>)]
     pub answers: Ordered<AnswerEntry>,
     #[serde(skip_serializing_if = "Ordered::is_empty")]
     #[schema(value_type = Option<std::collections::HashMap<String, SetResult>>)]
@@ -175,4 +178,67 @@ pub struct BatchResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub meta: Option<serde_json::Value>,
+}
+
+// What this module's endpoints answer, for the OpenAPI document (the bodies are written by
+// hand, in the order the spec shows).
+
+/// One entry of `answers`: a typed answer, or the question's error in place.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum AnswerDoc {
+    Choice(ChoiceDoc),
+    Noul(NoulDoc),
+    Score(ScoreDoc),
+    Failed(FailedDoc),
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ChoiceDoc {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub choice: String,
+    pub probabilities: HashMap<String, f64>,
+    pub confidence: f64,
+    pub input_coverage: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NoulDoc {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub noul: f64,
+    pub input_coverage: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ScoreDoc {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub score: f64,
+    pub probabilities: HashMap<String, f64>,
+    pub confidence: f64,
+    pub legend: HashMap<String, String>,
+    pub input_coverage: Option<String>,
+}
+
+/// A question without an answer.
+#[derive(Serialize, ToSchema)]
+pub struct FailedDoc {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// invalid_question, invalid_input, max_length_exceeded, scan_budget_exceeded,
+    /// invalid_model_output, deadline_exceeded or unavailable.
+    pub error: String,
+    /// A fixed word; never request data.
+    pub reason: String,
+    pub message: String,
+    pub limit: Option<u64>,
+}
+
+/// Each named request's response body; a failed one carries its error body and `status`.
+#[derive(Serialize, ToSchema)]
+pub struct SystemOneBatchResponseDoc {
+    #[schema(value_type = HashMap<String, Object>)]
+    pub responses: HashMap<String, Value>,
 }

@@ -2,7 +2,7 @@
 //! envelope is decoded here; each task's own body is read by its endpoint's decoder when the
 //! task runs, so a bad task fails alone with the status it would have had alone.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
@@ -128,6 +128,16 @@ impl BundleRequest {
             deadline_ms: w.options.and_then(|o| o.deadline_ms),
         })
     }
+}
+
+// What this module's endpoints answer, for the OpenAPI document (the bodies are written by
+// hand, in the order the spec shows).
+
+#[derive(Serialize, ToSchema)]
+pub struct BundleResponseDoc {
+    /// In task order: `{id, type, status, body}`.
+    #[schema(value_type = Vec<Object>)]
+    pub results: Vec<Value>,
 }
 
 #[cfg(test)]

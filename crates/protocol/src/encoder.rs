@@ -9,7 +9,7 @@
 
 use std::num::NonZeroU64;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::{ObjectBuilder, RefOr};
@@ -459,6 +459,65 @@ impl ClassifyRequest {
 
 /// How errors name the body at its root.
 const BODY: &str = "the request body";
+
+// What this module's endpoints answer, for the OpenAPI document (the bodies are written by
+// hand, in the order the spec shows).
+
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingDoc {
+    pub object: String,
+    pub index: u64,
+    /// A list of numbers, or a base64 string with encoding_format base64.
+    pub embedding: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingsUsageDoc {
+    pub prompt_tokens: u64,
+    pub total_tokens: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EmbeddingsResponseDoc {
+    pub object: String,
+    pub data: Vec<EmbeddingDoc>,
+    pub model: String,
+    pub usage: EmbeddingsUsageDoc,
+    #[schema(value_type = Option<Object>)]
+    pub meta: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RerankResultDoc {
+    pub index: u64,
+    pub relevance_score: f64,
+    #[schema(value_type = Option<Object>)]
+    pub document: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct RerankResponseDoc {
+    pub model: String,
+    pub results: Vec<RerankResultDoc>,
+    #[schema(value_type = Object)]
+    pub usage: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ClassifyResponseDoc {
+    pub model: String,
+    pub backbone: String,
+    /// Per input: `{index, label, labels: [{label, score}]}` (a set: `selected`); on a
+    /// token-classification head `{index, spans: [{label, start, end, text, probability}]}`
+    /// (code-point offsets, end exclusive; `truncated` when cut); or
+    /// `{index, error, reason, message}`.
+    #[schema(value_type = Vec<Object>)]
+    pub data: Vec<Value>,
+    #[schema(value_type = Object)]
+    pub usage: Value,
+    #[schema(value_type = Option<Object>)]
+    pub meta: Option<Value>,
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,8 @@
 //! Error codes and fixed reason words. Reason words never carry request data; messages may.
 
 use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 /// Fixed reason words, as the spec names them.
 pub mod reason {
@@ -203,4 +205,23 @@ impl QuestionFailure {
             message,
         )
     }
+}
+
+// What this module's endpoints answer, for the OpenAPI document (the bodies are written by
+// hand, in the order the spec shows).
+
+/// An error body. Under vllm-sr/5.0 on /v1/systemone: the standard `detail` (a list on a 422)
+/// with flat `code`, `reason`, `question`, `state`, `limit`; elsewhere `{"error": {...}}`.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDoc {
+    #[schema(value_type = Option<Object>)]
+    pub error: Option<Value>,
+    /// An object, or on a 422 a list of `{loc, msg, type}`.
+    pub detail: Option<Value>,
+    pub code: Option<String>,
+    pub message: Option<String>,
+    pub reason: Option<String>,
+    pub question: Option<String>,
+    pub state: Option<String>,
+    pub limit: Option<u64>,
 }

@@ -6,7 +6,7 @@
 
 use std::num::NonZeroU64;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
@@ -354,6 +354,53 @@ impl ExtractRequest {
 
 /// How errors name the body at its root.
 const BODY: &str = "the request body";
+
+// What this module's endpoints answer, for the OpenAPI document (the bodies are written by
+// hand, in the order the spec shows).
+
+/// An SIE error: `{"detail": {"code", "message"}}`.
+#[derive(Serialize, ToSchema)]
+pub struct SieErrorDoc {
+    pub detail: SieErrorDetailDoc,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SieErrorDetailDoc {
+    /// MODEL_NOT_FOUND, INVALID_INPUT, INPUT_TOO_LONG, MODEL_NOT_LOADED, MODEL_LOADING,
+    /// MODEL_LOAD_FAILED, QUEUE_FULL, RESOURCE_EXHAUSTED, INFERENCE_ERROR or INTERNAL_ERROR.
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SieEncodeResponseDoc {
+    pub model: String,
+    /// Per item: `{id?, dense: {dims, dtype, values}}`.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<Value>,
+    #[schema(value_type = Option<Object>)]
+    pub timing: Option<Value>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SieScoreResponseDoc {
+    pub model: String,
+    /// The query's `id` as sent (any value), or null.
+    pub query_id: Value,
+    /// `{item_id, score, rank}`, best first.
+    #[schema(value_type = Vec<Object>)]
+    pub scores: Vec<Value>,
+    #[schema(value_type = Object)]
+    pub usage: Value,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SieExtractResponseDoc {
+    pub model: String,
+    /// Per item: `{id, classifications: [{label, score}]}` or `{id, error: {code, message}}`.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<Value>,
+}
 
 #[cfg(test)]
 mod tests {

@@ -43,8 +43,8 @@ use crate::routes::{bundle, decisions, encoders, meta, openai, sie};
         sie::livez,
     ),
     components(schemas(
-        protocol::schema::SieErrorDoc,
-        protocol::schema::SieErrorDetailDoc,
+        protocol::sie::SieErrorDoc,
+        protocol::sie::SieErrorDetailDoc,
         protocol::openai::OpenAiErrorDoc,
         protocol::openai::OpenAiErrorDetailDoc
     ))

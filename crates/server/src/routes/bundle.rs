@@ -24,11 +24,11 @@ use crate::AppState;
 #[utoipa::path(post, path = "/v1/bundle", tag = "encoders",
     request_body = protocol::bundle::BundleRequestWire,
     responses(
-        (status = 200, description = "Each task's status and body, in task order", body = protocol::schema::BundleResponseDoc),
-        (status = 400, description = "invalid_request (too many tasks: reason bundle_tasks)", body = protocol::schema::ErrorDoc),
-        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::schema::ErrorDoc),
-        (status = 413, description = "request_too_large", body = protocol::schema::ErrorDoc),
-        (status = 415, description = "unsupported_media_type", body = protocol::schema::ErrorDoc),
+        (status = 200, description = "Each task's status and body, in task order", body = protocol::bundle::BundleResponseDoc),
+        (status = 400, description = "invalid_request (too many tasks: reason bundle_tasks)", body = protocol::error::ErrorDoc),
+        (status = 408, description = "body_timeout: the body did not arrive within --body-timeout-ms", body = protocol::error::ErrorDoc),
+        (status = 413, description = "request_too_large", body = protocol::error::ErrorDoc),
+        (status = 415, description = "unsupported_media_type", body = protocol::error::ErrorDoc),
     ))]
 pub async fn bundle(
     State(state): State<Arc<AppState>>,

@@ -9,10 +9,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use protocol::answer::DecisionResponse;
+use protocol::answer::SystemOneBatchResponseDoc;
 use protocol::assets::Parts;
 use protocol::error::ErrorCode;
+use protocol::error::ErrorDoc;
 use protocol::request::{Schema, SystemOneBatch, SystemOneBatchWire};
-use protocol::schema::{ErrorDoc, SystemOneBatchResponseDoc};
 use serde_json::{json, Value};
 
 use crate::calls::decide::{answer, Call, Endpoint};

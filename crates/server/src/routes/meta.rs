@@ -8,7 +8,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::ModelState;
 use protocol::error::ErrorCode;
-use protocol::schema::{HealthDoc, ModelListDoc};
+use protocol::listing::{HealthDoc, ModelListDoc};
 use serde_json::{json, Value};
 
 use crate::cards::{listing_entry, stalled, surfaces};

@@ -404,7 +404,7 @@ async fn extract_tagged(m: &engine::EncoderModel, req: &ExtractRequest) -> CoreR
     params(("model" = String, Path, description = "A served model id or alias")),
     request_body(content((protocol::sie::EncodeRequestWire = "application/json"), (protocol::sie::EncodeRequestWire = "application/msgpack"))),
     responses(
-        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieEncodeResponseDoc = "application/msgpack"), (protocol::schema::SieEncodeResponseDoc = "application/json"))),
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::sie::SieEncodeResponseDoc = "application/msgpack"), (protocol::sie::SieEncodeResponseDoc = "application/json"))),
         SieErrors,
     ))]
 pub async fn encode_route(
@@ -424,7 +424,7 @@ pub async fn encode_route(
     params(("model" = String, Path, description = "A served model id or alias")),
     request_body(content((protocol::sie::ScoreRequestWire = "application/json"), (protocol::sie::ScoreRequestWire = "application/msgpack"))),
     responses(
-        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieScoreResponseDoc = "application/msgpack"), (protocol::schema::SieScoreResponseDoc = "application/json"))),
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::sie::SieScoreResponseDoc = "application/msgpack"), (protocol::sie::SieScoreResponseDoc = "application/json"))),
         SieErrors,
     ))]
 pub async fn score_route(
@@ -444,7 +444,7 @@ pub async fn score_route(
     params(("model" = String, Path, description = "A served model id or alias")),
     request_body(content((protocol::sie::ExtractRequestWire = "application/json"), (protocol::sie::ExtractRequestWire = "application/msgpack"))),
     responses(
-        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::SieExtractResponseDoc = "application/msgpack"), (protocol::schema::SieExtractResponseDoc = "application/json"))),
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::sie::SieExtractResponseDoc = "application/msgpack"), (protocol::sie::SieExtractResponseDoc = "application/json"))),
         SieErrors,
     ))]
 pub async fn extract_route(
@@ -463,7 +463,7 @@ pub async fn extract_route(
 #[utoipa::path(get, path = "/v1/models/{model}", tag = "sie",
     params(("model" = String, Path, description = "A served model id or alias")),
     responses(
-        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::schema::ModelEntryDoc = "application/msgpack"), (protocol::schema::ModelEntryDoc = "application/json"))),
+        (status = 200, description = "msgpack by default; JSON with Accept: application/json", content((protocol::listing::ModelEntryDoc = "application/msgpack"), (protocol::listing::ModelEntryDoc = "application/json"))),
         SieErrors,
     ))]
 pub async fn model_route(
