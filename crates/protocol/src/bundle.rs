@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use crate::encoder::{ClassifyRequestWire, EmbeddingsRequestWire, RerankRequestWire};
 use crate::error::{reason, ProtocolError};
 use crate::request::DecisionRequestWire;
-use crate::wire::{decode, malformed};
+use crate::wire::{decode, malformed, BODY};
 
 /// What a task asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +95,7 @@ impl BundleRequest {
             e.limit = Some(max_tasks as u64);
             return Err(e);
         }
-        let w: BundleRequestWire = decode(v, "the request body")?;
+        let w: BundleRequestWire = decode(v, BODY)?;
         if w.tasks.is_empty() {
             return Err(malformed("tasks must be a non-empty list"));
         }

@@ -17,7 +17,7 @@ use utoipa::{PartialSchema, ToSchema};
 
 use crate::error::ProtocolError;
 use crate::request::{Role, Roles};
-use crate::wire::{decode, malformed};
+use crate::wire::{decode, malformed, BODY};
 
 /// `POST /v1/embeddings`.
 #[derive(Debug, Clone, PartialEq)]
@@ -456,9 +456,6 @@ impl ClassifyRequest {
         decode::<ClassifyRequestWire>(v, BODY)?.try_into()
     }
 }
-
-/// How errors name the body at its root.
-const BODY: &str = "the request body";
 
 // What this module's endpoints answer, for the OpenAPI document (the bodies are written by
 // hand, in the order the spec shows).

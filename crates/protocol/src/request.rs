@@ -4,6 +4,7 @@
 //! a [`ProtocolError`]; question-level problems become a [`QuestionFailure`] kept beside the
 //! question's id, so the other questions are still answered.
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema as OpenApiSchema, Type};
@@ -275,17 +276,21 @@ pub struct DecisionRequestWire {
     #[schema(value_type = Option<HashMap<String, Role>>)]
     pub roles: Option<Value>,
     /// Images (and videos) by reference, placed where their references occur.
+    ///
+    /// This and the three members below are read in place from the body's value (base64 text
+    /// and whole batches are not copied into the wire value); the type only says they may be
+    /// given.
     #[schema(value_type = Option<HashMap<String, AssetDoc>>)]
-    pub assets: Option<Value>,
+    pub assets: Option<IgnoredAny>,
     /// 4.0: images as data URLs (a removed form under vllm-sr/5.0).
     #[schema(ignore)]
-    pub images: Option<Value>,
+    pub images: Option<IgnoredAny>,
     /// 4.0: videos as data URLs (a removed form under vllm-sr/5.0).
     #[schema(ignore)]
-    pub videos: Option<Value>,
+    pub videos: Option<IgnoredAny>,
     /// Internal and 4.0: a batch of named requests (under vllm-sr/5.0, `/v1/systemone/batch`).
     #[schema(ignore)]
-    pub states: Option<Value>,
+    pub states: Option<IgnoredAny>,
 }
 
 /// `POST /v1/systemone/batch`: named requests, each answered as it would be alone.
@@ -334,7 +339,7 @@ impl SystemOneBatch {
     }
 }
 
-/// One named request of a batch (`states`).
+/// One named request of a batch (`states`); its `images` and `videos` are read in place.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntryWire {
@@ -342,8 +347,8 @@ pub struct EntryWire {
     pub questions: Option<Value>,
     #[serde(default, deserialize_with = "present")]
     pub roles: Option<Value>,
-    pub images: Option<Value>,
-    pub videos: Option<Value>,
+    pub images: Option<IgnoredAny>,
+    pub videos: Option<IgnoredAny>,
 }
 
 /// `options` of a decision request.
@@ -498,7 +503,7 @@ pub fn parse_decision_body_with(
     }
     let w: DecisionRequestWire = decode_at(value, &[])?;
     let options = options(w.options, schema)?;
-    let assets = assets::parse_assets(w.assets.as_ref(), parts)?;
+    let assets = assets::parse_assets(obj.get("assets"), parts)?;
     let mut used = vec![0usize; assets.len()];
     let top = EntryWire {
         state: w.state,
@@ -507,7 +512,7 @@ pub fn parse_decision_body_with(
         images: w.images,
         videos: w.videos,
     };
-    let body = parse_requests(top, w.states, schema, w.model, options, &assets, &mut used)?;
+    let body = parse_requests(top, obj, schema, w.model, options, &assets, &mut used)?;
     if let Some(i) = used.iter().position(|n| *n == 0) {
         return Err(ProtocolError::invalid(format!(
             "asset {:?} is used nowhere: every asset must be referenced in the state, a question's instructions or its options",
@@ -518,17 +523,18 @@ pub fn parse_decision_body_with(
     Ok(body)
 }
 
-/// One request (`top`), or the batch in `states` (each entry without `roles` takes the top's).
+/// One request (`top`, read from the body `obj`), or the batch in `states` (each entry without
+/// `roles` takes the top's).
 fn parse_requests(
     top: EntryWire,
-    states: Option<Value>,
+    obj: &Map<String, Value>,
     schema: Schema,
     model: Option<String>,
     options: Options,
     assets: &Assets,
     used: &mut [usize],
 ) -> Result<DecisionBody, ProtocolError> {
-    if let Some(states) = states {
+    if let Some(states) = obj.get("states").filter(|s| !s.is_null()) {
         for (member, given) in [
             ("state", top.state.is_some()),
             ("questions", top.questions.is_some()),
@@ -554,11 +560,17 @@ fn parse_requests(
         crate::limits::check_counts(states.len(), 0, 0, 0)?;
         let mut entries = Vec::with_capacity(states.len());
         for (name, entry) in states {
+            let raw = entry.as_object().ok_or_else(|| {
+                ProtocolError::schema(
+                    &["states", name],
+                    format!("states.{name} must be an object"),
+                )
+            })?;
             let mut e: EntryWire = decode_at(entry, &["states", name])?;
             if e.roles.is_none() {
                 e.roles = top.roles.clone();
             }
-            let mut req = parse_single(e, schema, &["states", name], assets, used)?;
+            let mut req = parse_single(e, raw, schema, &["states", name], assets, used)?;
             req.model = model.clone();
             req.options = options.clone();
             entries.push((name.clone(), req));
@@ -576,7 +588,7 @@ fn parse_requests(
             entries,
         });
     }
-    let mut req = parse_single(top, schema, &[], assets, used)?;
+    let mut req = parse_single(top, obj, schema, &[], assets, used)?;
     crate::limits::check_counts(1, req.questions.len(), req.all_images(), req.videos)?;
     req.model = model;
     req.options = options;
@@ -677,8 +689,10 @@ fn parse_roles(value: Option<&Value>) -> Result<Roles, ProtocolError> {
     }
 }
 
+/// One request: `e`, decoded from `raw`, where its data URLs are read in place.
 fn parse_single(
     e: EntryWire,
+    raw: &Map<String, Value>,
     schema: Schema,
     at: &[&str],
     assets: &Assets,
@@ -764,24 +778,24 @@ fn parse_single(
             question,
         });
     }
-    let list = |k: &'static str, v: Option<&Value>| -> Result<Vec<Value>, ProtocolError> {
-        match v {
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(Value::Array(a)) => Ok(a.clone()),
+    let list = |k: &'static str| -> Result<&[Value], ProtocolError> {
+        match raw.get(k) {
+            None | Some(Value::Null) => Ok(&[]),
+            Some(Value::Array(a)) => Ok(a),
             Some(_) => Err(ProtocolError::schema(
                 &loc(k),
                 format!("{k} must be an array"),
             )),
         }
     };
-    let data_urls = list("images", e.images.as_ref())?;
+    let data_urls = list("images")?;
     for (i, v) in data_urls.iter().enumerate() {
         assets::inspect_data_url(v, &format!("images[{i}]"))?;
     }
     let mut uses = vec![0usize; assets.len()];
     assets::count_uses(&state, assets, &mut uses);
     let images = data_urls.len() + add_uses(used, &uses, assets, false);
-    let video_urls = list("videos", e.videos.as_ref())?;
+    let video_urls = list("videos")?;
     for (i, v) in video_urls.iter().enumerate() {
         assets::inspect_video_data_url(v, &format!("videos[{i}]"))?;
     }

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ProtocolError;
-use crate::wire::{decode, malformed};
+use crate::wire::{decode, malformed, BODY};
 
 /// `params.options.overflow_policy`: what a text longer than the model reads at once gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ToSchema)]
@@ -351,9 +351,6 @@ impl ExtractRequest {
         decode::<ExtractRequestWire>(v, BODY)?.try_into()
     }
 }
-
-/// How errors name the body at its root.
-const BODY: &str = "the request body";
 
 // What this module's endpoints answer, for the OpenAPI document (the bodies are written by
 // hand, in the order the spec shows).

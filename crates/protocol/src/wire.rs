@@ -94,8 +94,9 @@ pub fn decode_message<T: DeserializeOwned>(v: &Value) -> Result<T, String> {
     })
 }
 
-/// How errors name a body at its root.
-const BODY: &str = "the request body";
+/// How errors name a body at its root: [`decode`] given this names deeper errors by their path
+/// alone.
+pub(crate) const BODY: &str = "the request body";
 
 /// What serde's first error was.
 enum Fault {
