@@ -15,12 +15,13 @@
 //! alone.
 
 pub mod encoder;
+mod prefix;
 pub use encoder::{LlamaEncoder, LlamaEncoderConfig};
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use engine::backend::{
     Backend, BackendError, BackendInfo, Feed, Generator, Node, RootLogits, Sampled, Sampling,
@@ -69,6 +70,9 @@ pub struct LlamaConfig {
     /// A JSON file keeping those measurements per model file (path, size, modification time,
     /// threads), so a model keeps its choice, and its exact answers, across loads.
     pub probe_cache: Option<PathBuf>,
+    /// Tokens of KV cells the decision prefix cache keeps across requests (0: off); turned
+    /// into bytes with the model's cells per token.
+    pub prefix_cache_tokens: usize,
 }
 
 impl Default for LlamaConfig {
@@ -80,6 +84,7 @@ impl Default for LlamaConfig {
             ubatch: 512,
             flash_attention: None,
             probe_cache: None,
+            prefix_cache_tokens: 16_384,
         }
     }
 }
@@ -152,6 +157,7 @@ impl LlamaBackend {
             flash_attention: config.flash_attention,
             micro_batch_tokens: Some(config.ubatch.min(config.context_tokens) as usize),
             flash_attention_probe: None,
+            prefix_cache_bytes: Some(config.prefix_cache_tokens * kv_bytes_per_token(&model)),
         };
         let mut backend = LlamaBackend {
             model,
@@ -187,6 +193,7 @@ impl LlamaBackend {
             flash_attention: None,
             micro_batch_tokens: None,
             flash_attention_probe: None,
+            prefix_cache_bytes: None,
         };
         Ok(LlamaBackend {
             model,
@@ -272,6 +279,14 @@ impl LlamaBackend {
             .new_context(rt, params)
             .map_err(|e| BackendError::Load(format!("cannot create a llama.cpp context: {e}")))
     }
+}
+
+/// Bytes one token's KV cells take in a decision context: keys and values (F16) of every
+/// layer's key-value heads.
+fn kv_bytes_per_token(model: &LlamaModel) -> usize {
+    let heads = model.n_head().max(1) as usize;
+    let head_dim = model.n_embd().max(0) as usize / heads;
+    model.n_layer() as usize * 2 * head_dim * model.n_head_kv() as usize * 2
 }
 
 /// Tokens of the load-time flash attention measurement.
@@ -482,7 +497,10 @@ impl Backend for LlamaBackend {
             per_seq: per_seq as usize,
             sequences: seqs,
             prefix_len: 0,
+            prefix_cells: None,
             free: (1..seqs as i32).rev().collect(),
+            cache: prefix::PrefixCache::new(self.info.prefix_cache_bytes.unwrap_or(0)),
+            cached: Vec::new(),
         }))
     }
 }
@@ -500,6 +518,12 @@ struct Item<'n> {
     /// Levels of descendants under this node.
     height: usize,
     seq: i32,
+    /// The node's prefix-cache key (`None` for a growing node, which is never cached).
+    key: Option<Vec<u32>>,
+    /// What the prefix cache held for it: then it is not evaluated.
+    hit: Option<prefix::Hit>,
+    /// Its sequence's cells, once read (a root's, for its children and the cache).
+    cells: Option<Arc<SeqState>>,
 }
 
 /// A node growing one token per step.
@@ -522,8 +546,13 @@ pub struct LlamaSession<'m> {
     per_seq: usize,
     sequences: u32,
     prefix_len: usize,
+    /// Sequence 0's cells (the system prompt), read once after it is evaluated.
+    prefix_cells: Option<Arc<SeqState>>,
     /// Free sequence ids, highest first: a pop takes the lowest.
     free: Vec<i32>,
+    cache: prefix::PrefixCache,
+    /// Per root of the last forward: tokens the prefix cache answered.
+    cached: Vec<usize>,
 }
 
 impl LlamaSession<'_> {
@@ -546,17 +575,36 @@ impl LlamaSession<'_> {
         result
     }
 
-    fn arena<'n>(roots: &[&'n Node], prefix_len: usize) -> (Vec<Item<'n>>, Vec<usize>, Vec<usize>) {
+    /// The forward's nodes in an arena (depth first), with what the prefix cache holds for
+    /// each; the roots' indices; each root's count of reads.
+    fn arena<'n>(
+        roots: &[&'n Node],
+        prefix_len: usize,
+        cache: &mut prefix::PrefixCache,
+    ) -> (Vec<Item<'n>>, Vec<usize>, Vec<usize>) {
+        struct Walk<'a, 'n> {
+            items: Vec<Item<'n>>,
+            cache: &'a mut prefix::PrefixCache,
+        }
         fn add<'n>(
-            items: &mut Vec<Item<'n>>,
+            w: &mut Walk<'_, 'n>,
             node: &'n Node,
             root: usize,
             parent: Option<usize>,
             pos: usize,
             reads: &mut usize,
         ) -> usize {
-            let idx = items.len();
-            items.push(Item {
+            let idx = w.items.len();
+            let key = match parent.map(|p| w.items[p].key.as_deref()) {
+                _ if node.grow.is_some() || !w.cache.enabled() => None,
+                None => Some(prefix::PrefixCache::key(None, &node.tokens)),
+                Some(Some(pk)) => Some(prefix::PrefixCache::key(Some(pk), &node.tokens)),
+                Some(None) => None,
+            };
+            let hit = key
+                .as_deref()
+                .and_then(|k| w.cache.lookup(k, &node.reads, !node.children.is_empty()));
+            w.items.push(Item {
                 node,
                 root,
                 parent,
@@ -565,33 +613,32 @@ impl LlamaSession<'_> {
                 children: Vec::new(),
                 height: 0,
                 seq: 0,
+                key,
+                cells: hit.as_ref().and_then(|h| h.cells.clone()),
+                hit,
             });
             *reads += node.reads.len();
             let mut height = 0;
             for child in &node.children {
-                let c = add(
-                    items,
-                    child,
-                    root,
-                    Some(idx),
-                    pos + node.tokens.len(),
-                    reads,
-                );
-                items[idx].children.push(c);
-                height = height.max(items[c].height + 1);
+                let c = add(w, child, root, Some(idx), pos + node.tokens.len(), reads);
+                w.items[idx].children.push(c);
+                height = height.max(w.items[c].height + 1);
             }
-            items[idx].height = height;
+            w.items[idx].height = height;
             idx
         }
-        let mut items = Vec::new();
+        let mut w = Walk {
+            items: Vec::new(),
+            cache,
+        };
         let mut top = Vec::with_capacity(roots.len());
         let mut counts = Vec::with_capacity(roots.len());
         for (r, node) in roots.iter().enumerate() {
             let mut reads = 0;
-            top.push(add(&mut items, node, r, None, prefix_len, &mut reads));
+            top.push(add(&mut w, node, r, None, prefix_len, &mut reads));
             counts.push(reads);
         }
-        (items, top, counts)
+        (w.items, top, counts)
     }
 
     /// Evaluate `level` (nodes whose parents hold their sequences), then their children.
@@ -612,14 +659,17 @@ impl LlamaSession<'_> {
             let mut chunk = Vec::new();
             let mut tokens = 0;
             while next < level.len() && chunk.len() < room {
-                let n = items[level[next]].node.tokens.len();
+                let item = &items[level[next]];
+                let len = item.node.tokens.len();
+                // A node the prefix cache answers adds no tokens to the decode.
+                let n = if item.hit.is_some() { 0 } else { len };
                 if !chunk.is_empty() && tokens + n > self.batch_capacity {
                     break;
                 }
-                if items[level[next]].pos + n > self.per_seq {
+                if item.pos + len > self.per_seq {
                     return Err(BackendError::OutOfMemory(format!(
                         "a sequence of {} tokens exceeds the context of {}",
-                        items[level[next]].pos + n,
+                        item.pos + len,
                         self.per_seq
                     )));
                 }
@@ -642,36 +692,41 @@ impl LlamaSession<'_> {
             // Each parent's cells in use, read once for all its children in the chunk: a child
             // receives those cells only, not a copy of the parent's whole stream (llama.cpp's
             // cross-stream `seq_cp` copies every cell of every layer: 224 MiB on qwen2.5-1.5b
-            // at 8,192 tokens a stream).
-            // `from[k]` is the index in `parents` of chunk node k's parent.
-            let mut parents: Vec<(i32, SeqState)> = Vec::new();
+            // at 8,192 tokens a stream). A node the cache answers needs none.
+            // `from[k]` is the index in `parents` of chunk node k's parent's cells.
+            let mut parents: Vec<(Option<usize>, Arc<SeqState>)> = Vec::new();
             let mut from = Vec::with_capacity(chunk.len());
             for &it in &chunk {
-                let parent_seq = items[it].parent.map_or(0, |p| items[p].seq);
-                let at = match parents.iter().position(|(s, _)| *s == parent_seq) {
+                if items[it].hit.is_some() {
+                    from.push(None);
+                    continue;
+                }
+                let parent = items[it].parent;
+                let at = match parents.iter().position(|(p, _)| *p == parent) {
                     Some(at) => at,
                     None => {
-                        let cells = self
-                            .ctx
-                            .state_seq_get(parent_seq, LlamaStateSeqFlags::empty())
-                            .map_err(|e| BackendError::Forward(e.to_string()))?;
-                        tracing::trace!(
-                            parent = parent_seq,
-                            bytes = cells.byte_len(),
-                            "a parent's cells read for its children"
-                        );
-                        parents.push((parent_seq, cells));
+                        parents.push((parent, self.parent_cells(items, parent)?));
                         parents.len() - 1
                     }
                 };
-                from.push(at);
+                from.push(Some(at));
             }
-            // Give each node a sequence holding its parent's cells, and queue its tokens.
+            // Give each node a sequence holding its parent's cells, and queue its tokens; a
+            // node the cache answers gets its reads from there.
             self.batch.clear();
             let mut growing: Vec<Growing> = Vec::new();
             let mut read_slots: Vec<(usize, usize, i32)> = Vec::new(); // (item, read idx, batch idx)
             for ((&it, &seq), &at) in chunk.iter().zip(&ids).zip(&from) {
                 items[it].seq = seq;
+                let (root, base) = (items[it].root, items[it].read_base);
+                if let Some(hit) = items[it].hit.as_mut() {
+                    for (ri, logits) in hit.logits.iter_mut().enumerate() {
+                        out[root][base + ri] = std::mem::take(logits);
+                    }
+                    self.cached[root] += items[it].node.tokens.len();
+                    continue;
+                }
+                let Some(at) = at else { continue };
                 self.ctx
                     .state_seq_set(&parents[at].1, seq)
                     .map_err(|e| BackendError::Forward(e.to_string()))?;
@@ -721,13 +776,17 @@ impl LlamaSession<'_> {
                     }
                 }
             }
-            self.decode(chunk.len())?;
+            drop(parents);
+            if self.batch.n_tokens() > 0 {
+                self.decode(chunk.len())?;
+            }
             for (it, ri, bi) in read_slots {
                 let picked = self.candidate_logits(bi, &items[it].node.reads[ri].candidates)?;
                 let slot = items[it].read_base + ri;
                 let root = items[it].root;
                 out[root][slot] = picked;
             }
+            self.remember(items, &chunk, out)?;
             if !growing.is_empty() {
                 self.grow(items, &mut growing)?;
                 grown.extend(growing.into_iter().map(|g| (g.item, g.log)));
@@ -746,6 +805,68 @@ impl LlamaSession<'_> {
             }
             // The free ids stay in descending order: the next chunk takes the lowest first.
             self.free.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        Ok(())
+    }
+
+    /// The cells a child of `parent` (`None`: the system prompt) starts from.
+    fn parent_cells(
+        &self,
+        items: &[Item<'_>],
+        parent: Option<usize>,
+    ) -> Result<Arc<SeqState>, BackendError> {
+        let (held, seq) = match parent {
+            None => (self.prefix_cells.as_ref(), 0),
+            Some(p) => (items[p].cells.as_ref(), items[p].seq),
+        };
+        if let Some(cells) = held {
+            return Ok(cells.clone());
+        }
+        let cells = self
+            .ctx
+            .state_seq_get(seq, LlamaStateSeqFlags::empty())
+            .map_err(|e| BackendError::Forward(e.to_string()))?;
+        tracing::trace!(
+            parent = seq,
+            bytes = cells.byte_len(),
+            "a parent's cells read for its children"
+        );
+        Ok(Arc::new(cells))
+    }
+
+    /// Keep in the prefix cache what the chunk's evaluated nodes left: their reads' logits
+    /// and a root's cells (read now, and kept for its children too).
+    fn remember(
+        &mut self,
+        items: &mut [Item<'_>],
+        chunk: &[usize],
+        out: &[RootLogits],
+    ) -> Result<(), BackendError> {
+        for &it in chunk {
+            if items[it].hit.is_some() {
+                continue;
+            }
+            let Some(key) = items[it].key.clone() else {
+                continue;
+            };
+            let item = &items[it];
+            let logits: Vec<Vec<f32>> = (0..item.node.reads.len())
+                .map(|ri| out[item.root][item.read_base + ri].clone())
+                .collect();
+            let cells = if item.parent.is_none() && !item.node.children.is_empty() {
+                let cells = self
+                    .ctx
+                    .state_seq_get(item.seq, LlamaStateSeqFlags::empty())
+                    .map_err(|e| BackendError::Forward(e.to_string()))?;
+                Some(Arc::new(cells))
+            } else {
+                None
+            };
+            self.cache
+                .store(key, &item.node.reads, logits, cells.clone());
+            if cells.is_some() {
+                items[it].cells = cells;
+            }
         }
         Ok(())
     }
@@ -829,6 +950,7 @@ impl LlamaSession<'_> {
 
 impl Session for LlamaSession<'_> {
     fn load_prefix(&mut self, tokens: &[Token]) -> Result<(), BackendError> {
+        self.prefix_cells = None;
         self.ctx.clear_kv_cache();
         self.batch.clear();
         for (i, t) in tokens.iter().enumerate() {
@@ -840,11 +962,19 @@ impl Session for LlamaSession<'_> {
             self.decode(1)?;
         }
         self.prefix_len = tokens.len();
+        // Every cached path continued the old prefix.
+        self.cache.clear();
+        self.prefix_cells = Some(Arc::new(
+            self.ctx
+                .state_seq_get(0, LlamaStateSeqFlags::empty())
+                .map_err(|e| BackendError::Forward(e.to_string()))?,
+        ));
         Ok(())
     }
 
     fn forward(&mut self, roots: &[&Node]) -> Result<Vec<RootLogits>, BackendError> {
-        let (mut items, top, counts) = Self::arena(roots, self.prefix_len);
+        let (mut items, top, counts) = Self::arena(roots, self.prefix_len, &mut self.cache);
+        self.cached = vec![0; roots.len()];
         let mut out: Vec<RootLogits> = counts.iter().map(|n| vec![Vec::new(); *n]).collect();
         let mut grown = Vec::new();
         let result = self.process(&mut items, &top, &mut out, &mut grown);
@@ -858,6 +988,14 @@ impl Session for LlamaSession<'_> {
             out[items[item].root].extend(log);
         }
         result.map(|()| out)
+    }
+
+    fn cached_tokens(&self) -> &[usize] {
+        &self.cached
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.cache.bytes()
     }
 }
 

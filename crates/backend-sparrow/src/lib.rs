@@ -349,6 +349,7 @@ impl SparrowModel {
             flash_attention: None,
             micro_batch_tokens: None,
             flash_attention_probe: None,
+            prefix_cache_bytes: None,
         };
         Ok(SparrowModel {
             config,

@@ -266,10 +266,12 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
     let mut stock =
         crate::plain::PlainEvaluator::defaults(&raw, 8192).map_err(|e| e.to_string())?;
 
+    // (a) to (f) evaluate every request in full: no prefix cache (section (g) measures it).
     let start_server = |jobs: usize| {
         let mut o = vllm_srun::ServeOptions {
             models: vec![model_spec.to_string()],
             port: 0,
+            prefix_cache_tokens: 0,
             ..vllm_srun::ServeOptions::default()
         };
         o.scheduler.max_queued_jobs = jobs;
@@ -502,6 +504,51 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
          200 {ok}, 429/529 {refused} ({:.0}%), other {other}, lost {lost}; refusal median {:.1} ms  [targets: lost 0, median <= 50 ms]",
         100.0 * refused as f64 / total as f64,
         Latencies(refusal_times).ms(0.5)
+    );
+    drop(plain);
+    prefix_cache(model_spec, runs, a).await
+}
+
+/// (g) The prefix cache, on a server with its default budget: one question about a state it
+/// has not seen (only the system prompt is cached), then another question about the same
+/// state (its state is cached), a new state each run; `raw` is (a), raw llama.cpp on one
+/// question's full token count.
+async fn prefix_cache(model_spec: &str, runs: usize, raw: Duration) -> Result<(), String> {
+    let o = vllm_srun::ServeOptions {
+        models: vec![model_spec.to_string()],
+        port: 0,
+        ..vllm_srun::ServeOptions::default()
+    };
+    let budget = o.prefix_cache_tokens;
+    let (registry, base) = serve_in_process(o).await?;
+    let model = wait(|| registry.ready(None)).await?;
+    let name = model.meta.name.clone();
+    let url = format!("{base}/v1/systemone");
+    let client = reqwest::Client::new();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let second = |state: &str| {
+        json!({"model": name, "state": state, "questions": {"urgent": {"type": "noul",
+            "instructions": "Does the customer ask for a reply within a day?"}}})
+    };
+    time_request(&client, &url, &one_question(&name, &long_state(5000))).await?;
+    time_request(&client, &url, &second(&long_state(5000))).await?;
+    let (mut tf, mut ts) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        let state = long_state(6000 + i);
+        tf.push(time_request(&client, &url, &one_question(&name, &state)).await?);
+        ts.push(time_request(&client, &url, &second(&state)).await?);
+    }
+    let (first, again) = (median(tf), median(ts));
+    println!("(g) prefix cache of {budget} tokens:");
+    println!(
+        "    one question about a new state (system prompt cached): median {:.1} ms; /(a) = {:.3}  [target <= 0.95]",
+        ms(first),
+        first.as_secs_f64() / raw.as_secs_f64()
+    );
+    println!(
+        "    another question about the same state (state cached):  median {:.1} ms; /first = {:.3}  [target <= 0.35]",
+        ms(again),
+        again.as_secs_f64() / first.as_secs_f64()
     );
     Ok(())
 }

@@ -110,6 +110,8 @@ pub struct BackendInfo {
     pub micro_batch_tokens: Option<usize>,
     /// The load-time measurement that chose `flash_attention`, where one ran.
     pub flash_attention_probe: Option<FlashProbe>,
+    /// Most bytes the decision prefix cache keeps across requests (`None`: no such cache).
+    pub prefix_cache_bytes: Option<usize>,
 }
 
 /// One evaluation of the same tokens with flash attention off and on, at load: the setting is
@@ -262,6 +264,14 @@ pub trait Session {
     fn load_prefix(&mut self, tokens: &[Token]) -> Result<(), BackendError>;
     /// Evaluate the trees under `roots` and return, per root, the logits of every read.
     fn forward(&mut self, roots: &[&Node]) -> Result<Vec<RootLogits>, BackendError>;
+    /// Per root of the last forward: its tokens a prefix cache answered (not evaluated).
+    fn cached_tokens(&self) -> &[usize] {
+        &[]
+    }
+    /// Bytes the session's prefix cache holds now.
+    fn cache_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// What a question asks, as a [`DirectBackend`] reads it.

@@ -177,6 +177,7 @@ fn model(config: DecisionConfig, script: Script) -> DecisionModel {
             flash_attention: None,
             micro_batch_tokens: None,
             flash_attention_probe: None,
+            prefix_cache_bytes: None,
         },
         script,
     };

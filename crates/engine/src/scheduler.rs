@@ -63,6 +63,8 @@ pub struct JobOutput {
     pub batch_jobs: usize,
     /// Tokens the shared forward evaluated.
     pub batch_tokens: usize,
+    /// Tokens of this job the session's prefix cache answered.
+    pub cached_tokens: usize,
 }
 
 struct Job {
@@ -82,6 +84,10 @@ pub struct WorkerStatus {
     forward_since_ms: AtomicU64,
     forwards: AtomicU64,
     cancelled: AtomicU64,
+    /// Tokens the prefix cache answered, in all.
+    cached_tokens: AtomicU64,
+    /// Bytes the session's prefix cache held after the last forward.
+    cache_bytes: AtomicUsize,
     epoch: std::sync::OnceLock<Instant>,
 }
 
@@ -110,6 +116,14 @@ impl WorkerStatus {
     /// Jobs dropped because their caller went away.
     pub fn cancelled(&self) -> u64 {
         self.cancelled.load(Ordering::Relaxed)
+    }
+    /// Tokens the prefix cache answered since the worker started.
+    pub fn cached_tokens(&self) -> u64 {
+        self.cached_tokens.load(Ordering::Relaxed)
+    }
+    /// Bytes the prefix cache holds.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache_bytes.load(Ordering::Relaxed)
     }
 }
 
@@ -271,7 +285,11 @@ fn run(
         let result = session.forward(&roots);
         status.forward_since_ms.store(0, Ordering::Relaxed);
         status.forwards.fetch_add(1, Ordering::Relaxed);
+        status
+            .cache_bytes
+            .store(session.cache_bytes(), Ordering::Relaxed);
         let forward = start.elapsed();
+        let cached = session.cached_tokens().to_vec();
         let shared = live.len() > 1;
         match result {
             Ok(mut logits) if logits.len() == roots.len() => {
@@ -279,14 +297,23 @@ fn run(
                 let batch_tokens: usize = live.iter().map(|j| j.tokens).sum();
                 // Hand each job its roots' logits, in order.
                 let mut rest = logits.drain(..);
+                let mut first = 0;
                 for job in live {
                     let mine: Vec<RootLogits> = rest.by_ref().take(job.roots.len()).collect();
+                    let cached_tokens: usize = cached
+                        .get(first..first + job.roots.len())
+                        .map_or(0, |c| c.iter().sum());
+                    first += job.roots.len();
+                    status
+                        .cached_tokens
+                        .fetch_add(cached_tokens as u64, Ordering::Relaxed);
                     let _ = job.reply.send(Ok(JobOutput {
                         logits: mine,
                         queue: start.duration_since(job.enqueued),
                         forward,
                         batch_jobs,
                         batch_tokens,
+                        cached_tokens,
                     }));
                 }
             }

@@ -57,6 +57,7 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
                 "flash_attention": info.flash_attention,
                 "micro_batch_tokens": info.micro_batch_tokens,
                 "flash_attention_probe": info.flash_attention_probe,
+                "prefix_cache_bytes": info.prefix_cache_bytes,
             }),
             // A direct model answers on the request's thread: no worker, no queue.
             None => json!({"execution": "inline", "input_tokens": info.context_tokens}),

@@ -20,11 +20,12 @@ fn ms(d: Duration) -> f64 {
 impl Phases {
     pub fn header(&self) -> String {
         format!(
-            "parse;dur={:.3}, tokenize;dur={:.3}, queue;dur={:.3}, forward;dur={:.3}, post;dur={:.3}, serialize;dur={:.3}, total;dur={:.3}",
+            "parse;dur={:.3}, tokenize;dur={:.3}, queue;dur={:.3}, forward;dur={:.3}, cached;desc={}, post;dur={:.3}, serialize;dur={:.3}, total;dur={:.3}",
             ms(self.parse),
             ms(self.engine.tokenize),
             ms(self.engine.queue),
             ms(self.engine.forward),
+            self.engine.cached_tokens,
             ms(self.engine.post),
             ms(self.serialize),
             ms(self.total)

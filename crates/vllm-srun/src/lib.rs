@@ -33,6 +33,9 @@ pub struct ServeOptions {
     pub context_tokens: u32,
     /// Sequences evaluated at once (KV streams), the system prompt's included.
     pub sequences: u32,
+    /// Tokens of KV cells each GGUF decision model keeps across requests (0: no prefix
+    /// cache).
+    pub prefix_cache_tokens: usize,
     pub threads: usize,
     /// Flash attention for decisions on GGUF models; `None` measures at load.
     pub flash_attention: Option<bool>,
@@ -158,6 +161,7 @@ impl Default for ServeOptions {
             forward_timeout: Duration::from_secs(60),
             context_tokens: 8192,
             sequences: 8,
+            prefix_cache_tokens: 16_384,
             threads: 0,
             flash_attention: None,
             encoder_path: ENCODER_PATH,
@@ -476,6 +480,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
             threads: o.threads,
             flash_attention: o.flash_attention,
             probe_cache: Some(hub::cache_dir().join("flash-attention-probes.json")),
+            prefix_cache_tokens: o.prefix_cache_tokens,
             ..Default::default()
         },
     )

@@ -164,6 +164,11 @@ struct ServeArgs {
     /// Sequences evaluated at once (one KV stream each, the system prompt's included).
     #[arg(long, default_value_t = 8)]
     sequences: u32,
+    /// Tokens of KV cells each GGUF decision model keeps across requests, so a request whose
+    /// state (with the system prompt) was evaluated before evaluates only its questions; 0
+    /// turns the prefix cache off. Least recently used first out.
+    #[arg(long, default_value_t = 16_384)]
+    prefix_cache_tokens: usize,
     /// CPU threads for evaluation (0: every core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -485,6 +490,7 @@ fn serve(args: ServeArgs) -> i32 {
         forward_timeout: Duration::from_secs(args.forward_timeout_seconds),
         context_tokens: args.context_tokens,
         sequences: args.sequences,
+        prefix_cache_tokens: args.prefix_cache_tokens,
         threads: args.threads,
         flash_attention: match args.flash_attention.as_str() {
             "on" => Some(true),

@@ -679,3 +679,98 @@ async fn both_attention_paths_are_exact_and_agree() {
         );
     }
 }
+
+/// The `cached;desc=N` entry of a Server-Timing header: tokens the prefix cache answered.
+fn cached_tokens(headers: &reqwest::header::HeaderMap) -> u64 {
+    let timing = headers["server-timing"].to_str().unwrap();
+    timing
+        .split(", ")
+        .find_map(|e| e.strip_prefix("cached;desc="))
+        .unwrap_or_else(|| panic!("no cached entry in {timing}"))
+        .parse()
+        .unwrap()
+}
+
+/// The prefix cache keeps a state's cells across requests, exact by construction: the same
+/// body answered by a server without the cache (cold), twice by one with it (the second
+/// warm: its state comes from the cache), and inside a `states` batch gives the same bits; a
+/// new question about a cached state evaluates only the question; Server-Timing and /metrics
+/// say how many tokens the cache answered; the cache stays within the budget the card states.
+#[tokio::test]
+async fn answers_are_the_same_bits_cold_warm_and_batched() {
+    let mut o = options();
+    o.prefix_cache_tokens = 0;
+    let cold = start(o);
+    let mut o = options();
+    o.prefix_cache_tokens = 8192;
+    let warm = start(o);
+    let state =
+        "Order 5521 arrived with a cracked screen. I want my money back, not a replacement.";
+    let questions = json!({"team": team(), "anger": anger(), "refund": noul("Refund?")});
+    let body = json!({"state": state, "questions": questions});
+    let (s0, h0, v0) = post(&cold.url("/v1/decisions"), &body).await;
+    let (s1, h1, v1) = post(&warm.url("/v1/decisions"), &body).await;
+    let (s2, h2, v2) = post(&warm.url("/v1/decisions"), &body).await;
+    assert_eq!((s0, s1, s2), (200, 200, 200), "{v0} {v1} {v2}");
+    assert!(v0["answers"]["team"]["probabilities"].is_object(), "{v0}");
+    assert_eq!(cached_tokens(&h0), 0, "no cache: nothing cached");
+    assert_eq!(
+        cached_tokens(&h1),
+        0,
+        "the first request finds an empty cache"
+    );
+    // The second finds its state and every question (a repeated body costs no forward).
+    let all_tokens = cached_tokens(&h2);
+    assert!(all_tokens > 10, "{all_tokens}");
+    assert_eq!(v0["answers"], v1["answers"], "cold and first");
+    assert_eq!(v0["answers"], v2["answers"], "cold and warm");
+    // In a batch, beside another state.
+    let batch = json!({"states": {
+        "other": {"state": "Where is my parcel?", "questions": questions},
+        "same": {"state": state, "questions": questions}}});
+    let (sb, hb, vb) = post(&warm.url("/v1/decisions"), &batch).await;
+    assert_eq!(sb, 200, "{vb}");
+    assert_eq!(vb["states"]["same"]["answers"], v0["answers"], "batched");
+    assert!(cached_tokens(&hb) >= all_tokens);
+    // Another question about the same state: only the question is evaluated.
+    let other = json!({"state": state, "questions": {"polite": noul("Is the customer polite?")}});
+    let (so, ho, vo) = post(&warm.url("/v1/decisions"), &other).await;
+    let (sc, _, vc) = post(&cold.url("/v1/decisions"), &other).await;
+    assert_eq!((so, sc), (200, 200), "{vo} {vc}");
+    let state_tokens = cached_tokens(&ho);
+    let input = vo["usage"]["input_tokens"].as_u64().unwrap();
+    assert!(
+        state_tokens > 10 && state_tokens < input,
+        "{state_tokens} of {input}"
+    );
+    assert_eq!(vo["answers"], vc["answers"]);
+    // The budget, in the card and in /metrics.
+    let (_, cards) = get(&warm.url("/v1/models")).await;
+    let budget = cards["models"][0]["card"]["engine_args"]["prefix_cache_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(budget > 0, "{cards}");
+    let (_, cards) = get(&cold.url("/v1/models")).await;
+    assert_eq!(
+        cards["models"][0]["card"]["engine_args"]["prefix_cache_bytes"],
+        0
+    );
+    let text = common::client()
+        .get(warm.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let gauge = |name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    };
+    let held = gauge("vllm_srun_prefix_cache_bytes");
+    assert!(held > 0.0 && held <= budget as f64, "{held} of {budget}");
+    assert!(gauge("vllm_srun_prefix_cache_hit_tokens") >= (2 * all_tokens + state_tokens) as f64);
+}

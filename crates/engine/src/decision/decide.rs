@@ -298,6 +298,7 @@ impl DecisionModel {
                 timings.forward += out.forward;
                 timings.batch_jobs = timings.batch_jobs.max(out.batch_jobs);
                 timings.batch_tokens += out.batch_tokens;
+                timings.cached_tokens += out.cached_tokens;
                 Ok(Ok(out.logits))
             }
             Err(JobError::DeadlineExceeded) => Ok(Err(QuestionFailure::new(

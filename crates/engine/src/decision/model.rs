@@ -71,6 +71,8 @@ pub struct Timings {
     /// Requests and tokens of the forward this request shared (0 when none ran).
     pub batch_jobs: usize,
     pub batch_tokens: usize,
+    /// Tokens of this request the prefix cache answered (not evaluated).
+    pub cached_tokens: usize,
 }
 
 /// The answer to a decision body.

@@ -143,7 +143,12 @@ pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
                 .set(st.queued_tokens() as f64);
             metrics::gauge!("vllm_srun_forwards", "model" => name.clone())
                 .set(st.forwards() as f64);
-            metrics::gauge!("vllm_srun_cancelled_jobs", "model" => name).set(st.cancelled() as f64);
+            metrics::gauge!("vllm_srun_cancelled_jobs", "model" => name.clone())
+                .set(st.cancelled() as f64);
+            metrics::gauge!("vllm_srun_prefix_cache_hit_tokens", "model" => name.clone())
+                .set(st.cached_tokens() as f64);
+            metrics::gauge!("vllm_srun_prefix_cache_bytes", "model" => name)
+                .set(st.cache_bytes() as f64);
         }
         if let Some(g) = s.text().and_then(|t| t.running()) {
             let st = g.status();
