@@ -1072,15 +1072,27 @@ impl Generator for LlamaGenerator<'_> {
         self.batch_capacity
     }
 
-    fn begin(&mut self, slot: usize, sampling: &Sampling) -> Result<(), BackendError> {
+    fn begin(
+        &mut self,
+        slot: usize,
+        sampling: &Sampling,
+        keep: usize,
+    ) -> Result<usize, BackendError> {
         if slot >= self.samplers.len() {
             return Err(BackendError::Forward(format!("no slot {slot}")));
         }
         let chain = self.chain(sampling)?;
-        let _ = self.ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
+        let seq = Some(slot as u32);
+        let mut kept = keep;
+        let cut = u32::try_from(keep).ok().filter(|&k| k > 0);
+        if !self.ctx.clear_kv_cache_seq(seq, cut, None).unwrap_or(false) {
+            // A cache that cannot cut a sequence (recurrent models) starts it over.
+            kept = 0;
+            let _ = self.ctx.clear_kv_cache_seq(seq, None, None);
+        }
         self.samplers[slot] = Some(chain);
         self.wants[slot] = (sampling.logprobs, sampling.top_logprobs);
-        Ok(())
+        Ok(kept)
     }
 
     fn step(&mut self, feeds: &[Feed<'_>]) -> Result<Vec<Option<Sampled>>, BackendError> {
@@ -1155,7 +1167,6 @@ impl Generator for LlamaGenerator<'_> {
     fn end(&mut self, slot: usize) {
         if let Some(s) = self.samplers.get_mut(slot) {
             *s = None;
-            let _ = self.ctx.clear_kv_cache_seq(Some(slot as u32), None, None);
         }
     }
 }

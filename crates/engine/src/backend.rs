@@ -249,12 +249,19 @@ pub trait Generator {
     fn slot_tokens(&self) -> usize;
     /// Most tokens one step evaluates, all feeds together.
     fn step_tokens(&self) -> usize;
-    /// Prepare `slot` for a new generation: empty its cache and set its sampler.
-    fn begin(&mut self, slot: usize, sampling: &Sampling) -> Result<(), BackendError>;
+    /// Prepare `slot` for a new generation: keep its first `keep` cells (a prefix of the new
+    /// prompt the slot holds from its last generation), empty the rest, set its sampler.
+    /// Returns the cells kept: `keep`, or 0 where the cache cannot cut a sequence.
+    fn begin(
+        &mut self,
+        slot: usize,
+        sampling: &Sampling,
+        keep: usize,
+    ) -> Result<usize, BackendError>;
     /// One evaluation over every feed (all slots share it); one token is sampled for each
     /// feed that asks, in feed order (`None` for the others).
     fn step(&mut self, feeds: &[Feed<'_>]) -> Result<Vec<Option<Sampled>>, BackendError>;
-    /// Free a slot.
+    /// Free a slot's sampler; its cells stay until the next `begin` on it.
     fn end(&mut self, slot: usize);
 }
 

@@ -566,3 +566,41 @@ async fn fuzzed_generation_bodies_never_get_a_server_error() {
         }
     }
 }
+
+/// A prompt that starts with tokens a free slot still holds (the last generation's prompt and
+/// output) evaluates only the rest, as llama-server's slots do: the same prompt again reads
+/// only its last token, a longer one that continues it only what follows; the answers stay
+/// right.
+#[tokio::test]
+async fn a_prompt_a_slot_holds_is_evaluated_only_where_it_is_new() {
+    let _serial = SERIAL.lock().await;
+    let body = json!({"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0});
+    let first = complete(body.clone()).await;
+    let prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    let before = status().cached_tokens();
+    let again = complete(body).await;
+    assert_eq!(status().cached_tokens() - before, prompt - 1);
+    for v in [&first, &again] {
+        assert!(
+            v["choices"][0]["text"].as_str().unwrap().contains("Paris"),
+            "{v}"
+        );
+    }
+    let before = status().cached_tokens();
+    let longer = complete(
+        json!({"prompt": "The capital of France is Paris. The capital of Germany is",
+        "max_tokens": 4, "temperature": 0}),
+    )
+    .await;
+    assert!(
+        status().cached_tokens() - before >= prompt,
+        "the old prompt is held"
+    );
+    assert!(
+        longer["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Berlin"),
+        "{longer}"
+    );
+}

@@ -95,6 +95,8 @@ impl FinishReason {
 pub struct Finish {
     pub reason: FinishReason,
     pub prompt_tokens: usize,
+    /// Prompt tokens whose cells the slot already held (not evaluated again).
+    pub cached_tokens: usize,
     pub completion_tokens: usize,
     /// From queueing to the first generated token.
     pub ttft: Duration,
@@ -132,6 +134,8 @@ pub struct GenerateStatus {
     generated: AtomicU64,
     cancelled: AtomicU64,
     steps: AtomicU64,
+    /// Prompt tokens a slot already held, in all.
+    cached: AtomicU64,
 }
 
 impl GenerateStatus {
@@ -148,6 +152,10 @@ impl GenerateStatus {
     /// Generations dropped because their caller went away.
     pub fn cancelled(&self) -> u64 {
         self.cancelled.load(Ordering::Relaxed)
+    }
+    /// Prompt tokens a slot already held since the worker started.
+    pub fn cached_tokens(&self) -> u64 {
+        self.cached.load(Ordering::Relaxed)
     }
     pub fn steps(&self) -> u64 {
         self.steps.load(Ordering::Relaxed)
@@ -242,10 +250,14 @@ impl Generation {
 struct Active {
     q: Queued,
     slot: usize,
-    /// Prompt tokens read so far.
+    /// Prompt tokens read so far (those the slot held included).
     read: usize,
+    /// Prompt tokens the slot held when the generation began.
+    cached: usize,
     /// The last sampled token, to feed next.
     last: Token,
+    /// Every token sampled so far.
+    sampled: Vec<Token>,
     generated: usize,
     bytes: Vec<u8>,
     /// Bytes of `bytes` already sent.
@@ -268,6 +280,17 @@ struct Loop<'a> {
     waiting: VecDeque<Queued>,
     active: Vec<Active>,
     free: Vec<usize>,
+    /// Per slot: the tokens whose cells it holds from its last generation (a prompt that
+    /// starts with them evaluates only the rest, as llama-server's slots do), and when it
+    /// was last released.
+    held: Vec<Vec<Token>>,
+    released: Vec<u64>,
+    releases: u64,
+}
+
+/// How many tokens `a` and `b` share from their start.
+fn common_prefix(a: &[Token], b: &[Token]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// The longest suffix of `text` that is a proper prefix of some stop sequence.
@@ -295,6 +318,7 @@ impl<'a> Loop<'a> {
         config: GenerateConfig,
     ) -> Loop<'a> {
         let free = (0..gen.slots()).rev().collect();
+        let slots = gen.slots();
         Loop {
             backend,
             gen,
@@ -303,6 +327,9 @@ impl<'a> Loop<'a> {
             waiting: VecDeque::new(),
             active: Vec::new(),
             free,
+            held: vec![Vec::new(); slots],
+            released: vec![0; slots],
+            releases: 0,
         }
     }
 
@@ -354,20 +381,43 @@ impl<'a> Loop<'a> {
                     q.tx.send(GenEvent::Failed(JobError::OutOfMemory { shared: false }));
                 continue;
             }
-            let Some(slot) = self.free.pop() else {
+            // The free slot holding the longest start of this prompt; else the one released
+            // longest ago (its cells are the least likely to be asked again).
+            let prompt = &q.job.prompt;
+            let Some((at, common)) = self
+                .free
+                .iter()
+                .enumerate()
+                .map(|(at, &slot)| (at, common_prefix(&self.held[slot], prompt)))
+                .max_by_key(|&(at, common)| {
+                    (common, std::cmp::Reverse(self.released[self.free[at]]))
+                })
+            else {
                 self.waiting.push_front(q);
                 break;
             };
-            if let Err(e) = self.gen.begin(slot, &q.job.sampling) {
-                self.free.push(slot);
-                let _ =
-                    q.tx.send(GenEvent::Failed(JobError::Forward(e.to_string())));
-                continue;
-            }
+            let slot = self.free.swap_remove(at);
+            // At least the prompt's last token is evaluated: its logits pick the first token.
+            let keep = common.min(prompt.len() - 1);
+            self.held[slot].clear();
+            let cached = match self.gen.begin(slot, &q.job.sampling, keep) {
+                Ok(kept) => kept,
+                Err(e) => {
+                    self.free.push(slot);
+                    let _ =
+                        q.tx.send(GenEvent::Failed(JobError::Forward(e.to_string())));
+                    continue;
+                }
+            };
+            self.status
+                .cached
+                .fetch_add(cached as u64, Ordering::Relaxed);
             self.active.push(Active {
                 q,
                 slot,
-                read: 0,
+                read: cached,
+                cached,
+                sampled: Vec::new(),
                 last: 0,
                 generated: 0,
                 bytes: Vec::new(),
@@ -381,9 +431,18 @@ impl<'a> Loop<'a> {
             .store(self.active.len(), Ordering::Relaxed);
     }
 
+    /// Free the slot of active generation `i`; it keeps the cells of every token it
+    /// evaluated (the prompt read so far, each sampled token fed back).
     fn release(&mut self, i: usize) -> Active {
         let a = self.active.swap_remove(i);
         self.gen.end(a.slot);
+        let fed = a.generated.saturating_sub(1).min(a.sampled.len());
+        let held = &mut self.held[a.slot];
+        held.clear();
+        held.extend_from_slice(&a.q.job.prompt[..a.read]);
+        held.extend_from_slice(&a.sampled[..fed]);
+        self.releases += 1;
+        self.released[a.slot] = self.releases;
         self.free.push(a.slot);
         a
     }
@@ -448,6 +507,8 @@ impl<'a> Loop<'a> {
                 };
                 while !self.active.is_empty() {
                     let a = self.release(self.active.len() - 1);
+                    // What the failed step left in the slot is unknown.
+                    self.held[a.slot].clear();
                     let _ = a.q.tx.send(GenEvent::Failed(err.clone()));
                 }
                 return;
@@ -481,10 +542,12 @@ fn on_token(backend: &dyn Backend, a: &mut Active, s: Sampled, slot_tokens: usiz
     a.first_token.get_or_insert(now);
     a.generated += 1;
     a.last = s.token;
+    a.sampled.push(s.token);
     let finish = |a: &Active, reason: FinishReason| {
         GenEvent::Done(Finish {
             reason,
             prompt_tokens: a.q.job.prompt.len(),
+            cached_tokens: a.cached,
             completion_tokens: a.generated,
             ttft: a.first_token.unwrap_or(now).duration_since(a.q.enqueued),
             total: now.duration_since(a.q.enqueued),

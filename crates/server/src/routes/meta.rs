@@ -157,8 +157,10 @@ pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
                 .set(st.active() as f64);
             metrics::gauge!("vllm_srun_generation_waiting", "model" => name.clone())
                 .set(st.waiting() as f64);
-            metrics::gauge!("vllm_srun_generation_cancelled", "model" => name)
+            metrics::gauge!("vllm_srun_generation_cancelled", "model" => name.clone())
                 .set(st.cancelled() as f64);
+            metrics::gauge!("vllm_srun_generation_cached_prompt_tokens", "model" => name)
+                .set(st.cached_tokens() as f64);
         }
     }
     let mut resp = state.metrics.render().into_response();
