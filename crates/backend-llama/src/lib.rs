@@ -499,7 +499,10 @@ impl Backend for LlamaBackend {
             prefix_len: 0,
             prefix_cells: None,
             free: (1..seqs as i32).rev().collect(),
-            cache: prefix::PrefixCache::new(self.info.prefix_cache_bytes.unwrap_or(0)),
+            cache: prefix::PrefixCache::new(
+                self.info.prefix_cache_bytes.unwrap_or(0),
+                self.info.micro_batch_tokens.unwrap_or(0),
+            ),
             cached: Vec::new(),
         }))
     }
@@ -522,6 +525,9 @@ struct Item<'n> {
     key: Option<Vec<u32>>,
     /// What the prefix cache held for it: then it is not evaluated.
     hit: Option<prefix::Hit>,
+    /// For a root without a hit: a cached root's cells good for its first tokens, which are
+    /// then not evaluated.
+    start: Option<prefix::Partial>,
     /// Its sequence's cells, once read (a root's, for its children and the cache).
     cells: Option<Arc<SeqState>>,
 }
@@ -604,6 +610,13 @@ impl LlamaSession<'_> {
             let hit = key
                 .as_deref()
                 .and_then(|k| w.cache.lookup(k, &node.reads, !node.children.is_empty()));
+            let start = if hit.is_none() && key.is_some() && parent.is_none() {
+                w.cache
+                    .lookup_start(&node.tokens)
+                    .filter(|s| node.reads.iter().all(|r| r.at >= s.cut))
+            } else {
+                None
+            };
             w.items.push(Item {
                 node,
                 root,
@@ -616,6 +629,7 @@ impl LlamaSession<'_> {
                 key,
                 cells: hit.as_ref().and_then(|h| h.cells.clone()),
                 hit,
+                start,
             });
             *reads += node.reads.len();
             let mut height = 0;
@@ -661,8 +675,13 @@ impl LlamaSession<'_> {
             while next < level.len() && chunk.len() < room {
                 let item = &items[level[next]];
                 let len = item.node.tokens.len();
-                // A node the prefix cache answers adds no tokens to the decode.
-                let n = if item.hit.is_some() { 0 } else { len };
+                // A node the prefix cache answers adds no tokens to the decode; a root whose
+                // start it holds, only the rest.
+                let n = match (&item.hit, &item.start) {
+                    (Some(_), _) => 0,
+                    (None, Some(s)) => len - s.cut,
+                    (None, None) => len,
+                };
                 if !chunk.is_empty() && tokens + n > self.batch_capacity {
                     break;
                 }
@@ -697,7 +716,7 @@ impl LlamaSession<'_> {
             let mut parents: Vec<(Option<usize>, Arc<SeqState>)> = Vec::new();
             let mut from = Vec::with_capacity(chunk.len());
             for &it in &chunk {
-                if items[it].hit.is_some() {
+                if items[it].hit.is_some() || items[it].start.is_some() {
                     from.push(None);
                     continue;
                 }
@@ -726,10 +745,32 @@ impl LlamaSession<'_> {
                     self.cached[root] += items[it].node.tokens.len();
                     continue;
                 }
-                let Some(at) = at else { continue };
-                self.ctx
-                    .state_seq_set(&parents[at].1, seq)
-                    .map_err(|e| BackendError::Forward(e.to_string()))?;
+                let mut first = 0;
+                if let Some(start) = &items[it].start {
+                    // The cached root's cells, cut back to the start this root shares.
+                    self.ctx
+                        .state_seq_set(&start.cells, seq)
+                        .map_err(|e| BackendError::Forward(e.to_string()))?;
+                    let cut = u32::try_from(items[it].pos + start.cut)
+                        .map_err(|_| BackendError::Forward("position overflow".into()))?;
+                    if !self
+                        .ctx
+                        .clear_kv_cache_seq(Some(seq as u32), Some(cut), None)
+                        .unwrap_or(false)
+                    {
+                        return Err(BackendError::Forward(
+                            "the cache cannot cut a sequence".into(),
+                        ));
+                    }
+                    first = start.cut;
+                    self.cached[root] += start.cut;
+                } else if let Some(at) = at {
+                    self.ctx
+                        .state_seq_set(&parents[at].1, seq)
+                        .map_err(|e| BackendError::Forward(e.to_string()))?;
+                } else {
+                    continue;
+                }
                 let node = items[it].node;
                 if node.tokens.is_empty() {
                     return Err(BackendError::Forward("a node has no tokens".into()));
@@ -744,7 +785,7 @@ impl LlamaSession<'_> {
                     }
                 }
                 let last = node.tokens.len() - 1;
-                for (k, tok) in node.tokens.iter().enumerate() {
+                for (k, tok) in node.tokens.iter().enumerate().skip(first) {
                     let read = node.reads.iter().position(|r| r.at == k);
                     let bi = self.batch.n_tokens();
                     let pos = i32::try_from(items[it].pos + k)
@@ -862,8 +903,9 @@ impl LlamaSession<'_> {
             } else {
                 None
             };
+            let root = item.parent.is_none().then_some(&item.node.tokens[..]);
             self.cache
-                .store(key, &item.node.reads, logits, cells.clone());
+                .store(key, root, &item.node.reads, logits, cells.clone());
             if cells.is_some() {
                 items[it].cells = cells;
             }

@@ -10,9 +10,18 @@
 //! its prefix. Other interior nodes keep no cells (their cells would repeat the state's for
 //! every question); a leaf needs none.
 //!
+//! A root whose whole path is not there may still start like a cached one (the same
+//! conversation with one more message): the longest cached root sharing its first `k` whole
+//! micro-batches of tokens lends its cells, cut back to those `k × block` tokens, and only the
+//! rest is evaluated. llama.cpp cuts a node's tokens into micro-batches of `block` from its
+//! first token, so the rest falls into the same micro-batches it would cold: the cells and
+//! logits are the same bits.
+//!
 //! The cache is bounded in bytes (the cells' serialized size plus keys and logits) and evicts
 //! the least recently used entry first. The session clears it whenever its prefix changes.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use engine::backend::{Read, Token};
@@ -21,6 +30,12 @@ use llama_cpp_2::context::session::SeqState;
 
 /// Bytes an entry costs beyond its cells, keys and logits (map slot, vectors' headers).
 const ENTRY_OVERHEAD: usize = 128;
+
+/// A root's start found in the cache: cells to begin from, good for its first `cut` tokens.
+pub(crate) struct Partial {
+    pub cells: Arc<SeqState>,
+    pub cut: usize,
+}
 
 /// What a hit gives back.
 pub(crate) struct Hit {
@@ -35,6 +50,8 @@ struct Entry {
     logits: Vec<Vec<f32>>,
     cells: Option<Arc<SeqState>>,
     bytes: usize,
+    /// The hashes under which `starts` finds this root's whole micro-batches.
+    starts: Vec<u64>,
 }
 
 /// A least-recently-used map from node paths to what their evaluation left.
@@ -43,16 +60,62 @@ pub(crate) struct PrefixCache {
     map: LinkedHashMap<Vec<u32>, Entry>,
     bytes: usize,
     budget: usize,
+    /// Tokens of one micro-batch: roots are matched by their start in whole ones.
+    block: usize,
+    /// A hash of a root's first `k × block` tokens → the key of the latest root that starts so.
+    starts: HashMap<u64, Vec<u32>>,
 }
 
 impl PrefixCache {
-    /// A cache of at most `budget` bytes (0: off).
-    pub fn new(budget: usize) -> PrefixCache {
+    /// A cache of at most `budget` bytes (0: off), matching roots' starts in whole
+    /// micro-batches of `block` tokens (0: whole roots only).
+    pub fn new(budget: usize, block: usize) -> PrefixCache {
         PrefixCache {
             map: LinkedHashMap::new(),
             bytes: 0,
             budget,
+            block,
+            starts: HashMap::new(),
         }
+    }
+
+    /// Hashes of `tokens`' first `k × block` tokens, for k = 1 while tokens remain after them.
+    fn start_hashes(&self, tokens: &[Token]) -> Vec<u64> {
+        if self.block == 0 {
+            return Vec::new();
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        tokens[..tokens.len().saturating_sub(1)]
+            .chunks_exact(self.block)
+            .map(|b| {
+                b.hash(&mut h);
+                h.finish()
+            })
+            .collect()
+    }
+
+    /// The longest start of root `tokens` a cached root shares in whole micro-batches (some
+    /// tokens always remain to evaluate).
+    pub fn lookup_start(&mut self, tokens: &[Token]) -> Option<Partial> {
+        if !self.enabled() {
+            return None;
+        }
+        let hashes = self.start_hashes(tokens);
+        for (k, h) in hashes.iter().enumerate().rev() {
+            let cut = (k + 1) * self.block;
+            let Some(key) = self.starts.get(h) else {
+                continue;
+            };
+            // The key of a root is its length, then its tokens: compare them, not the hash.
+            if key.get(1..1 + cut) != Some(&tokens[..cut]) {
+                continue;
+            }
+            let key = key.clone();
+            if let Some(cells) = self.map.to_back(&key).and_then(|e| e.cells.clone()) {
+                return Some(Partial { cells, cut });
+            }
+        }
+        None
     }
 
     pub fn enabled(&self) -> bool {
@@ -66,7 +129,18 @@ impl PrefixCache {
 
     pub fn clear(&mut self) {
         self.map.clear();
+        self.starts.clear();
         self.bytes = 0;
+    }
+
+    /// Forget an entry that left the map.
+    fn dropped(&mut self, key: &[u32], old: Entry) {
+        self.bytes -= old.bytes;
+        for h in old.starts {
+            if self.starts.get(&h).is_some_and(|k| k == key) {
+                self.starts.remove(&h);
+            }
+        }
     }
 
     /// The key of a node: its parent's key (none for a root), then the node's length and
@@ -95,12 +169,14 @@ impl PrefixCache {
         })
     }
 
-    /// Keep what evaluating the node at `key` left; an entry already there is replaced only
-    /// when the new one adds cells. Evicts the least recently used entries beyond the budget
-    /// (the new one included, if it alone exceeds it).
+    /// Keep what evaluating the node at `key` left (`root`: its tokens, where it is a root
+    /// whose start later roots may share); an entry already there is replaced only when the
+    /// new one adds cells. Evicts the least recently used entries beyond the budget (the new
+    /// one included, if it alone exceeds it).
     pub fn store(
         &mut self,
         key: Vec<u32>,
+        root: Option<&[Token]>,
         reads: &[Read],
         logits: Vec<Vec<f32>>,
         cells: Option<Arc<SeqState>>,
@@ -113,7 +189,13 @@ impl PrefixCache {
                 return;
             }
         }
-        let bytes = ENTRY_OVERHEAD
+        let starts = match (root, &cells) {
+            (Some(tokens), Some(_)) => self.start_hashes(tokens),
+            _ => Vec::new(),
+        };
+        // Each start maps to a copy of the key.
+        let bytes = starts.len() * (key.len() * std::mem::size_of::<u32>() + ENTRY_OVERHEAD)
+            + ENTRY_OVERHEAD
             + key.len() * std::mem::size_of::<u32>()
             + reads
                 .iter()
@@ -126,23 +208,29 @@ impl PrefixCache {
             + cells.as_ref().map_or(0, |c| c.byte_len());
         if bytes > self.budget {
             if let Some(old) = self.map.remove(&key) {
-                self.bytes -= old.bytes;
+                self.dropped(&key, old);
             }
             return;
+        }
+        for h in &starts {
+            self.starts.insert(*h, key.clone());
         }
         let entry = Entry {
             reads: reads.to_vec(),
             logits,
             cells,
             bytes,
+            starts,
         };
-        if let Some(old) = self.map.insert(key, entry) {
-            self.bytes -= old.bytes;
+        if let Some(mut old) = self.map.insert(key.clone(), entry) {
+            // Its starts now point at the new entry, under the same key.
+            old.starts.clear();
+            self.dropped(&key, old);
         }
         self.bytes += bytes;
         while self.bytes > self.budget {
             match self.map.pop_front() {
-                Some((_, old)) => self.bytes -= old.bytes,
+                Some((k, old)) => self.dropped(&k, old),
                 None => break,
             }
         }
@@ -177,9 +265,9 @@ mod tests {
 
     #[test]
     fn a_hit_needs_the_same_reads_and_cells_when_asked() {
-        let mut c = PrefixCache::new(1 << 20);
+        let mut c = PrefixCache::new(1 << 20, 0);
         let k = PrefixCache::key(None, &[5, 6, 7]);
-        c.store(k.clone(), &[read(2)], vec![vec![0.5, -1.0]], None);
+        c.store(k.clone(), None, &[read(2)], vec![vec![0.5, -1.0]], None);
         let hit = c.lookup(&k, &[read(2)], false).expect("a hit");
         assert_eq!(hit.logits, vec![vec![0.5, -1.0]]);
         assert!(c.lookup(&k, &[read(1)], false).is_none(), "other reads");
@@ -192,16 +280,16 @@ mod tests {
     #[test]
     fn the_least_recently_used_entry_goes_first() {
         let one = ENTRY_OVERHEAD + 4 * 2 + 4 * 2 + 4 * 2;
-        let mut c = PrefixCache::new(2 * one);
+        let mut c = PrefixCache::new(2 * one, 0);
         let (a, b, d) = (
             PrefixCache::key(None, &[1]),
             PrefixCache::key(None, &[2]),
             PrefixCache::key(None, &[3]),
         );
-        c.store(a.clone(), &[read(0)], vec![vec![1.0, 2.0]], None);
-        c.store(b.clone(), &[read(0)], vec![vec![1.0, 2.0]], None);
+        c.store(a.clone(), None, &[read(0)], vec![vec![1.0, 2.0]], None);
+        c.store(b.clone(), None, &[read(0)], vec![vec![1.0, 2.0]], None);
         assert!(c.lookup(&a, &[read(0)], false).is_some()); // a is now the most recent
-        c.store(d.clone(), &[read(0)], vec![vec![1.0, 2.0]], None);
+        c.store(d.clone(), None, &[read(0)], vec![vec![1.0, 2.0]], None);
         assert_eq!(c.len(), 2);
         assert!(c.bytes() <= 2 * one);
         assert!(
@@ -214,9 +302,9 @@ mod tests {
 
     #[test]
     fn off_keeps_nothing() {
-        let mut c = PrefixCache::new(0);
+        let mut c = PrefixCache::new(0, 4);
         let k = PrefixCache::key(None, &[1]);
-        c.store(k.clone(), &[], Vec::new(), None);
+        c.store(k.clone(), None, &[], Vec::new(), None);
         assert!(c.lookup(&k, &[], false).is_none());
         assert_eq!(c.bytes(), 0);
     }

@@ -744,6 +744,32 @@ async fn answers_are_the_same_bits_cold_warm_and_batched() {
         "{state_tokens} of {input}"
     );
     assert_eq!(vo["answers"], vc["answers"]);
+    // A state that continues a cached one (a conversation with one more message) starts from
+    // its cells for every whole micro-batch they share, and evaluates the rest into the same
+    // bits as a cold forward.
+    let (_, cards) = get(&warm.url("/v1/models")).await;
+    let block = cards["models"][0]["card"]["engine_args"]["micro_batch_tokens"]
+        .as_u64()
+        .unwrap();
+    // Each line is more than ten tokens: the state is more than a micro-batch.
+    let long: String = (0..block / 10 + 4)
+        .map(|i| format!("user: Message {i} about order 5521 and its cracked screen.\n"))
+        .collect();
+    let longer = format!("{long}assistant: Sorry to hear that.\nuser: So, a refund?");
+    let ask = |state: &str| json!({"state": state, "questions": {"team": team(), "refund": noul("Refund?")}});
+    let (s1, _, v1) = post(&warm.url("/v1/decisions"), &ask(&long)).await;
+    let (s2, h2, v2) = post(&warm.url("/v1/decisions"), &ask(&longer)).await;
+    let (s3, _, v3) = post(&cold.url("/v1/decisions"), &ask(&longer)).await;
+    assert_eq!((s1, s2, s3), (200, 200, 200), "{v1} {v2} {v3}");
+    let shared = cached_tokens(&h2);
+    assert!(
+        shared >= block && shared.is_multiple_of(block),
+        "{shared} of blocks of {block}"
+    );
+    assert_eq!(
+        v2["answers"], v3["answers"],
+        "a continued state, warm and cold"
+    );
     // The budget, in the card and in /metrics.
     let (_, cards) = get(&warm.url("/v1/models")).await;
     let budget = cards["models"][0]["card"]["engine_args"]["prefix_cache_bytes"]
