@@ -57,7 +57,7 @@ pub(crate) async fn stream_completion(
         .json(&body)
         .send()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("{e}: {:?}", std::error::Error::source(&e)))?;
     if !resp.status().is_success() {
         return Err(format!(
             "{}: {}",
@@ -364,5 +364,161 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
             let _ = child.kill().await;
         }
     }
+    against_llama_server(&base, &name, &resolved.weights, runs, max_tokens).await
+}
+
+/// Where llama.cpp's own tools are (`../shared/tools/llama-tools.sh` builds them):
+/// `$LLAMA_TOOLS`, else `~/.cache/llama-tools/bin`.
+fn llama_tools() -> std::path::PathBuf {
+    std::env::var_os("LLAMA_TOOLS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/llama-tools/bin")
+        })
+}
+
+/// Start llama.cpp's `llama-server` on `gguf` with four slots of 4,096 tokens, if built.
+async fn start_llama_server(
+    gguf: &std::path::Path,
+    threads: usize,
+) -> Option<(tokio::process::Child, String)> {
+    let dir = llama_tools();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let child = tokio::process::Command::new(dir.join("llama-server"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .arg("-m")
+        .arg(gguf)
+        .args(["-np", "4", "-c", "16384", "-t"])
+        .arg(threads.to_string())
+        .args(["--port", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .ok()?;
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    for _ in 0..600 {
+        if client
+            .get(format!("{base}/health"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return Some((child, base));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+/// Four streams sent at once, as a chat client sends them: every stream's tokens over the
+/// wall time from sending to the last token, and the median time to first token.
+async fn four_at_once(
+    client: &reqwest::Client,
+    base: &str,
+    model: &str,
+    prompts: &[String],
+    max_tokens: usize,
+) -> Result<(f64, Duration), String> {
+    let start = Instant::now();
+    let tasks: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let (client, base, model, p) = (
+                client.clone(),
+                base.to_string(),
+                model.to_string(),
+                p.clone(),
+            );
+            tokio::spawn(
+                async move { stream_completion(&client, &base, &model, &p, max_tokens).await },
+            )
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in tasks {
+        all.push(t.await.map_err(|e| e.to_string())??);
+    }
+    let end = all.iter().filter_map(|s| s.chunks.last()).max().copied();
+    let tokens: u64 = all.iter().map(|s| s.completion_tokens).sum();
+    let rate = end.map_or(0.0, |e| tokens as f64 / (e - start).as_secs_f64());
+    Ok((rate, median(all.iter().map(Streamed::ttft).collect())))
+}
+
+/// (f) Four concurrent streams against llama.cpp's own `llama-server -np 4` (whose slots keep
+/// their prompts' cells): the same four prompts sent again (the runs after the first), then
+/// four fresh prompts each run.
+async fn against_llama_server(
+    base: &str,
+    name: &str,
+    gguf: &std::path::Path,
+    runs: usize,
+    max_tokens: usize,
+) -> Result<(), String> {
+    let Some((mut child, lbase)) = start_llama_server(gguf, raw_threads()).await else {
+        println!(
+            "(f) llama-server is not built in {} (../shared/tools/llama-tools.sh): skipped",
+            llama_tools().display()
+        );
+        return Ok(());
+    };
+    // A client of its own without idle connections: a pooled one left idle through (d) and (e)
+    // may be closed by the server just as it is reused.
+    let client = &reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(900))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let again: Vec<String> = (0..4).map(story).collect();
+    let mut lines = Vec::new();
+    for (who, url) in [("ours", base), ("llama-server", lbase.as_str())] {
+        four_at_once(client, url, name, &again, max_tokens).await?;
+        let (mut rates, mut ttfts) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let (r, t) = four_at_once(client, url, name, &again, max_tokens).await?;
+            rates.push(r);
+            ttfts.push(t);
+        }
+        let (mut fresh_rates, mut fresh_ttfts) = (Vec::new(), Vec::new());
+        for run in 0..runs {
+            let fresh: Vec<String> = (0..4).map(|i| story(1000 + 10 * run + i)).collect();
+            let (r, t) = four_at_once(client, url, name, &fresh, max_tokens).await?;
+            fresh_rates.push(r);
+            fresh_ttfts.push(t);
+        }
+        let med = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        lines.push((
+            who,
+            med(rates),
+            median(ttfts),
+            med(fresh_rates),
+            median(fresh_ttfts),
+        ));
+    }
+    let _ = child.kill().await;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for (who, r, t, fr, ft) in &lines {
+        println!(
+            "(f) {who:>12}: four streams sent again {r:.1} tokens/s, first token p50 {:.0} ms; four fresh {fr:.1} tokens/s, p50 {:.0} ms",
+            ms(*t),
+            ms(*ft)
+        );
+    }
+    let (o, l) = (&lines[0], &lines[1]);
+    println!(
+        "    ours/llama-server: sent again {:.2} tokens/s [target >= 1.0], first token {:.2} [target <= 1.5]; fresh {:.2} tokens/s [target >= 1.0]",
+        o.1 / l.1,
+        o.2.as_secs_f64() / l.2.as_secs_f64(),
+        o.3 / l.3
+    );
     Ok(())
 }
