@@ -167,19 +167,26 @@ pub(crate) async fn start_llama_cpp_python(
         .spawn()
         .ok()?;
     let base = format!("http://127.0.0.1:{port}");
+    answering(&base, "/v1/models")
+        .await
+        .then_some((child, base))
+}
+
+/// Whether `base` answers `path` with a success within two minutes.
+async fn answering(base: &str, path: &str) -> bool {
     let client = reqwest::Client::new();
     for _ in 0..600 {
         if client
-            .get(format!("{base}/v1/models"))
+            .get(format!("{base}{path}"))
             .send()
             .await
             .is_ok_and(|r| r.status().is_success())
         {
-            return Some((child, base));
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    None
+    false
 }
 
 /// Generation: one stream's decode rate against raw llama.cpp in this process; four
@@ -402,19 +409,7 @@ async fn start_llama_server(
         .spawn()
         .ok()?;
     let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    for _ in 0..600 {
-        if client
-            .get(format!("{base}/health"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            return Some((child, base));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    None
+    answering(&base, "/health").await.then_some((child, base))
 }
 
 /// Four streams sent at once, as a chat client sends them: every stream's tokens over the

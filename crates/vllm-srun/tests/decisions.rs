@@ -557,14 +557,7 @@ async fn models_health_and_metrics() {
         &json!({"state": "x", "questions": {"q": noul("?")}}),
     )
     .await;
-    let text = common::client()
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = get_text(&s.url("/metrics")).await;
     assert!(text.contains("vllm_srun_requests_total"), "{text}");
     for name in [
         "vllm_srun_phase_seconds",
@@ -781,14 +774,7 @@ async fn answers_are_the_same_bits_cold_warm_and_batched() {
         cards["models"][0]["card"]["engine_args"]["prefix_cache_bytes"],
         0
     );
-    let text = common::client()
-        .get(warm.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = get_text(&warm.url("/metrics")).await;
     let gauge = |name: &str| -> f64 {
         text.lines()
             .find(|l| l.starts_with(name))

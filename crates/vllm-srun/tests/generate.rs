@@ -480,14 +480,7 @@ async fn models_list_generation_and_metrics_show_it() {
         .as_array()
         .unwrap()
         .contains(&json!("generate")));
-    let text = client()
-        .get(server().url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = get_text(&server().url("/metrics")).await;
     for m in [
         "vllm_srun_time_to_first_token_seconds",
         "vllm_srun_inter_token_latency_seconds",
