@@ -863,16 +863,21 @@ impl LlamaSession<'_> {
         if let Some(cells) = held {
             return Ok(cells.clone());
         }
-        let cells = self
-            .ctx
-            .state_seq_get(seq, LlamaStateSeqFlags::empty())
-            .map_err(|e| BackendError::Forward(e.to_string()))?;
+        let cells = self.read_cells(seq)?;
         tracing::trace!(
             parent = seq,
             bytes = cells.byte_len(),
             "a parent's cells read for its children"
         );
-        Ok(Arc::new(cells))
+        Ok(cells)
+    }
+
+    /// Sequence `seq`'s cells in use.
+    fn read_cells(&self, seq: i32) -> Result<Arc<SeqState>, BackendError> {
+        self.ctx
+            .state_seq_get(seq, LlamaStateSeqFlags::empty())
+            .map(Arc::new)
+            .map_err(|e| BackendError::Forward(e.to_string()))
     }
 
     /// Keep in the prefix cache what the chunk's evaluated nodes left: their reads' logits
@@ -887,7 +892,8 @@ impl LlamaSession<'_> {
             if items[it].hit.is_some() {
                 continue;
             }
-            let Some(key) = items[it].key.clone() else {
+            // Every key was made when the arena was built; the cache can keep this one.
+            let Some(key) = items[it].key.take() else {
                 continue;
             };
             let item = &items[it];
@@ -895,11 +901,7 @@ impl LlamaSession<'_> {
                 .map(|ri| out[item.root][item.read_base + ri].clone())
                 .collect();
             let cells = if item.parent.is_none() && !item.node.children.is_empty() {
-                let cells = self
-                    .ctx
-                    .state_seq_get(item.seq, LlamaStateSeqFlags::empty())
-                    .map_err(|e| BackendError::Forward(e.to_string()))?;
-                Some(Arc::new(cells))
+                Some(self.read_cells(item.seq)?)
             } else {
                 None
             };
@@ -1006,11 +1008,7 @@ impl Session for LlamaSession<'_> {
         self.prefix_len = tokens.len();
         // Every cached path continued the old prefix.
         self.cache.clear();
-        self.prefix_cells = Some(Arc::new(
-            self.ctx
-                .state_seq_get(0, LlamaStateSeqFlags::empty())
-                .map_err(|e| BackendError::Forward(e.to_string()))?,
-        ));
+        self.prefix_cells = Some(self.read_cells(0)?);
         Ok(())
     }
 
