@@ -102,6 +102,35 @@ pub(crate) async fn stream_completion(
     })
 }
 
+/// One stream per prompt, all sent at once; each stream as it came back, in prompt order.
+async fn stream_all(
+    client: &reqwest::Client,
+    base: &str,
+    model: &str,
+    prompts: &[String],
+    max_tokens: usize,
+) -> Result<Vec<Streamed>, String> {
+    let tasks: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let (client, base, model, p) = (
+                client.clone(),
+                base.to_string(),
+                model.to_string(),
+                p.clone(),
+            );
+            tokio::spawn(
+                async move { stream_completion(&client, &base, &model, &p, max_tokens).await },
+            )
+        })
+        .collect();
+    let mut all = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        all.push(t.await.map_err(|e| e.to_string())??);
+    }
+    Ok(all)
+}
+
 /// `n` concurrent streams; their total decode rate (tokens after each stream's first, over the
 /// time from the earliest first token to the latest last one) and their time to first token.
 pub(crate) async fn concurrent(
@@ -111,19 +140,8 @@ pub(crate) async fn concurrent(
     n: usize,
     max_tokens: usize,
 ) -> Result<(f64, Vec<Duration>), String> {
-    let tasks: Vec<_> = (0..n)
-        .map(|i| {
-            let (client, base, model) = (client.clone(), base.to_string(), model.to_string());
-            let prompt = story(i);
-            tokio::spawn(async move {
-                stream_completion(&client, &base, &model, &prompt, max_tokens).await
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.push(t.await.map_err(|e| e.to_string())??);
-    }
+    let prompts: Vec<String> = (0..n).map(story).collect();
+    let all = stream_all(client, base, model, &prompts, max_tokens).await?;
     let first = all.iter().filter_map(|s| s.chunks.first()).min().copied();
     let last = all.iter().filter_map(|s| s.chunks.last()).max().copied();
     let tokens: u64 = all
@@ -142,34 +160,38 @@ pub(crate) async fn start_llama_cpp_python(
     gguf: &std::path::Path,
     threads: usize,
 ) -> Option<(tokio::process::Child, String)> {
+    let python = std::env::var("VLLM_SRUN_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut command = tokio::process::Command::new(python);
+    command
+        .args(["-m", "llama_cpp.server", "--model"])
+        .arg(gguf)
+        // Queue concurrent requests instead of cutting the running one off (its default).
+        .args(["--interrupt_requests", "False"])
+        .args(["--n_ctx", "4096", "--n_threads"])
+        .arg(threads.to_string());
+    start_reference(command, "/v1/models").await
+}
+
+/// Start a reference server: `command` with `--port` and a free local port added, its output
+/// dropped, killed when its handle is; its base URL once it answers `ready`.
+async fn start_reference(
+    mut command: tokio::process::Command,
+    ready: &str,
+) -> Option<(tokio::process::Child, String)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .ok()?
         .local_addr()
         .ok()?
         .port();
-    let python = std::env::var("VLLM_SRUN_PYTHON").unwrap_or_else(|_| "python3".into());
-    let child = tokio::process::Command::new(python)
-        .args(["-m", "llama_cpp.server", "--model"])
-        .arg(gguf)
-        // Queue concurrent requests instead of cutting the running one off (its default).
-        .args(["--interrupt_requests", "False"])
-        .args([
-            "--port",
-            &port.to_string(),
-            "--n_ctx",
-            "4096",
-            "--n_threads",
-        ])
-        .arg(threads.to_string())
+    let child = command
+        .args(["--port", &port.to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .ok()?;
     let base = format!("http://127.0.0.1:{port}");
-    answering(&base, "/v1/models")
-        .await
-        .then_some((child, base))
+    answering(&base, ready).await.then_some((child, base))
 }
 
 /// Whether `base` answers `path` with a success within two minutes.
@@ -391,25 +413,14 @@ async fn start_llama_server(
     threads: usize,
 ) -> Option<(tokio::process::Child, String)> {
     let dir = llama_tools();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .ok()?
-        .local_addr()
-        .ok()?
-        .port();
-    let child = tokio::process::Command::new(dir.join("llama-server"))
+    let mut command = tokio::process::Command::new(dir.join("llama-server"));
+    command
         .env("LD_LIBRARY_PATH", &dir)
         .arg("-m")
         .arg(gguf)
         .args(["-np", "4", "-c", "16384", "-t"])
-        .arg(threads.to_string())
-        .args(["--port", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .ok()?;
-    let base = format!("http://127.0.0.1:{port}");
-    answering(&base, "/health").await.then_some((child, base))
+        .arg(threads.to_string());
+    start_reference(command, "/health").await
 }
 
 /// Four streams sent at once, as a chat client sends them: every stream's tokens over the
@@ -422,24 +433,7 @@ async fn four_at_once(
     max_tokens: usize,
 ) -> Result<(f64, Duration), String> {
     let start = Instant::now();
-    let tasks: Vec<_> = prompts
-        .iter()
-        .map(|p| {
-            let (client, base, model, p) = (
-                client.clone(),
-                base.to_string(),
-                model.to_string(),
-                p.clone(),
-            );
-            tokio::spawn(
-                async move { stream_completion(&client, &base, &model, &p, max_tokens).await },
-            )
-        })
-        .collect();
-    let mut all = Vec::new();
-    for t in tasks {
-        all.push(t.await.map_err(|e| e.to_string())??);
-    }
+    let all = stream_all(client, base, model, prompts, max_tokens).await?;
     let end = all.iter().filter_map(|s| s.chunks.last()).max().copied();
     let tokens: u64 = all.iter().map(|s| s.completion_tokens).sum();
     let rate = end.map_or(0.0, |e| tokens as f64 / (e - start).as_secs_f64());

@@ -181,7 +181,6 @@ pub async fn get(url: &str) -> (u16, Value) {
     )
 }
 
-/// A client for the calling test's runtime (a pooled client cannot outlive its runtime).
 /// The body of a GET as text (e.g. /metrics).
 pub async fn get_text(url: &str) -> String {
     client()
@@ -194,6 +193,7 @@ pub async fn get_text(url: &str) -> String {
         .expect("body")
 }
 
+/// A client for the calling test's runtime (a pooled client cannot outlive its runtime).
 pub fn client() -> ::reqwest::Client {
     ::reqwest::Client::builder()
         .timeout(Duration::from_secs(300))
