@@ -297,6 +297,8 @@ impl ApiError {
         use protocol::reason as r;
         match (self.code, self.reason) {
             ("model_not_found", _) => "MODEL_NOT_FOUND",
+            // Not in sie-api's table, which names no timeout: the worker API's 504.
+            ("deadline_exceeded", _) => "DEADLINE_EXCEEDED",
             (_, Some(r::INPUT_TOO_LONG)) => "INPUT_TOO_LONG",
             ("not_ready", Some(r::MODEL_LOAD_FAILED)) => "MODEL_LOAD_FAILED",
             ("not_ready", Some(r::MODEL_LOADING)) => "MODEL_LOADING",
@@ -313,6 +315,7 @@ impl ApiError {
         if flavor == Flavor::Sie {
             self.status = match self.sie_code() {
                 "MODEL_NOT_FOUND" => StatusCode::NOT_FOUND,
+                "DEADLINE_EXCEEDED" => StatusCode::GATEWAY_TIMEOUT,
                 "INVALID_INPUT" | "INPUT_TOO_LONG" => match self.status {
                     StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => {
                         self.status

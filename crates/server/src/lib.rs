@@ -15,6 +15,7 @@ mod respond;
 mod routes;
 mod timing;
 mod transport;
+mod work;
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -27,10 +28,11 @@ use engine::Registry;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use protocol::Schema;
 
-use routes::{bundle, decisions, encoders, meta, openai, sie};
+use routes::{bundle, decisions, encoders, gateway, meta, openai, sie};
 
 pub use error::{ApiError, Flavor};
 pub use transport::{Transport, LARGE_BODY_BYTES};
+pub use work::QueueHandler;
 
 /// Settings of a serving process.
 #[derive(Debug, Clone)]
@@ -150,6 +152,43 @@ pub fn router(registry: Arc<Registry>, config: ServerConfig) -> Router {
             transport::admit,
         ))
         // Echo the caller's `X-Request-Id` or give one, on every response.
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+                    tower_http::request_id::MakeRequestUuid,
+                ))
+                .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id()),
+        )
+        .with_state(state)
+}
+
+/// Settings of an SIE gateway (`vllm-srun gateway`).
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub max_request_bytes: usize,
+    /// How long a request waits for its answer, the time in the queue included.
+    pub timeout: Duration,
+}
+
+/// The SIE gateway's routes: work published to NATS JetStream through `queue`, answered by
+/// the workers that pull it.
+pub fn gateway(queue: queue::Gateway, config: GatewayConfig) -> Router {
+    let state = Arc::new(gateway::GatewayState {
+        gateway: queue,
+        max_request_bytes: config.max_request_bytes,
+        timeout: config.timeout,
+        metrics: prometheus(),
+    });
+    Router::new()
+        .route("/v1/encode/{*model}", post(gateway::encode))
+        .route("/v1/score/{*model}", post(gateway::score))
+        .route("/v1/extract/{*model}", post(gateway::extract))
+        .route("/v1/generate/{*model}", post(gateway::generate))
+        .route("/healthz", get(gateway::healthz))
+        .route("/livez", get(gateway::healthz))
+        .route("/readyz", get(gateway::readyz))
+        .route("/metrics", get(gateway::metrics))
+        .layer(DefaultBodyLimit::disable())
         .layer(
             tower::ServiceBuilder::new()
                 .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(

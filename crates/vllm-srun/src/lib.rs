@@ -65,6 +65,16 @@ pub struct ServeOptions {
     pub service: Option<ServiceOptions>,
     /// The web pages (home, Keys, status) beside the router's routes; only with a router.
     pub pages: bool,
+    /// Also answer SIE work pulled from NATS JetStream (`serve --nats`); `None`: HTTP only.
+    pub nats: Option<NatsOptions>,
+}
+
+/// Where a worker pulls SIE work from, and how.
+#[derive(Debug, Clone)]
+pub struct NatsOptions {
+    /// `nats://host:port`.
+    pub url: String,
+    pub worker: queue::WorkerConfig,
 }
 
 /// The keys service's settings and where it stores its data.
@@ -177,6 +187,7 @@ impl Default for ServeOptions {
             router: None,
             service: None,
             pages: true,
+            nats: None,
         }
     }
 }
@@ -581,6 +592,20 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
     let transport = config.transport.clone();
     let worker = server::router(registry.clone(), config);
+    if let Some(n) = &o.nats {
+        let queue = queue::Worker::connect(&n.url)
+            .await
+            .map_err(|e| format!("--nats {}: {e}", n.url))?;
+        let (registry, app, config) = (registry.clone(), worker.clone(), n.worker.clone());
+        tokio::spawn(async move {
+            // Pull only what can be answered: the models that loaded (and their aliases).
+            let models = loaded_names(&registry).await;
+            let handler = Arc::new(server::QueueHandler::new(app));
+            if let Err(e) = queue.run(models, config, handler).await {
+                tracing::error!(error = %e, "the NATS work loop stopped");
+            }
+        });
+    }
     let app = match &o.router {
         None => worker,
         Some(rc) => {
@@ -624,6 +649,62 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
         listener,
         app,
         transport,
+    })
+}
+
+/// Once every model has loaded or failed: the names and aliases of those that loaded.
+async fn loaded_names(registry: &Registry) -> Vec<String> {
+    loop {
+        let slots = registry.slots();
+        let settled = slots
+            .iter()
+            .all(|s| matches!(s.state(), ModelState::Ready | ModelState::Failed(_)));
+        if settled {
+            return slots
+                .iter()
+                .filter(|s| s.state() == ModelState::Ready)
+                .flat_map(|s| {
+                    let m = s.meta();
+                    std::iter::once(m.name.clone()).chain(m.aliases.iter().cloned())
+                })
+                .collect();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An SIE gateway bound on its port (`vllm-srun gateway`).
+pub struct BoundGateway {
+    pub addr: SocketAddr,
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+}
+
+impl BoundGateway {
+    /// Serve until the process gets Ctrl-C.
+    pub async fn run(self) -> std::io::Result<()> {
+        server::serve_app(self.listener, self.app, &server::Transport::default()).await
+    }
+}
+
+/// Connect to NATS at `nats` and bind the SIE gateway on `host:port` (port 0: a free one).
+pub async fn bind_gateway(
+    nats: &str,
+    config: server::GatewayConfig,
+    host: &str,
+    port: u16,
+) -> Result<BoundGateway, String> {
+    let queue = queue::Gateway::connect(nats)
+        .await
+        .map_err(|e| format!("--nats {nats}: {e}"))?;
+    let addr = format!("{host}:{port}");
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    Ok(BoundGateway {
+        addr: listener.local_addr().map_err(|e| e.to_string())?,
+        listener,
+        app: server::gateway(queue, config),
     })
 }
 

@@ -22,6 +22,9 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Run a router alone, in front of workers and chat backends reached over HTTP.
     Router(RouterArgs),
+    /// Run the SIE gateway: encode, score, extract and generate requests published to NATS
+    /// JetStream and answered by the workers started with `serve --nats`.
+    Gateway(GatewayArgs),
     /// Fetch and list models.
     Models {
         #[command(subcommand)]
@@ -126,6 +129,23 @@ struct RouterArgs {
 }
 
 #[derive(Parser)]
+struct GatewayArgs {
+    /// The NATS server (JetStream on): nats://HOST:PORT.
+    #[arg(long, env = "VLLM_SRUN_NATS_URL")]
+    nats: String,
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    max_request_bytes: usize,
+    /// How long a request waits for its answer, its time in the queue included; past it the
+    /// answer is 504 DEADLINE_EXCEEDED and a worker that pulls the item later does not run it.
+    #[arg(long, default_value_t = 60)]
+    timeout_seconds: u64,
+}
+
+#[derive(Parser)]
 struct ServeArgs {
     /// A router config (YAML) to serve in front of the worker instead of the built-in one.
     #[arg(long)]
@@ -221,6 +241,17 @@ struct ServeArgs {
     /// thread of its own; more are refused with 429/529 overloaded. Default: 2 x cores + 2.
     #[arg(long)]
     max_large_requests: Option<usize>,
+    /// Also answer SIE work (encode, score, extract, generate) that `vllm-srun gateway`
+    /// publishes to this NATS server (JetStream on), for every model this worker loads.
+    #[arg(long, env = "VLLM_SRUN_NATS_URL")]
+    nats: Option<String>,
+    /// Work items one worker runs at once (pulled only as places free up).
+    #[arg(long, default_value_t = 32)]
+    nats_concurrency: usize,
+    /// Seconds JetStream waits for a worker's ack (a running item is kept alive by progress
+    /// acks) before it gives the item to another worker.
+    #[arg(long, default_value_t = 5)]
+    nats_ack_wait_seconds: u64,
 }
 
 fn main() {
@@ -236,6 +267,7 @@ fn main() {
         Command::Models { command } => models(command),
         Command::Serve(args) => serve(*args),
         Command::Router(args) => router_alone(args),
+        Command::Gateway(args) => gateway(args),
         Command::Keys { command } => keys(command),
     };
     std::process::exit(code);
@@ -378,6 +410,26 @@ fn load_router_config(path: &std::path::Path) -> Result<router::RouterConfig, St
     router::RouterConfig::from_yaml(&text, &path.display().to_string()).map_err(|e| e.to_string())
 }
 
+/// `vllm-srun gateway`: SIE requests through NATS JetStream to the workers.
+fn gateway(args: GatewayArgs) -> i32 {
+    let Some(rt) = runtime() else {
+        return 1;
+    };
+    let config = server::GatewayConfig {
+        max_request_bytes: args.max_request_bytes,
+        timeout: Duration::from_secs(args.timeout_seconds),
+    };
+    rt.block_on(async move {
+        match vllm_srun::bind_gateway(&args.nats, config, &args.host, args.port).await {
+            Ok(b) => listen(b.addr, b.run()).await,
+            Err(e) => {
+                eprintln!("{e}");
+                1
+            }
+        }
+    })
+}
+
 /// `vllm-srun router`: the router alone, every worker and backend over HTTP.
 fn router_alone(args: RouterArgs) -> i32 {
     let config = match load_router_config(&args.config) {
@@ -517,6 +569,14 @@ fn serve(args: ServeArgs) -> i32 {
                 .max_large_requests
                 .unwrap_or(server::Transport::default().max_large_requests),
         },
+        nats: args.nats.map(|url| vllm_srun::NatsOptions {
+            url,
+            worker: queue::WorkerConfig {
+                concurrency: args.nats_concurrency,
+                ack_wait: Duration::from_secs(args.nats_ack_wait_seconds.max(1)),
+                ..queue::WorkerConfig::default()
+            },
+        }),
         generate: (!args.no_generate).then(|| engine::GenerateConfig {
             sequences: args.generate_sequences,
             context_tokens: args.generate_context_tokens,

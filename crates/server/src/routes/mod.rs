@@ -5,6 +5,7 @@
 pub(crate) mod bundle;
 pub(crate) mod decisions;
 pub(crate) mod encoders;
+pub(crate) mod gateway;
 pub(crate) mod meta;
 pub(crate) mod openai;
 pub(crate) mod sie;
