@@ -9,6 +9,7 @@
 pub mod common;
 pub mod decisions;
 pub mod embeddings;
+pub mod gateway;
 pub mod generation;
 pub mod plain;
 pub mod router;
@@ -16,6 +17,7 @@ pub mod service;
 
 pub use decisions::{latency, long_inputs, spans, suite};
 pub use embeddings::embeddings;
+pub use gateway::gateway;
 pub use generation::generation;
 pub use router::router_overhead;
 pub use service::service_costs;

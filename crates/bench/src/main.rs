@@ -38,6 +38,10 @@ struct Args {
     /// with 10,000 requests waiting.
     #[arg(long)]
     service: bool,
+    /// SIE encode through `vllm-srun gateway` and NATS JetStream against straight to the worker
+    /// (--model minilm-l6, --requests per row; needs nats-server).
+    #[arg(long)]
+    gateway: bool,
     /// Requests per second of --router.
     #[arg(long, default_value_t = 200)]
     rate: usize,
@@ -65,10 +69,13 @@ fn main() {
         service,
         rate,
         spans,
+        gateway,
     } = Args::parse();
     let code = {
         use ::bench as b;
-        if service {
+        if gateway {
+            run_bench(b::gateway(&model, requests.max(1)))
+        } else if service {
             run_bench(b::service_costs())
         } else if router {
             run_bench(b::router_overhead(runs.clamp(1, 600), rate.max(1)))

@@ -259,9 +259,9 @@ async fn answer_one(
         tracing::warn!(error = %e, "the answer was not sent");
         return;
     }
-    // The answer first, then the ack: a worker that dies between the two causes a second
-    // answer, which the gateway drops, never a lost one.
-    let _ = client.flush().await;
+    // The answer first, then the ack (one connection keeps its messages in order): a worker
+    // that dies between the two causes a second answer, which the gateway drops, never a
+    // lost one.
     if let Err(e) = msg.ack().await {
         tracing::warn!(error = %e, "ack failed");
     }

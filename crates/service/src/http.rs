@@ -904,7 +904,7 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
             },
             Check { subject, budgets },
         ];
-        match svc.limiter.take(&checks, estimate, ctx.at) {
+        match svc.limiter.take(&checks, estimate, ctx.at).await {
             Ok(t) => taken = Some(t),
             Err(r) => {
                 let b = if r.subject_is_address {

@@ -15,6 +15,7 @@ pub mod http;
 pub mod keys;
 pub mod limits;
 pub mod live;
+pub mod shared;
 pub mod store;
 
 use std::collections::HashMap;
@@ -32,7 +33,7 @@ pub struct Service {
     pub store: Store,
     pub clock: Arc<dyn Clock>,
     /// Budgets of keys and addresses on the models.
-    limiter: Limiter,
+    limiter: Limits,
     /// Limits of the key endpoints themselves (challenges, usage reads).
     api_limiter: Limiter,
     gates: Mutex<HashMap<String, Arc<Gate>>>,
@@ -40,6 +41,74 @@ pub struct Service {
     models: Vec<String>,
     /// Recent server times per model, for the status page.
     pub live: live::Live,
+}
+
+/// Where budgets are counted: in this process, or in the database every router shares.
+pub(crate) enum Limits {
+    Local(Limiter),
+    Shared(Arc<shared::SharedLimiter>),
+}
+
+impl Limits {
+    pub(crate) async fn take(
+        &self,
+        checks: &[limits::Check],
+        tokens: u64,
+        now: clock::Millis,
+    ) -> Result<limits::Taken, limits::Refused> {
+        match self {
+            Limits::Local(l) => l.take(checks, tokens, now),
+            Limits::Shared(s) => s.take(checks, tokens, now).await,
+        }
+    }
+
+    pub(crate) fn settle(&self, taken: &limits::Taken, actual_tokens: u64) {
+        match self {
+            Limits::Local(l) => l.settle(taken, actual_tokens),
+            Limits::Shared(s) => s.settle(taken, actual_tokens),
+        }
+    }
+
+    pub(crate) fn refund(&self, taken: &limits::Taken) {
+        match self {
+            Limits::Local(l) => l.refund(taken),
+            Limits::Shared(s) => s.refund(taken),
+        }
+    }
+
+    pub(crate) fn minute_state(
+        &self,
+        s: &limits::Subject,
+        b: &limits::Budgets,
+        now: clock::Millis,
+    ) -> limits::MinuteState {
+        match self {
+            Limits::Local(l) => l.minute_state(s, b, now),
+            Limits::Shared(sh) => sh.minute_state(s, b, now),
+        }
+    }
+
+    pub(crate) fn today(&self, s: &limits::Subject, now: clock::Millis) -> (u64, u64) {
+        match self {
+            Limits::Local(l) => l.today(s, now),
+            Limits::Shared(sh) => sh.today(s, now),
+        }
+    }
+
+    /// Whether today's counts need seeding from the usage records (in memory only: the
+    /// database's windows outlive a restart).
+    pub(crate) fn needs_seed(&self, s: &limits::Subject, now: clock::Millis) -> bool {
+        match self {
+            Limits::Local(l) => l.needs_seed(s, now),
+            Limits::Shared(_) => false,
+        }
+    }
+
+    pub(crate) fn seed(&self, s: &limits::Subject, now: clock::Millis, requests: u64, tokens: u64) {
+        if let Limits::Local(l) = self {
+            l.seed(s, now, requests, tokens);
+        }
+    }
 }
 
 /// What `import_keys` did with one line.
@@ -99,11 +168,30 @@ impl Service {
         clock: Arc<dyn Clock>,
         models: Vec<String>,
     ) -> Arc<Service> {
+        // On PostgreSQL (the database routers on several machines share) the budgets are
+        // counted there; on SQLite (one process) in memory.
+        let limiter = if store.postgres {
+            Limits::Shared(Arc::new(shared::SharedLimiter::new(store.clone())))
+        } else {
+            Limits::Local(Limiter::new())
+        };
+        if let Limits::Shared(s) = &limiter {
+            let (weak, clock) = (Arc::downgrade(s), clock.clone());
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    loop {
+                        clock.sleep_until(clock.now_ms() + 1_000).await;
+                        let Some(s) = weak.upgrade() else { break };
+                        s.tidy(clock.now_ms()).await;
+                    }
+                });
+            }
+        }
         Arc::new(Service {
             config,
             store,
             clock,
-            limiter: Limiter::new(),
+            limiter,
             api_limiter: Limiter::new(),
             gates: Mutex::new(HashMap::new()),
             models,

@@ -107,11 +107,11 @@ pub struct Limiter {
     counters: Mutex<HashMap<Subject, Counters>>,
 }
 
-fn starts(now: Millis) -> (Millis, Millis) {
+pub(crate) fn starts(now: Millis) -> (Millis, Millis) {
     (now - now.rem_euclid(MINUTE_MS), day_of(now) * DAY_MS)
 }
 
-fn secs_until(end: Millis, now: Millis) -> u64 {
+pub(crate) fn secs_until(end: Millis, now: Millis) -> u64 {
     ((end - now).max(0) as u64).div_ceil(1000).max(1)
 }
 

@@ -380,4 +380,90 @@ impl Store {
         .fetch_all(&self.pool)
         .await?)
     }
+
+    /// Grant `requests` and `tokens` of a limit's window if the window's total stays within
+    /// `max_requests` and `max_tokens` (all or nothing, atomically against every other
+    /// router); the window's totals after the grant, or `None` when it would not fit.
+    pub async fn lease(
+        &self,
+        subject: &str,
+        window_start: Millis,
+        want: (i64, i64),
+        max: (i64, i64),
+    ) -> Result<Option<(i64, i64)>, StoreError> {
+        sqlx::query(
+            "INSERT INTO limit_windows (subject, window_start, requests, tokens) \
+             VALUES ($1, $2, 0, 0) ON CONFLICT (subject, window_start) DO NOTHING",
+        )
+        .bind(subject)
+        .bind(window_start)
+        .execute(&self.pool)
+        .await?;
+        let row = sqlx::query(
+            "UPDATE limit_windows SET requests = requests + $3, tokens = tokens + $4 \
+             WHERE subject = $1 AND window_start = $2 AND requests + $3 <= $5 \
+             AND tokens + $4 <= $6 RETURNING requests, tokens",
+        )
+        .bind(subject)
+        .bind(window_start)
+        .bind(want.0)
+        .bind(want.1)
+        .bind(max.0)
+        .bind(max.1)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            Some(r) => Some((r.try_get("requests")?, r.try_get("tokens")?)),
+            None => None,
+        })
+    }
+
+    /// A window's totals (what every router was granted).
+    pub async fn window(
+        &self,
+        subject: &str,
+        window_start: Millis,
+    ) -> Result<(i64, i64), StoreError> {
+        let row = sqlx::query(
+            "SELECT requests, tokens FROM limit_windows WHERE subject = $1 AND window_start = $2",
+        )
+        .bind(subject)
+        .bind(window_start)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            Some(r) => (r.try_get("requests")?, r.try_get("tokens")?),
+            None => (0, 0),
+        })
+    }
+
+    /// Give back what a lease did not use.
+    pub async fn give_back(
+        &self,
+        subject: &str,
+        window_start: Millis,
+        requests: i64,
+        tokens: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE limit_windows SET requests = requests - $3, tokens = tokens - $4 \
+             WHERE subject = $1 AND window_start = $2",
+        )
+        .bind(subject)
+        .bind(window_start)
+        .bind(requests)
+        .bind(tokens)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Forget windows that started before `before`.
+    pub async fn prune_windows(&self, before: Millis) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM limit_windows WHERE window_start < $1")
+            .bind(before)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }

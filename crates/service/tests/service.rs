@@ -878,3 +878,48 @@ on_both!(
     system_two_usage_is_read_apart,
     system_one_errors_from_behind_the_service_have_both_shapes,
 );
+
+/// Two routers on one PostgreSQL database (two services, as two processes would be) give a
+/// key its minute budget once: each takes leases of a twentieth of it, and together they
+/// never pass it. A lease left idle for two seconds is given back for the other to use.
+#[tokio::test]
+async fn on_postgres_two_routers_share_a_keys_minute_budget() {
+    let Some(db) = Db::postgres() else { return };
+    let (url, _) = db.fresh().await;
+    let cfg = ServiceConfig {
+        per_key: budgets(Some(100), None, None, None),
+        ..cheap()
+    };
+    let a = env_on(cfg.clone(), &url, None).await;
+    let b = env_on(cfg, &url, None).await;
+    let key = new_key(&a.app).await;
+    // One request on `a`: it takes a lease of five and uses one.
+    assert_eq!(ask_status(&a.app, &key).await, 200);
+    // Idle for three seconds: `a` gives the four it did not use back.
+    a.clock.advance(3_000);
+    b.clock.advance(3_000);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut on_b = 0;
+    for _ in 0..150 {
+        if ask_status(&b.app, &key).await == 200 {
+            on_b += 1;
+        }
+    }
+    assert_eq!(on_b, 99, "what `a` gave back is `b`'s to use");
+    // Next minute: alternating between the two, the key gets its hundred, no more.
+    a.clock.advance(60_000);
+    b.clock.advance(60_000);
+    let mut admitted = [0, 0];
+    for i in 0..300 {
+        let app = if i % 2 == 0 { &a.app } else { &b.app };
+        if ask_status(app, &key).await == 200 {
+            admitted[i % 2] += 1;
+        }
+    }
+    assert_eq!(admitted[0] + admitted[1], 100, "{admitted:?}");
+    assert!(admitted[0] >= 45 && admitted[1] >= 45, "{admitted:?}");
+    // The headers count both routers' requests.
+    let (s, h, _) = call(&b.app, "POST", "/v1/systemone", Some(&key), Some(ask())).await;
+    assert_eq!(s, 429);
+    assert_eq!(h["x-ratelimit-remaining-requests"], "0");
+}
