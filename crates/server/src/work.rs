@@ -108,7 +108,10 @@ impl queue::Handler for QueueHandler {
     fn handle(&self, item: WorkItem) -> Pin<Box<dyn Future<Output = Answer> + Send>> {
         let app = self.app.clone();
         Box::pin(async move {
-            let headers = headers_of(&item);
+            let mut headers = headers_of(&item);
+            // A body of known length, as the client sent it: the transport's large-body
+            // slots are for bodies over 64 KiB or of unknown length.
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(item.body.len()));
             let mut req = Request::new(Body::from(item.body.clone()));
             *req.method_mut() = Method::POST;
             *req.headers_mut() = headers.clone();

@@ -4,8 +4,12 @@
 //! item whose deadline passed while no worker was there is answered with the timeout error
 //! and not run by the worker that pulls it later.
 //!
-//! Needs Debian's `nats-server` (`.ci/run` installs it); outside CI the test says so and
-//! passes without running when it is missing.
+//! And two routers (`vllm-srun router`) on one PostgreSQL database in front of one worker: a
+//! key's minute budget holds over both, and a router killed mid-load leaves the other serving.
+//!
+//! Needs Debian's `nats-server` and a PostgreSQL server named by `VSR_TEST_POSTGRES_URL`
+//! (`.ci/run` installs and starts both); outside CI a test says so and passes without running
+//! when its server is missing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -261,5 +265,248 @@ async fn sie_through_jetstream_survives_a_killed_worker_and_drops_expired_items(
         "the expired item is answered (with the timeout error), and nothing else"
     );
     drop(nats);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh database on the server `admin` names; its URL.
+async fn fresh_database(admin: &str) -> String {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let name = format!("vsr_cluster_{}", std::process::id());
+    let mut c = sqlx::AnyConnection::connect(admin).await.unwrap();
+    for q in [
+        format!("DROP DATABASE IF EXISTS {name}"),
+        format!("CREATE DATABASE {name}"),
+    ] {
+        sqlx::query(&q).execute(&mut c).await.unwrap();
+    }
+    let (scheme, rest) = admin.split_once("://").unwrap();
+    let (auth, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let query = tail
+        .split_once('?')
+        .map(|(_, q)| format!("?{q}"))
+        .unwrap_or_default();
+    format!("{scheme}://{auth}/{name}{query}")
+}
+
+/// A key made through `base` by the spec's recipe, as a client at `address`.
+async fn key_from(client: &reqwest::Client, base: &str, address: &str) -> String {
+    let c: Value = client
+        .post(format!("{base}/api/keys/challenge"))
+        .header("x-client-address", address)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ch = c["challenge"].as_str().unwrap().to_string();
+    let d = c["difficulty"].as_u64().unwrap() as u32;
+    let nonce = (0u64..)
+        .find(|n| service::keys::solves(&ch, &n.to_string(), d))
+        .unwrap();
+    let k: Value = client
+        .post(format!("{base}/api/keys"))
+        .header("x-client-address", address)
+        .json(&json!({"challenge": ch, "nonce": nonce.to_string(), "accept_terms": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    k["api_key"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{k}"))
+        .to_string()
+}
+
+async fn ask(client: &reqwest::Client, base: &str, key: &str, address: &str) -> u16 {
+    client
+        .post(format!("{base}/v1/systemone"))
+        .bearer_auth(key)
+        .header("x-client-address", address)
+        .json(
+            &json!({"model": "sparrow-nano", "state": "My parcel arrived broken.",
+            "questions": {"q": {"type": "noul", "instructions": "Is this a complaint?"}}}),
+        )
+        .send()
+        .await
+        .map_or(0, |r| r.status().as_u16())
+}
+
+/// `n` requests of one key, `at_once` at a time, spread over `routers` in turn; how many were
+/// admitted (200) and how many refused by the budget (429).
+async fn burst(
+    client: &reqwest::Client,
+    routers: &[String],
+    key: &str,
+    address: &str,
+    n: usize,
+) -> (usize, usize) {
+    let mut tasks = Vec::new();
+    for chunk in 0..4 {
+        let (client, routers, key, address) = (
+            client.clone(),
+            routers.to_vec(),
+            key.to_string(),
+            address.to_string(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut got = (0, 0);
+            for i in (chunk..n).step_by(4) {
+                match ask(&client, &routers[i % routers.len()], &key, &address).await {
+                    200 => got.0 += 1,
+                    429 => got.1 += 1,
+                    s => panic!("status {s}"),
+                }
+            }
+            got
+        }));
+    }
+    let mut total = (0, 0);
+    for t in tasks {
+        let g = t.await.unwrap();
+        total = (total.0 + g.0, total.1 + g.1);
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routers_on_one_database_share_a_keys_budget_and_survive_each_other() {
+    let admin = match std::env::var("VSR_TEST_POSTGRES_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must set VSR_TEST_POSTGRES_URL"
+            );
+            eprintln!("VSR_TEST_POSTGRES_URL is not set; skipped");
+            return;
+        }
+    };
+    let database = fresh_database(&admin).await;
+    let dir = std::env::temp_dir().join(format!("vsr-routers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let worker = start(
+        &[
+            "serve",
+            "--model",
+            "sparrow-nano",
+            "--no-pull",
+            "--threads",
+            "1",
+        ],
+        &dir.join("worker.log"),
+    );
+    const LIMIT: usize = 40;
+    std::fs::write(
+        dir.join("router.yaml"),
+        format!(
+            "deployments:\n  - {{name: d, workers: [\"{}\"], models: [sparrow-nano]}}\n\
+             backends:\n  - {{name: b, url: \"http://127.0.0.1:9\", models: [llm]}}\n\
+             decisions:\n  - {{name: all, modelRefs: [{{model: llm}}]}}\n\
+             default_decision: all\n",
+            worker.base
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("service.yaml"),
+        format!(
+            "difficulty: 4\nkeys_per_hour: 1000\nkeys_per_day: 1000\nchallenges_per_minute: 1000\n\
+             trusted_proxy_header: x-client-address\n\
+             per_key: {{requests_per_minute: {LIMIT}}}\n"
+        ),
+    )
+    .unwrap();
+    let router = |name: &str| {
+        start(
+            &[
+                "router",
+                "--config",
+                dir.join("router.yaml").to_str().unwrap(),
+                "--service-config",
+                dir.join("service.yaml").to_str().unwrap(),
+                "--database-url",
+                &database,
+                "--no-pages",
+            ],
+            &dir.join(format!("{name}.log")),
+        )
+    };
+    let mut a = router("router-a");
+    let b = router("router-b");
+    let client = reqwest::Client::new();
+    // Keys of separate addresses have separate budgets.
+    let keys = [
+        key_from(&client, &a.base, "10.0.0.1").await,
+        key_from(&client, &b.base, "10.0.0.2").await,
+        key_from(&client, &a.base, "10.0.0.3").await,
+    ];
+    // Each router checks the worker's health on its own.
+    for r in [&a.base, &b.base] {
+        until("the worker answers through each router", 120, async || {
+            ask(&client, r, &keys[2], "10.0.0.3").await == 200
+        })
+        .await;
+    }
+    // The budget is per UTC minute: start both bursts in one.
+    let second = |d: Duration| d.as_secs() % 60;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    };
+    if second(now()) > 50 {
+        tokio::time::sleep(Duration::from_secs(61 - second(now()))).await;
+    }
+    let minute = now().as_secs() / 60;
+    let one = burst(&client, &[a.base.clone()], &keys[0], "10.0.0.1", 2 * LIMIT).await;
+    let two = burst(
+        &client,
+        &[a.base.clone(), b.base.clone()],
+        &keys[1],
+        "10.0.0.2",
+        2 * LIMIT,
+    )
+    .await;
+    assert_eq!(now().as_secs() / 60, minute, "the bursts crossed a minute");
+    eprintln!(
+        "a key's minute budget of {LIMIT}: one router admitted {} of {} ({:.2} of the limit), \
+         two routers {} of {} ({:.2})",
+        one.0,
+        2 * LIMIT,
+        one.0 as f64 / LIMIT as f64,
+        two.0,
+        2 * LIMIT,
+        two.0 as f64 / LIMIT as f64
+    );
+    assert_eq!(one, (LIMIT, LIMIT));
+    // Never past the limit; at most one lease (a twentieth) left unused at the other router.
+    assert!(two.0 <= LIMIT && two.0 + LIMIT / 20 >= LIMIT, "{two:?}");
+
+    // A router killed in the middle of load: the other keeps serving.
+    let load = {
+        let (client, base, key) = (client.clone(), b.base.clone(), keys[2].clone());
+        tokio::spawn(async move {
+            let mut statuses = Vec::new();
+            for _ in 0..20 {
+                statuses.push(ask(&client, &base, &key, "10.0.0.3").await);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            statuses
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    a.kill_9();
+    let statuses = load.await.unwrap();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    assert!(statuses.iter().filter(|s| **s == 200).count() > 0);
+    assert_eq!(ask(&client, &a.base, &keys[2], "10.0.0.3").await, 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
