@@ -102,7 +102,13 @@ type Head = (u64, u64, Arc<str>);
 
 pub struct Queue<T> {
     cfg: AdmissionConfig,
-    free: u64,
+    /// The places this queue may fill now: `cfg.places`, or this router's share of them
+    /// when routers share a model's places ([`Queue::set_capacity`]).
+    capacity: u64,
+    /// Places held by running requests.
+    held: u64,
+    /// Places held per address.
+    held_addr: HashMap<Arc<str>, u64>,
     work_addr: HashMap<Arc<str>, u64>,
     work_key: HashMap<Arc<str>, u64>,
     waiters: HashMap<u64, Waiter<T>>,
@@ -134,7 +140,9 @@ const PUSH_OUT_TRIES: usize = 32;
 impl<T> Queue<T> {
     pub fn new(cfg: AdmissionConfig) -> Queue<T> {
         Queue {
-            free: cfg.places.max(1),
+            capacity: cfg.places.max(1),
+            held: 0,
+            held_addr: HashMap::new(),
             cfg,
             work_addr: HashMap::new(),
             work_key: HashMap::new(),
@@ -162,7 +170,24 @@ impl<T> Queue<T> {
     }
 
     pub fn free_places(&self) -> u64 {
-        self.free
+        self.capacity.saturating_sub(self.held)
+    }
+
+    /// Change the places this queue may fill (requests running past a smaller capacity
+    /// finish; no new one starts until they are under it), then start who now fits.
+    pub fn set_capacity(&mut self, places: u64, now: Millis) -> Vec<(T, Grant)> {
+        self.capacity = places;
+        self.dispatch(now)
+    }
+
+    /// What each address asks of this queue: places held plus places waited for.
+    pub fn demand(&self) -> HashMap<Arc<str>, u64> {
+        let mut d = self.held_addr.clone();
+        for (a, w) in &self.waiting_addr {
+            *d.entry(a.clone()).or_insert(0) += w;
+        }
+        d.retain(|_, v| *v > 0);
+        d
     }
 
     /// Places and work of a request of `tokens` estimated tokens.
@@ -275,7 +300,8 @@ impl<T> Queue<T> {
     }
 
     fn grant(&mut self, ticket: Ticket, places: u64, work: u64, now: Millis) -> Grant {
-        self.free -= places;
+        self.held += places;
+        *self.held_addr.entry(ticket.address.clone()).or_insert(0) += places;
         self.add_work(&ticket.address, &ticket.key, work as i64);
         if self.cfg.slot_tokens.is_some() {
             self.recent.push_back((
@@ -360,7 +386,7 @@ impl<T> Queue<T> {
         let own_queue = self.key_queue.contains_key(&ticket.key);
         let first = self.index.first().map(|(p, _)| *p);
         let mine = self.prio(&ticket.address, &ticket.key, seq);
-        if !own_queue && places <= self.free && first.is_none_or(|f| mine < f) {
+        if !own_queue && places <= self.free_places() && first.is_none_or(|f| mine < f) {
             self.next_seq += 1;
             return Arrival::Start(self.grant(ticket, places, work, now));
         }
@@ -416,7 +442,8 @@ impl<T> Queue<T> {
                 .and_then(|(_, _, key)| self.key_queue.get(key))
                 .and_then(|q| q.front().copied());
             let Some(id) = id else { break };
-            let fits = self.waiters.get(&id).is_some_and(|w| w.places <= self.free);
+            let free = self.free_places();
+            let fits = self.waiters.get(&id).is_some_and(|w| w.places <= free);
             if !fits {
                 break;
             }
@@ -429,7 +456,13 @@ impl<T> Queue<T> {
 
     /// Give places back (the request ended), then start who is next.
     pub fn release(&mut self, g: &Grant, now: Millis) -> Vec<(T, Grant)> {
-        self.free = (self.free + g.places).min(self.cfg.places.max(1));
+        self.held = self.held.saturating_sub(g.places);
+        if let Some(h) = self.held_addr.get_mut(&g.address) {
+            *h = h.saturating_sub(g.places);
+            if *h == 0 {
+                self.held_addr.remove(&g.address);
+            }
+        }
         self.add_work(&g.address, &g.key, -(g.work as i64));
         self.dispatch(now)
     }
@@ -503,6 +536,20 @@ impl Gate {
             .lock()
             .map(|q| q.config().clone())
             .unwrap_or_default()
+    }
+
+    /// What each address asks of this gate (places held and waited for).
+    pub fn demand(&self) -> HashMap<Arc<str>, u64> {
+        self.queue.lock().map(|q| q.demand()).unwrap_or_default()
+    }
+
+    /// Fill at most `places` from now on (this router's share of a model's places).
+    pub fn set_capacity(&self, places: u64) {
+        let started = match self.queue.lock() {
+            Ok(mut q) => q.set_capacity(places, self.clock.now_ms()),
+            Err(_) => return,
+        };
+        self.send_all(started);
     }
 
     /// Requests waiting now.

@@ -15,6 +15,7 @@ pub mod http;
 pub mod keys;
 pub mod limits;
 pub mod live;
+pub mod places;
 pub mod shared;
 pub mod store;
 
@@ -41,6 +42,30 @@ pub struct Service {
     models: Vec<String>,
     /// Recent server times per model, for the status page.
     pub live: live::Live,
+    /// This router among those sharing the database.
+    router_id: String,
+}
+
+/// With the database every router shares: give back idle leases, and share each model's
+/// places by every router's demand, until the service is dropped.
+async fn shared_upkeep(svc: std::sync::Weak<Service>) {
+    let mut last_tidy = 0;
+    loop {
+        let (clock, now) = match svc.upgrade() {
+            Some(s) => (s.clock.clone(), s.clock.now_ms()),
+            None => return,
+        };
+        clock.sleep_until(now + places::TICK_MS).await;
+        let Some(s) = svc.upgrade() else { return };
+        let now = s.clock.now_ms();
+        if now - last_tidy >= 1_000 {
+            if let Limits::Shared(l) = &s.limiter {
+                l.tidy(now).await;
+            }
+            last_tidy = now;
+        }
+        s.share_places(now).await;
+    }
 }
 
 /// Where budgets are counted: in this process, or in the database every router shares.
@@ -175,19 +200,7 @@ impl Service {
         } else {
             Limits::Local(Limiter::new())
         };
-        if let Limits::Shared(s) = &limiter {
-            let (weak, clock) = (Arc::downgrade(s), clock.clone());
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    loop {
-                        clock.sleep_until(clock.now_ms() + 1_000).await;
-                        let Some(s) = weak.upgrade() else { break };
-                        s.tidy(clock.now_ms()).await;
-                    }
-                });
-            }
-        }
-        Arc::new(Service {
+        let svc = Arc::new(Service {
             config,
             store,
             clock,
@@ -196,7 +209,52 @@ impl Service {
             gates: Mutex::new(HashMap::new()),
             models,
             live: live::Live::default(),
-        })
+            router_id: uuid::Uuid::new_v4().simple().to_string(),
+        });
+        if let (Limits::Shared(_), Ok(rt)) = (&svc.limiter, tokio::runtime::Handle::try_current()) {
+            rt.spawn(shared_upkeep(Arc::downgrade(&svc)));
+        }
+        svc
+    }
+
+    /// Write this router's demand on each model and take its part of the model's places.
+    async fn share_places(&self, now: clock::Millis) {
+        let gates: Vec<(String, Arc<Gate>)> = match self.gates.lock() {
+            Ok(g) => g.iter().map(|(m, g)| (m.clone(), g.clone())).collect(),
+            Err(_) => return,
+        };
+        for (model, gate) in gates {
+            let places = gate.config().places.max(1);
+            let mine: HashMap<String, u64> = gate
+                .demand()
+                .into_iter()
+                .map(|(a, n)| (a.to_string(), n))
+                .collect();
+            let text = serde_json::to_string(&mine).unwrap_or_default();
+            let all = async {
+                self.store
+                    .put_demand(&self.router_id, &model, &text, now)
+                    .await?;
+                self.store.demands(&model, now - places::STALE_MS).await
+            };
+            let capacity = match all.await {
+                Ok(rows) => {
+                    let mut demands = std::collections::BTreeMap::new();
+                    for (router, json) in rows {
+                        let d: HashMap<String, u64> =
+                            serde_json::from_str(&json).unwrap_or_default();
+                        demands.insert(router, d);
+                    }
+                    demands.insert(self.router_id.clone(), mine);
+                    places::share(places, &demands, &self.router_id)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the shared places are unreachable; using the model's own");
+                    places
+                }
+            };
+            gate.set_capacity(capacity);
+        }
     }
 
     /// The admission gate of a model (made on first use).

@@ -466,4 +466,44 @@ impl Store {
             .await?;
         Ok(())
     }
+
+    /// Say what this router's queue of `model` is asked for (JSON: address → places).
+    pub async fn put_demand(
+        &self,
+        router: &str,
+        model: &str,
+        demand: &str,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO admission_demand (router, model, demand, updated_at) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (router, model) \
+             DO UPDATE SET demand = $3, updated_at = $4",
+        )
+        .bind(router)
+        .bind(model)
+        .bind(demand)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every router's demand on `model` refreshed since `since`: (router, JSON).
+    pub async fn demands(
+        &self,
+        model: &str,
+        since: Millis,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT router, demand FROM admission_demand WHERE model = $1 AND updated_at >= $2",
+        )
+        .bind(model)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("router")?, r.try_get("demand")?)))
+            .collect()
+    }
 }

@@ -5,7 +5,8 @@
 //! and not run by the worker that pulls it later.
 //!
 //! And two routers (`vllm-srun router`) on one PostgreSQL database in front of one worker: a
-//! key's minute budget holds over both, and a router killed mid-load leaves the other serving.
+//! key's minute budget holds over both, a router killed mid-load leaves the other serving, and
+//! backlogged addresses get even shares of a model's places whichever router they reach.
 //!
 //! Needs Debian's `nats-server` and a PostgreSQL server named by `VSR_TEST_POSTGRES_URL`
 //! (`.ci/run` installs and starts both); outside CI a test says so and passes without running
@@ -508,5 +509,149 @@ async fn routers_on_one_database_share_a_keys_budget_and_survive_each_other() {
     );
     assert!(statuses.iter().filter(|s| **s == 200).count() > 0);
     assert_eq!(ask(&client, &a.base, &keys[2], "10.0.0.3").await, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A stand-in worker in this process: ready, and every System One answer takes 100 ms, so
+/// the routers' places, not the worker, decide who is served.
+async fn slow_worker() -> String {
+    use axum::routing::{get, post};
+    let app = axum::Router::new()
+        .route(
+            "/health",
+            get(|| async { axum::Json(json!({"status": "ready"})) }),
+        )
+        .route(
+            "/v1/systemone",
+            post(|| async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                axum::Json(json!({"model": "slow", "answers": {"q": {"p_yes": 0.5}},
+                    "usage": {"input_tokens": 5, "output_tokens": 0}}))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    base
+}
+
+/// Jain's fairness index of what each got: 1 when all got the same.
+fn jain(x: &[f64]) -> f64 {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    sum * sum / (x.len() as f64 * squares)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backlogged_addresses_get_even_shares_over_two_routers() {
+    let admin = match std::env::var("VSR_TEST_POSTGRES_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must set VSR_TEST_POSTGRES_URL"
+            );
+            eprintln!("VSR_TEST_POSTGRES_URL is not set; skipped");
+            return;
+        }
+    };
+    let database = fresh_database(&admin).await;
+    let dir = std::env::temp_dir().join(format!("vsr-fair-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let worker = slow_worker().await;
+    std::fs::write(
+        dir.join("router.yaml"),
+        format!(
+            "deployments:\n  - {{name: d, workers: [\"{worker}\"], models: [slow]}}\n\
+             backends:\n  - {{name: b, url: \"http://127.0.0.1:9\", models: [llm]}}\n\
+             decisions:\n  - {{name: all, modelRefs: [{{model: llm}}]}}\n\
+             default_decision: all\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("service.yaml"),
+        "trusted_proxy_header: x-client-address\n\
+         default_model: {admission: {places: 4, push_out: false, max_wait_ms: 20000}}\n",
+    )
+    .unwrap();
+    let router = |name: &str| {
+        start(
+            &[
+                "router",
+                "--config",
+                dir.join("router.yaml").to_str().unwrap(),
+                "--service-config",
+                dir.join("service.yaml").to_str().unwrap(),
+                "--database-url",
+                &database,
+                "--no-pages",
+            ],
+            &dir.join(format!("{name}.log")),
+        )
+    };
+    let (a, b) = (router("router-a"), router("router-b"));
+    let client = reqwest::Client::new();
+    let call = move |base: String, address: &'static str| {
+        let client = client.clone();
+        async move {
+            client
+                .post(format!("{base}/v1/systemone"))
+                .header("x-client-address", address)
+                .json(&json!({"model": "slow", "state": "s",
+                    "questions": {"q": {"type": "noul", "instructions": "?"}}}))
+                .send()
+                .await
+                .map_or(0, |r| r.status().as_u16())
+        }
+    };
+    for r in [&a.base, &b.base] {
+        until("the stand-in answers through each router", 60, async || {
+            call(r.clone(), "10.9.9.9").await == 200
+        })
+        .await;
+    }
+    // One address reaches the model through router a, three through router b; each keeps six
+    // requests in flight. Count what each got in the middle three seconds.
+    let addresses: [(&'static str, &String); 4] = [
+        ("10.1.0.1", &a.base),
+        ("10.1.0.2", &b.base),
+        ("10.1.0.3", &b.base),
+        ("10.1.0.4", &b.base),
+    ];
+    let start_at = Instant::now();
+    let (from, to) = (Duration::from_secs(1), Duration::from_secs(4));
+    let mut tasks = Vec::new();
+    for (address, base) in addresses {
+        for _ in 0..6 {
+            let (base, call) = (base.clone(), call.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut done = Vec::new();
+                while start_at.elapsed() < to {
+                    let s = call(base.clone(), address).await;
+                    done.push((address, s, start_at.elapsed()));
+                }
+                done
+            }));
+        }
+    }
+    let mut got: std::collections::BTreeMap<&str, f64> =
+        addresses.iter().map(|(a, _)| (*a, 0.0)).collect();
+    for t in tasks {
+        for (address, status, at) in t.await.unwrap() {
+            assert_eq!(status, 200, "{address}");
+            if at >= from && at < to {
+                *got.get_mut(address).unwrap() += 1.0;
+            }
+        }
+    }
+    let shares: Vec<f64> = got.values().copied().collect();
+    let index = jain(&shares);
+    eprintln!(
+        "fair admission over two routers (4 places, 100 ms per request): answered per address \
+         in 3 s {got:?}, Jain index {index:.3}"
+    );
+    assert!(index >= 0.99, "{got:?}: {index}");
     let _ = std::fs::remove_dir_all(&dir);
 }
