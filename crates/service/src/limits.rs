@@ -102,6 +102,20 @@ pub struct MinuteState {
     pub reset_ms: Millis,
 }
 
+impl MinuteState {
+    /// The state of budgets `b` with `used` (requests, tokens) in the minute of `now`.
+    pub(crate) fn of(b: &Budgets, used: (u64, u64), now: Millis) -> MinuteState {
+        let (m, _) = starts(now);
+        MinuteState {
+            limit_requests: b.requests_per_minute,
+            remaining_requests: b.requests_per_minute.map(|l| l.saturating_sub(used.0)),
+            limit_tokens: b.tokens_per_minute,
+            remaining_tokens: b.tokens_per_minute.map(|l| l.saturating_sub(used.1)),
+            reset_ms: m + MINUTE_MS - now,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Limiter {
     counters: Mutex<HashMap<Subject, Counters>>,
@@ -232,13 +246,7 @@ impl Limiter {
             })
             .flatten()
             .unwrap_or((0, 0));
-        MinuteState {
-            limit_requests: b.requests_per_minute,
-            remaining_requests: b.requests_per_minute.map(|l| l.saturating_sub(req)),
-            limit_tokens: b.tokens_per_minute,
-            remaining_tokens: b.tokens_per_minute.map(|l| l.saturating_sub(tok)),
-            reset_ms: m + MINUTE_MS - now,
-        }
+        MinuteState::of(b, (req, tok), now)
     }
 
     /// Today's counts of a subject (requests, tokens).

@@ -274,14 +274,7 @@ impl SharedLimiter {
         now: Millis,
     ) -> MinuteState {
         let (m, _) = starts(now);
-        let (req, tok) = self.used(false, s, m);
-        MinuteState {
-            limit_requests: b.requests_per_minute,
-            remaining_requests: b.requests_per_minute.map(|l| l.saturating_sub(req)),
-            limit_tokens: b.tokens_per_minute,
-            remaining_tokens: b.tokens_per_minute.map(|l| l.saturating_sub(tok)),
-            reset_ms: m + MINUTE_MS - now,
-        }
+        MinuteState::of(b, self.used(false, s, m), now)
     }
 
     /// Today's counts of a subject (requests, tokens), over every router as far as known.

@@ -168,9 +168,7 @@ async fn sie_through_jetstream_survives_a_killed_worker_and_drops_expired_items(
         eprintln!("nats-server is not installed; skipped");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("vsr-cluster-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir("sie");
     let nats = start_nats(&bin, &dir.join("jetstream"));
     let url = nats.base.clone();
     let mut w1 = worker(&url, &dir.join("w1.log"));
@@ -184,6 +182,33 @@ async fn sie_through_jetstream_survives_a_killed_worker_and_drops_expired_items(
         encode(&client, &gw.base, "warm").await.0 == 200
     })
     .await;
+
+    // Through the gateway, a msgpack score request gets the answer the worker gives it over
+    // HTTP.
+    let score = rmp_serde::to_vec_named(&json!({"query": {"text": "refund policy"},
+        "items": [{"id": "d1", "text": "Refunds take five days."}, {"id": "d2", "text": "The sky is blue."}]}))
+    .unwrap();
+    let mut bodies = Vec::new();
+    for base in [&gw.base, &w2.base] {
+        let r = client
+            .post(format!("{base}/v1/score/minilm-l6"))
+            .header("content-type", "application/msgpack")
+            .body(score.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["content-type"], "application/msgpack");
+        let v: Value = rmp_serde::from_slice(&r.bytes().await.unwrap()).unwrap();
+        bodies.push(v);
+    }
+    assert_eq!(bodies[0], bodies[1]);
+    assert_eq!(
+        bodies[0]["scores"][0]["item_id"],
+        json!("d1"),
+        "{}",
+        bodies[0]
+    );
 
     let answered = Arc::new(Mutex::new(Vec::<(String, u16, Value)>::new()));
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -270,10 +295,10 @@ async fn sie_through_jetstream_survives_a_killed_worker_and_drops_expired_items(
 }
 
 /// A fresh database on the server `admin` names; its URL.
-async fn fresh_database(admin: &str) -> String {
+async fn fresh_database(admin: &str, tag: &str) -> String {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
-    let name = format!("vsr_cluster_{}", std::process::id());
+    let name = format!("vsr_cluster_{tag}");
     let mut c = sqlx::AnyConnection::connect(admin).await.unwrap();
     for q in [
         format!("DROP DATABASE IF EXISTS {name}"),
@@ -288,6 +313,72 @@ async fn fresh_database(admin: &str) -> String {
         .map(|(_, q)| format!("?{q}"))
         .unwrap_or_default();
     format!("{scheme}://{auth}/{name}{query}")
+}
+
+/// The PostgreSQL server of `VSR_TEST_POSTGRES_URL`; `None` (the test is skipped) when it
+/// is not set, outside CI.
+fn postgres_admin() -> Option<String> {
+    match std::env::var("VSR_TEST_POSTGRES_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must set VSR_TEST_POSTGRES_URL"
+            );
+            eprintln!("VSR_TEST_POSTGRES_URL is not set; skipped");
+            None
+        }
+    }
+}
+
+/// A directory of its own for test `tag`, empty.
+fn test_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vsr-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// For a test of routers on one PostgreSQL database: a fresh database (its URL), and in `dir`
+/// a router config that publishes `model` of `worker` and the service config `service`.
+async fn routers_setup(
+    admin: &str,
+    dir: &std::path::Path,
+    worker: &str,
+    model: &str,
+    service: &str,
+) -> String {
+    let tag = dir.file_name().unwrap().to_str().unwrap().replace('-', "_");
+    let database = fresh_database(admin, &tag).await;
+    std::fs::write(
+        dir.join("router.yaml"),
+        format!(
+            "deployments:\n  - {{name: d, workers: [\"{worker}\"], models: [{model}]}}\n\
+             backends:\n  - {{name: b, url: \"http://127.0.0.1:9\", models: [llm]}}\n\
+             decisions:\n  - {{name: all, modelRefs: [{{model: llm}}]}}\n\
+             default_decision: all\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("service.yaml"), service).unwrap();
+    database
+}
+
+/// `vllm-srun router` on the files of [`routers_setup`], its log in `dir/NAME.log`.
+fn start_router(dir: &std::path::Path, database: &str, name: &str) -> Proc {
+    start(
+        &[
+            "router",
+            "--config",
+            dir.join("router.yaml").to_str().unwrap(),
+            "--service-config",
+            dir.join("service.yaml").to_str().unwrap(),
+            "--database-url",
+            database,
+            "--no-pages",
+        ],
+        &dir.join(format!("{name}.log")),
+    )
 }
 
 /// A key made through `base` by the spec's recipe, as a client at `address`.
@@ -375,21 +466,10 @@ async fn burst(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routers_on_one_database_share_a_keys_budget_and_survive_each_other() {
-    let admin = match std::env::var("VSR_TEST_POSTGRES_URL") {
-        Ok(u) if !u.is_empty() => u,
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must set VSR_TEST_POSTGRES_URL"
-            );
-            eprintln!("VSR_TEST_POSTGRES_URL is not set; skipped");
-            return;
-        }
+    let Some(admin) = postgres_admin() else {
+        return;
     };
-    let database = fresh_database(&admin).await;
-    let dir = std::env::temp_dir().join(format!("vsr-routers-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir("budget");
     let worker = start(
         &[
             "serve",
@@ -402,41 +482,13 @@ async fn routers_on_one_database_share_a_keys_budget_and_survive_each_other() {
         &dir.join("worker.log"),
     );
     const LIMIT: usize = 40;
-    std::fs::write(
-        dir.join("router.yaml"),
-        format!(
-            "deployments:\n  - {{name: d, workers: [\"{}\"], models: [sparrow-nano]}}\n\
-             backends:\n  - {{name: b, url: \"http://127.0.0.1:9\", models: [llm]}}\n\
-             decisions:\n  - {{name: all, modelRefs: [{{model: llm}}]}}\n\
-             default_decision: all\n",
-            worker.base
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("service.yaml"),
-        format!(
-            "difficulty: 4\nkeys_per_hour: 1000\nkeys_per_day: 1000\nchallenges_per_minute: 1000\n\
-             trusted_proxy_header: x-client-address\n\
-             per_key: {{requests_per_minute: {LIMIT}}}\n"
-        ),
-    )
-    .unwrap();
-    let router = |name: &str| {
-        start(
-            &[
-                "router",
-                "--config",
-                dir.join("router.yaml").to_str().unwrap(),
-                "--service-config",
-                dir.join("service.yaml").to_str().unwrap(),
-                "--database-url",
-                &database,
-                "--no-pages",
-            ],
-            &dir.join(format!("{name}.log")),
-        )
-    };
+    let service = format!(
+        "difficulty: 4\nkeys_per_hour: 1000\nkeys_per_day: 1000\nchallenges_per_minute: 1000\n\
+         trusted_proxy_header: x-client-address\n\
+         per_key: {{requests_per_minute: {LIMIT}}}\n"
+    );
+    let database = routers_setup(&admin, &dir, &worker.base, "sparrow-nano", &service).await;
+    let router = |name: &str| start_router(&dir, &database, name);
     let mut a = router("router-a");
     let b = router("router-b");
     let client = reqwest::Client::new();
@@ -544,53 +596,15 @@ fn jain(x: &[f64]) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backlogged_addresses_get_even_shares_over_two_routers() {
-    let admin = match std::env::var("VSR_TEST_POSTGRES_URL") {
-        Ok(u) if !u.is_empty() => u,
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must set VSR_TEST_POSTGRES_URL"
-            );
-            eprintln!("VSR_TEST_POSTGRES_URL is not set; skipped");
-            return;
-        }
+    let Some(admin) = postgres_admin() else {
+        return;
     };
-    let database = fresh_database(&admin).await;
-    let dir = std::env::temp_dir().join(format!("vsr-fair-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = test_dir("fair");
     let worker = slow_worker().await;
-    std::fs::write(
-        dir.join("router.yaml"),
-        format!(
-            "deployments:\n  - {{name: d, workers: [\"{worker}\"], models: [slow]}}\n\
-             backends:\n  - {{name: b, url: \"http://127.0.0.1:9\", models: [llm]}}\n\
-             decisions:\n  - {{name: all, modelRefs: [{{model: llm}}]}}\n\
-             default_decision: all\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("service.yaml"),
-        "trusted_proxy_header: x-client-address\n\
-         default_model: {admission: {places: 4, push_out: false, max_wait_ms: 20000}}\n",
-    )
-    .unwrap();
-    let router = |name: &str| {
-        start(
-            &[
-                "router",
-                "--config",
-                dir.join("router.yaml").to_str().unwrap(),
-                "--service-config",
-                dir.join("service.yaml").to_str().unwrap(),
-                "--database-url",
-                &database,
-                "--no-pages",
-            ],
-            &dir.join(format!("{name}.log")),
-        )
-    };
+    let service = "trusted_proxy_header: x-client-address\n\
+        default_model: {admission: {places: 4, push_out: false, max_wait_ms: 20000}}\n";
+    let database = routers_setup(&admin, &dir, &worker, "slow", service).await;
+    let router = |name: &str| start_router(&dir, &database, name);
     let (a, b) = (router("router-a"), router("router-b"));
     let client = reqwest::Client::new();
     let call = move |base: String, address: &'static str| {
