@@ -7,7 +7,8 @@
 //!   holds one token of each decoding slot, plus prompt tokens of the slots still reading
 //!   their prompts up to `prefill_chunk` tokens in all, so a long prompt that joins never
 //!   stalls the running streams for more than a chunk.
-//! - New requests join between steps, in arrival order, as slots free up. Over
+//! - New requests join between steps, in arrival order, as slots free up; an idle thread
+//!   waits `GATHER` after a first request for others sent with it. Over
 //!   `max_waiting` queued requests a request is refused at once (`Overloaded`).
 //! - A request whose receiver is gone (the client went away) is dropped before the next
 //!   step: its slot is freed, no more tokens are computed for it.
@@ -26,6 +27,9 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::backend::{Backend, BackendError, Feed, Generator, Sampled, Sampling, Token};
 use crate::scheduler::JobError;
+
+/// How long an idle generation thread waits for companions of a first request.
+const GATHER: Duration = Duration::from_millis(8);
 
 /// Limits of a model's generation context.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -344,6 +348,18 @@ impl<'a> Loop<'a> {
                 match rx.recv() {
                     Ok(q) => self.take(q),
                     Err(_) => return,
+                }
+                // Idle until now: requests a client sent together arrive a few milliseconds
+                // apart (each is parsed, rendered and tokenized on its own task). Wait that
+                // long for them so their prompts share the first step, instead of the first
+                // one's step making the others wait a whole step for their first token.
+                let until = Instant::now() + GATHER;
+                while self.waiting.len() < self.free.len() {
+                    let left = until.saturating_duration_since(Instant::now());
+                    match rx.recv_timeout(left) {
+                        Ok(q) => self.take(q),
+                        Err(_) => break,
+                    }
                 }
             }
             while let Ok(q) = rx.try_recv() {
