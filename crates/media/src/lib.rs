@@ -7,6 +7,9 @@
 //! bytes. Both readers bound their tables by the boxes that hold them; a reader that still
 //! panics on some input is caught and reported as unreadable.
 
+pub mod picture;
+pub use picture::{decode_picture, Picture, PictureError};
+
 use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
