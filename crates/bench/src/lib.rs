@@ -8,6 +8,7 @@
 
 pub mod common;
 pub mod decisions;
+pub mod detector;
 pub mod embeddings;
 pub mod gateway;
 pub mod generation;
@@ -16,6 +17,7 @@ pub mod router;
 pub mod service;
 
 pub use decisions::{latency, long_inputs, spans, suite};
+pub use detector::detector;
 pub use embeddings::embeddings;
 pub use gateway::gateway;
 pub use generation::generation;

@@ -52,6 +52,10 @@ struct Args {
     /// against one choice question about the same ~200-token state.
     #[arg(long)]
     spans: bool,
+    /// The object detector's forward on a test photograph against TensorFlow.js running the
+    /// same graph (needs Node.js with the packages scripts/nanodet_reference.js names).
+    #[arg(long)]
+    detector: bool,
 }
 
 fn main() {
@@ -70,10 +74,13 @@ fn main() {
         rate,
         spans,
         gateway,
+        detector,
     } = Args::parse();
     let code = {
         use ::bench as b;
-        if gateway {
+        if detector {
+            run_bench(b::detector(runs.max(1)))
+        } else if gateway {
             run_bench(b::gateway(&model, requests.max(1)))
         } else if service {
             run_bench(b::service_costs())
