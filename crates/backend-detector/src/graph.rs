@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use serde::Deserialize;
 
 use crate::DetectError;
@@ -82,15 +82,18 @@ enum Op {
     Transpose,
     Pad,
     PadV2,
-    /// `oihw`: the filter was laid out as candle's OIHW at load (it is a constant only
-    /// convolutions read), instead of the graph's HWIO.
+    /// `padding`: zeros on every side, taken over from a `Pad` the convolution alone read
+    /// (the convolution pads as it reads).
     Conv2D {
         stride: (usize, usize),
-        oihw: bool,
+        padding: usize,
     },
+    /// `pad`: `(size, value)` on every side, taken over from a `PadV2` the pooling alone read
+    /// (a window that reaches past the edge also counts `value`, as the padded input would).
     MaxPool {
         kernel: (usize, usize),
         stride: (usize, usize),
+        pad: Option<(usize, f32)>,
     },
     Add,
     LeakyRelu(f32),
@@ -203,7 +206,7 @@ fn parse_op(node: &NodeJson) -> Result<Op, DetectError> {
             }
             Op::Conv2D {
                 stride: window(a, "strides", &node.name)?,
-                oihw: false,
+                padding: 0,
             }
         }
         "MaxPool" => {
@@ -211,6 +214,7 @@ fn parse_op(node: &NodeJson) -> Result<Op, DetectError> {
             Op::MaxPool {
                 kernel: window(a, "ksize", &node.name)?,
                 stride: window(a, "strides", &node.name)?,
+                pad: None,
             }
         }
         "Add" | "AddV2" => Op::Add,
@@ -376,20 +380,8 @@ impl Graph {
                 readers.entry(i).or_default().push((n, slot));
             }
         }
-        for (c, value) in consts.iter_mut() {
-            let Some(rs) = readers.get(c) else { continue };
-            let only_filters = rs
-                .iter()
-                .all(|&(n, slot)| slot == 1 && matches!(nodes[n].op, Op::Conv2D { .. }));
-            if let (true, Value::F(t)) = (only_filters, &*value) {
-                *value = Value::F(t.permute((3, 2, 0, 1))?.contiguous()?);
-                for &(n, _) in rs {
-                    if let Op::Conv2D { stride, .. } = nodes[n].op {
-                        nodes[n].op = Op::Conv2D { stride, oihw: true };
-                    }
-                }
-            }
-        }
+        fuse_pads(&mut nodes, &consts, &readers);
+        fuse_pool_pads(&mut nodes, &consts, &readers);
         let input = reference(input)?.0;
         if nodes[input].op != Op::Placeholder {
             return Err(bad("the input is not a placeholder"));
@@ -570,39 +562,44 @@ fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
             let c = *c.first().ok_or_else(|| bad("no constant value"))?;
             f(pad(float(arg(args, 0)?)?, ints(arg(args, 1)?)?, c)?)
         }
-        Op::Conv2D { stride, oihw } => {
-            let x = float(arg(args, 0)?)?;
-            let k = float(arg(args, 1)?)?;
-            if stride.0 != stride.1 {
-                return Err(bad("unequal strides"));
-            }
-            // NHWC input and HWIO filter, as candle's NCHW and OIHW views.
-            let k = if oihw {
-                k.clone()
-            } else {
-                k.permute((3, 2, 0, 1))?
-            };
-            let y = x.permute((0, 3, 1, 2))?.conv2d(&k, 0, stride.0, 1, 1)?;
-            f(y.permute((0, 2, 3, 1))?)
-        }
-        Op::MaxPool { kernel, stride } => {
-            let x = float(arg(args, 0)?)?.permute((0, 3, 1, 2))?;
-            let y = x.max_pool2d_with_stride(kernel, stride)?;
-            f(y.permute((0, 2, 3, 1))?)
-        }
+        Op::Conv2D { stride, padding } => f(conv_nhwc(
+            float(arg(args, 0)?)?,
+            float(arg(args, 1)?)?,
+            stride,
+            padding,
+        )?),
+        Op::MaxPool {
+            kernel,
+            stride,
+            pad,
+        } => f(max_pool_nhwc(float(arg(args, 0)?)?, kernel, stride, pad)?),
         Op::Add => match (arg(args, 0)?, arg(args, 1)?) {
-            (Value::F(a), Value::F(b)) => f(a.broadcast_add(b)?),
+            (Value::F(a), Value::F(b)) => {
+                // A per-channel bias on a transposed view: added in the memory's own order.
+                if let (Some((base, back)), 1) = (memory_order(a), b.rank()) {
+                    if back == [0, 2, 3, 1] && b.dim(0)? == base.dim(1)? {
+                        let b = b.reshape((1, b.dim(0)?, 1, 1))?;
+                        return f(base.broadcast_add(&b)?.permute(back)?);
+                    }
+                }
+                // Two views of the same shape over memory in the same other order.
+                if let (Some((x, back)), Some((y, back2))) = (memory_order(a), memory_order(b)) {
+                    if back == back2 && x.dims() == y.dims() {
+                        return f((x + y)?.permute(back)?);
+                    }
+                }
+                f(a.broadcast_add(b)?)
+            }
             (Value::I(sa, a), Value::I(sb, b)) if sa == sb => Ok(vec![Value::I(
                 sa.clone(),
                 a.iter().zip(b).map(|(x, y)| x + y).collect(),
             )]),
             _ => Err(bad("Add of mismatched values")),
         },
-        Op::LeakyRelu(alpha) => {
-            let x = float(arg(args, 0)?)?;
-            f(x.maximum(&(x * f64::from(alpha))?)?)
-        }
-        Op::Sigmoid => f(candle_nn::ops::sigmoid(float(arg(args, 0)?)?)?),
+        Op::LeakyRelu(alpha) => f(elementwise(float(arg(args, 0)?)?, |x| {
+            x.maximum(&(x * f64::from(alpha))?)
+        })?),
+        Op::Sigmoid => f(elementwise(float(arg(args, 0)?)?, candle_nn::ops::sigmoid)?),
         Op::Concat => {
             let (last, parts) = args.split_last().ok_or_else(|| bad("no inputs"))?;
             let a = *ints(last)?.first().ok_or_else(|| bad("no axis"))?;
@@ -611,7 +608,18 @@ fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
                 .map(|v| float(v))
                 .collect::<Result<Vec<_>, _>>()?;
             let first = parts.first().ok_or_else(|| bad("nothing to join"))?;
-            f(Tensor::cat(&parts, axis(a, first.rank())?)?)
+            let a = axis(a, first.rank())?;
+            // Views over memory in one other order are joined in that order.
+            let bases: Option<Vec<(Tensor, [usize; 4])>> =
+                parts.iter().map(|p| memory_order(p)).collect();
+            if let Some(bases) = bases {
+                let back = bases.first().map(|b| b.1);
+                if let Some(back) = back.filter(|bk| bases.iter().all(|b| b.1 == *bk)) {
+                    let tensors: Vec<Tensor> = bases.into_iter().map(|b| b.0).collect();
+                    return f(Tensor::cat(&tensors, back[a])?.permute(back)?);
+                }
+            }
+            f(Tensor::cat(&parts, a)?)
         }
         Op::SplitV => {
             let x = float(arg(args, 0)?)?;
@@ -695,7 +703,340 @@ fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
     }
 }
 
-/// Float32 input of shape `dims` from host values.
-pub fn tensor(values: Vec<f32>, dims: &[usize]) -> Result<Tensor, DetectError> {
-    Ok(Tensor::from_vec(values, dims, &Device::Cpu)?.to_dtype(DType::F32)?)
+/// A convolution in NHWC: each output pixel's receptive field laid out as one row (the
+/// filter taps in HWIO order, zeros where the padding is), then one matrix product with the
+/// HWIO filter read as a `[kh·kw·cin, cout]` matrix, whose result is the NHWC output itself.
+/// A 1×1 convolution with stride 1 is the product alone. (candle's own convolution is NCHW,
+/// and its tiled path ran this graph's convolutions at a fifth of the matrix product's rate.)
+fn conv_nhwc(
+    x: &Tensor,
+    k: &Tensor,
+    stride: (usize, usize),
+    pad: usize,
+) -> Result<Tensor, DetectError> {
+    let (n, h, w, ci) = x.dims4()?;
+    let (kh, kw, kci, co) = k.dims4()?;
+    if kci != ci {
+        return Err(bad(format!("filter reads {kci} channels, input has {ci}")));
+    }
+    let (sh, sw) = stride;
+    if h + 2 * pad < kh || w + 2 * pad < kw || sh == 0 || sw == 0 {
+        return Err(bad("the filter is larger than the padded input"));
+    }
+    let (oh, ow) = ((h + 2 * pad - kh) / sh + 1, (w + 2 * pad - kw) / sw + 1);
+    let kmat = k.reshape((kh * kw * ci, co))?;
+    let x = x.contiguous()?;
+    if kh == 1 && kw == 1 && sh == 1 && sw == 1 && pad == 0 {
+        let y = x.reshape((n * h * w, ci))?.matmul(&kmat)?;
+        return Ok(y.reshape((n, oh, ow, co))?);
+    }
+    let src = x.flatten_all()?.to_vec1::<f32>()?;
+    let row = kh * kw * ci;
+    let mut col = vec![0f32; n * oh * ow * row];
+    for b in 0..n {
+        let image = &src[b * h * w * ci..(b + 1) * h * w * ci];
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let at = ((b * oh + oy) * ow + ox) * row;
+                let out = &mut col[at..at + row];
+                for ky in 0..kh {
+                    let iy = (oy * sh + ky) as isize - pad as isize;
+                    if iy < 0 || iy >= h as isize {
+                        continue;
+                    }
+                    for kx in 0..kw {
+                        let ix = (ox * sw + kx) as isize - pad as isize;
+                        if ix < 0 || ix >= w as isize {
+                            continue;
+                        }
+                        let from = (iy as usize * w + ix as usize) * ci;
+                        let to = (ky * kw + kx) * ci;
+                        out[to..to + ci].copy_from_slice(&image[from..from + ci]);
+                    }
+                }
+            }
+        }
+    }
+    let col = Tensor::from_vec(col, (n * oh * ow, row), &Device::Cpu)?;
+    Ok(col.matmul(&kmat)?.reshape((n, oh, ow, co))?)
+}
+
+/// Max pooling in NHWC, with the padding a fused `PadV2` gave (see [`Op::MaxPool`]).
+fn max_pool_nhwc(
+    x: &Tensor,
+    kernel: (usize, usize),
+    stride: (usize, usize),
+    pad: Option<(usize, f32)>,
+) -> Result<Tensor, DetectError> {
+    let (n, h, w, c) = x.dims4()?;
+    let (kh, kw) = kernel;
+    let (sh, sw) = stride;
+    let (p, value) = pad.unwrap_or((0, f32::NEG_INFINITY));
+    if h + 2 * p < kh || w + 2 * p < kw || sh == 0 || sw == 0 || kh == 0 || kw == 0 {
+        return Err(bad("the window is larger than the padded input"));
+    }
+    let (oh, ow) = ((h + 2 * p - kh) / sh + 1, (w + 2 * p - kw) / sw + 1);
+    let src = x.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    let mut out = vec![f32::NEG_INFINITY; n * oh * ow * c];
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let at = ((b * oh + oy) * ow + ox) * c;
+                let dst = &mut out[at..at + c];
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let iy = (oy * sh + ky) as isize - p as isize;
+                        let ix = (ox * sw + kx) as isize - p as isize;
+                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                            dst.iter_mut().for_each(|d| *d = d.max(value));
+                            continue;
+                        }
+                        let from = ((b * h + iy as usize) * w + ix as usize) * c;
+                        for (d, &v) in dst.iter_mut().zip(&src[from..from + c]) {
+                            *d = d.max(v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(Tensor::from_vec(out, (n, oh, ow, c), &Device::Cpu)?)
+}
+
+/// A 4-D view whose memory is contiguous in another order: that tensor, and the permutation
+/// that gives the view back.
+fn memory_order(x: &Tensor) -> Option<(Tensor, [usize; 4])> {
+    if x.rank() != 4 || x.is_contiguous() {
+        return None;
+    }
+    for (to, back) in [([0, 3, 1, 2], [0, 2, 3, 1]), ([0, 2, 3, 1], [0, 3, 1, 2])] {
+        if let Ok(base) = x.permute(to) {
+            if base.is_contiguous() {
+                return Some((base, back));
+            }
+        }
+    }
+    None
+}
+
+/// An element-wise operator, run in the memory's own order on a transposed view (a plain
+/// pass instead of a strided one; the same values).
+fn elementwise(
+    x: &Tensor,
+    op: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
+) -> Result<Tensor, DetectError> {
+    Ok(match memory_order(x) {
+        Some((base, back)) => op(&base)?.permute(back)?,
+        None => op(x)?,
+    })
+}
+
+/// A `PadV2` equal on every side of the two spatial axes of an NCHW tensor, read only by a
+/// `Transpose` to NHWC read only by a max pooling: the pooling counts the pad value at the
+/// edges instead, and the pad is no longer run.
+fn fuse_pool_pads(
+    nodes: &mut [Node],
+    consts: &HashMap<usize, Value>,
+    readers: &HashMap<usize, Vec<(usize, usize)>>,
+) {
+    let only_reader = |n: usize| match readers.get(&n).map(Vec::as_slice) {
+        Some([(r, 0)]) => Some(*r),
+        _ => None,
+    };
+    for m in 0..nodes.len() {
+        let Op::MaxPool {
+            kernel,
+            stride,
+            pad: None,
+        } = nodes[m].op
+        else {
+            continue;
+        };
+        let Some(&(t, 0)) = nodes[m].inputs.first() else {
+            continue;
+        };
+        if nodes[t].op != Op::Transpose || only_reader(t) != Some(m) {
+            continue;
+        }
+        let (Some(&(p, 0)), Some(&(perm, _))) = (nodes[t].inputs.first(), nodes[t].inputs.get(1))
+        else {
+            continue;
+        };
+        if nodes[p].op != Op::PadV2 || only_reader(p) != Some(t) {
+            continue;
+        }
+        if !matches!(consts.get(&perm), Some(Value::I(_, v)) if v[..] == [0, 2, 3, 1]) {
+            continue;
+        }
+        let pads = nodes[p]
+            .inputs
+            .get(1)
+            .and_then(|&(q, _)| match consts.get(&q) {
+                Some(Value::I(_, v)) => Some(v.clone()),
+                _ => None,
+            });
+        let Some([0, 0, 0, 0, a, b, c, d]) = pads
+            .as_deref()
+            .map(|v| v.to_vec())
+            .and_then(|v| <[i64; 8]>::try_from(v).ok())
+        else {
+            continue;
+        };
+        if !(a == b && b == c && c == d && a > 0) {
+            continue;
+        }
+        let value = nodes[p]
+            .inputs
+            .get(2)
+            .and_then(|&(q, _)| match consts.get(&q) {
+                Some(Value::F(t)) => t
+                    .flatten_all()
+                    .ok()?
+                    .to_vec1::<f32>()
+                    .ok()?
+                    .first()
+                    .copied(),
+                _ => None,
+            });
+        let (Some(value), Some(&source)) = (value, nodes[p].inputs.first()) else {
+            continue;
+        };
+        nodes[t].inputs[0] = source;
+        nodes[m].op = Op::MaxPool {
+            kernel,
+            stride,
+            pad: Some((a as usize, value)),
+        };
+    }
+}
+
+/// A `Pad` of zeros, equal on every side of the two spatial axes of an NCHW tensor, read only
+/// by a `Transpose` to NHWC read only by a convolution: the convolution pads as it reads
+/// instead (candle's convolution takes a padding), and the pad is no longer run.
+fn fuse_pads(
+    nodes: &mut [Node],
+    consts: &HashMap<usize, Value>,
+    readers: &HashMap<usize, Vec<(usize, usize)>>,
+) {
+    let ints_of = |n: usize| match consts.get(&n) {
+        Some(Value::I(_, v)) => Some(v.clone()),
+        _ => None,
+    };
+    let only_reader = |n: usize| match readers.get(&n).map(Vec::as_slice) {
+        Some([(r, 0)]) => Some(*r),
+        _ => None,
+    };
+    for c in 0..nodes.len() {
+        let Op::Conv2D { stride, padding: 0 } = nodes[c].op else {
+            continue;
+        };
+        let Some(&(t, 0)) = nodes[c].inputs.first() else {
+            continue;
+        };
+        if nodes[t].op != Op::Transpose || only_reader(t) != Some(c) {
+            continue;
+        }
+        let (Some(&(p, 0)), Some(&(perm, _))) = (nodes[t].inputs.first(), nodes[t].inputs.get(1))
+        else {
+            continue;
+        };
+        if nodes[p].op != Op::Pad || only_reader(p) != Some(t) {
+            continue;
+        }
+        if ints_of(perm).as_deref() != Some(&[0, 2, 3, 1]) {
+            continue;
+        }
+        let Some(pads) = nodes[p].inputs.get(1).and_then(|&(q, _)| ints_of(q)) else {
+            continue;
+        };
+        let [0, 0, 0, 0, a, b, c2, d] = pads[..] else {
+            continue;
+        };
+        if !(a == b && b == c2 && c2 == d && a > 0) {
+            continue;
+        }
+        let Some(&source) = nodes[p].inputs.first() else {
+            continue;
+        };
+        nodes[t].inputs[0] = source;
+        nodes[c].op = Op::Conv2D {
+            stride,
+            padding: a as usize,
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp(dims: &[usize], scale: f32) -> Tensor {
+        let n: usize = dims.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 % 97) as f32 - 48.0) * scale)
+            .collect();
+        Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+    }
+
+    fn close(a: &Tensor, b: &Tensor) -> f32 {
+        let d = (a - b)
+            .and_then(|d| d.abs())
+            .and_then(|d| d.flatten_all())
+            .and_then(|d| d.max(0));
+        d.and_then(|d| d.to_scalar::<f32>())
+            .unwrap_or(f32::INFINITY)
+    }
+
+    #[test]
+    fn the_nhwc_convolution_is_candles_nchw_one() {
+        for (h, w, ci, co, k, stride, pad) in [
+            (9, 7, 3, 5, 3, 2, 1),
+            (8, 8, 4, 6, 3, 1, 1),
+            (6, 5, 8, 3, 1, 1, 0),
+            (7, 7, 2, 2, 3, 2, 0),
+        ] {
+            let x = ramp(&[1, h, w, ci], 0.01);
+            let kernel = ramp(&[k, k, ci, co], 0.02);
+            let ours = conv_nhwc(&x, &kernel, (stride, stride), pad).ok();
+            let theirs = x
+                .permute((0, 3, 1, 2))
+                .and_then(|x| x.conv2d(&kernel.permute((3, 2, 0, 1))?, pad, stride, 1, 1))
+                .and_then(|y| y.permute((0, 2, 3, 1)))
+                .ok();
+            let (Some(ours), Some(theirs)) = (ours, theirs) else {
+                panic!("a convolution failed");
+            };
+            assert_eq!(ours.dims(), theirs.dims());
+            assert!(close(&ours, &theirs) < 1e-4, "{h}×{w}×{ci} → {co}, k {k}");
+        }
+    }
+
+    #[test]
+    fn padded_max_pooling_counts_the_pad_value_at_the_edges() {
+        let x = ramp(&[1, 5, 5, 3], 1.0);
+        let padded = pad(
+            &x.permute((0, 3, 1, 2)).unwrap(),
+            &[0, 0, 0, 0, 1, 1, 1, 1],
+            -1e4,
+        )
+        .and_then(|p| {
+            Ok(p.max_pool2d_with_stride((3, 3), (2, 2))?
+                .permute((0, 2, 3, 1))?)
+        });
+        let fused = max_pool_nhwc(&x, (3, 3), (2, 2), Some((1, -1e4)));
+        match (fused, padded) {
+            (Ok(a), Ok(b)) => assert_eq!(close(&a, &b), 0.0),
+            _ => panic!("pooling failed"),
+        }
+        // A pad value above every input shows in the windows that reach past an edge: all
+        // of the 3×3 output but its centre (input rows and columns 1..=3).
+        let high = max_pool_nhwc(&x, (3, 3), (2, 2), Some((1, 1e4)));
+        let v = high
+            .and_then(|t| Ok(t.flatten_all()?.to_vec1::<f32>()?))
+            .unwrap_or_default();
+        assert_eq!(v.len(), 27);
+        for (i, x) in v.iter().enumerate() {
+            assert_eq!(*x == 1e4, i / 3 != 4, "output {i}: {x}");
+        }
+    }
 }
