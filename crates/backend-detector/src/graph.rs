@@ -381,7 +381,6 @@ impl Graph {
             }
         }
         fuse_pads(&mut nodes, &consts, &readers);
-        fuse_pool_pads(&mut nodes, &consts, &readers);
         let input = reference(input)?.0;
         if nodes[input].op != Op::Placeholder {
             return Err(bad("the input is not a placeholder"));
@@ -831,139 +830,88 @@ fn elementwise(
     })
 }
 
-/// A `PadV2` equal on every side of the two spatial axes of an NCHW tensor, read only by a
-/// `Transpose` to NHWC read only by a max pooling: the pooling counts the pad value at the
-/// edges instead, and the pad is no longer run.
-fn fuse_pool_pads(
-    nodes: &mut [Node],
-    consts: &HashMap<usize, Value>,
-    readers: &HashMap<usize, Vec<(usize, usize)>>,
-) {
-    let only_reader = |n: usize| match readers.get(&n).map(Vec::as_slice) {
-        Some([(r, 0)]) => Some(*r),
-        _ => None,
-    };
-    for m in 0..nodes.len() {
-        let Op::MaxPool {
-            kernel,
-            stride,
-            pad: None,
-        } = nodes[m].op
-        else {
-            continue;
-        };
-        let Some(&(t, 0)) = nodes[m].inputs.first() else {
-            continue;
-        };
-        if nodes[t].op != Op::Transpose || only_reader(t) != Some(m) {
-            continue;
-        }
-        let (Some(&(p, 0)), Some(&(perm, _))) = (nodes[t].inputs.first(), nodes[t].inputs.get(1))
-        else {
-            continue;
-        };
-        if nodes[p].op != Op::PadV2 || only_reader(p) != Some(t) {
-            continue;
-        }
-        if !matches!(consts.get(&perm), Some(Value::I(_, v)) if v[..] == [0, 2, 3, 1]) {
-            continue;
-        }
-        let pads = nodes[p]
-            .inputs
-            .get(1)
-            .and_then(|&(q, _)| match consts.get(&q) {
-                Some(Value::I(_, v)) => Some(v.clone()),
-                _ => None,
-            });
-        let Some([0, 0, 0, 0, a, b, c, d]) = pads
-            .as_deref()
-            .map(|v| v.to_vec())
-            .and_then(|v| <[i64; 8]>::try_from(v).ok())
-        else {
-            continue;
-        };
-        if !(a == b && b == c && c == d && a > 0) {
-            continue;
-        }
-        let value = nodes[p]
-            .inputs
-            .get(2)
-            .and_then(|&(q, _)| match consts.get(&q) {
-                Some(Value::F(t)) => t
-                    .flatten_all()
-                    .ok()?
-                    .to_vec1::<f32>()
-                    .ok()?
-                    .first()
-                    .copied(),
-                _ => None,
-            });
-        let (Some(value), Some(&source)) = (value, nodes[p].inputs.first()) else {
-            continue;
-        };
-        nodes[t].inputs[0] = source;
-        nodes[m].op = Op::MaxPool {
-            kernel,
-            stride,
-            pad: Some((a as usize, value)),
-        };
-    }
-}
-
-/// A `Pad` of zeros, equal on every side of the two spatial axes of an NCHW tensor, read only
-/// by a `Transpose` to NHWC read only by a convolution: the convolution pads as it reads
-/// instead (candle's convolution takes a padding), and the pad is no longer run.
+/// Pads taken over by their readers, at load: a `Pad` of zeros read only by a `Transpose` to
+/// NHWC read only by a convolution (the convolution pads as it reads), and a `PadV2` read
+/// the same way by a max pooling (the pooling counts the pad value at the edges). Either
+/// pad must be equal on every side of the two spatial axes of its NCHW input; the pad is no
+/// longer run.
 fn fuse_pads(
     nodes: &mut [Node],
     consts: &HashMap<usize, Value>,
     readers: &HashMap<usize, Vec<(usize, usize)>>,
 ) {
-    let ints_of = |n: usize| match consts.get(&n) {
-        Some(Value::I(_, v)) => Some(v.clone()),
-        _ => None,
-    };
-    let only_reader = |n: usize| match readers.get(&n).map(Vec::as_slice) {
+    for n in 0..nodes.len() {
+        let want = match nodes[n].op {
+            Op::Conv2D { padding: 0, .. } => Op::Pad,
+            Op::MaxPool { pad: None, .. } => Op::PadV2,
+            _ => continue,
+        };
+        let Some((t, source, side, value)) = pad_before(nodes, consts, readers, n, want) else {
+            continue;
+        };
+        nodes[n].op = match (nodes[n].op, value) {
+            (Op::Conv2D { stride, .. }, None) => Op::Conv2D {
+                stride,
+                padding: side,
+            },
+            (Op::MaxPool { kernel, stride, .. }, Some(v)) => Op::MaxPool {
+                kernel,
+                stride,
+                pad: Some((side, v)),
+            },
+            _ => continue,
+        };
+        nodes[t].inputs[0] = source;
+    }
+}
+
+/// `(transpose, the pad's input, side, PadV2's value)`, see [`pad_before`].
+type PadBefore = (usize, (usize, usize), usize, Option<f32>);
+
+/// For node `n` reading `Transpose(pad, [0, 2, 3, 1])`, where each is read only by the next
+/// and `pad` (of operator `want`) pads both spatial axes of an NCHW tensor equally: the
+/// transpose, the pad's input, the side, and (for `PadV2`) the pad value.
+fn pad_before(
+    nodes: &[Node],
+    consts: &HashMap<usize, Value>,
+    readers: &HashMap<usize, Vec<(usize, usize)>>,
+    n: usize,
+    want: Op,
+) -> Option<PadBefore> {
+    let only_reader = |i: usize| match readers.get(&i).map(Vec::as_slice) {
         Some([(r, 0)]) => Some(*r),
         _ => None,
     };
-    for c in 0..nodes.len() {
-        let Op::Conv2D { stride, padding: 0 } = nodes[c].op else {
-            continue;
-        };
-        let Some(&(t, 0)) = nodes[c].inputs.first() else {
-            continue;
-        };
-        if nodes[t].op != Op::Transpose || only_reader(t) != Some(c) {
-            continue;
-        }
-        let (Some(&(p, 0)), Some(&(perm, _))) = (nodes[t].inputs.first(), nodes[t].inputs.get(1))
-        else {
-            continue;
-        };
-        if nodes[p].op != Op::Pad || only_reader(p) != Some(t) {
-            continue;
-        }
-        if ints_of(perm).as_deref() != Some(&[0, 2, 3, 1]) {
-            continue;
-        }
-        let Some(pads) = nodes[p].inputs.get(1).and_then(|&(q, _)| ints_of(q)) else {
-            continue;
-        };
-        let [0, 0, 0, 0, a, b, c2, d] = pads[..] else {
-            continue;
-        };
-        if !(a == b && b == c2 && c2 == d && a > 0) {
-            continue;
-        }
-        let Some(&source) = nodes[p].inputs.first() else {
-            continue;
-        };
-        nodes[t].inputs[0] = source;
-        nodes[c].op = Op::Conv2D {
-            stride,
-            padding: a as usize,
-        };
+    let ints = |i: usize| match consts.get(&i) {
+        Some(Value::I(_, v)) => Some(v.as_slice()),
+        _ => None,
+    };
+    let &(t, 0) = nodes[n].inputs.first()? else {
+        return None;
+    };
+    if nodes[t].op != Op::Transpose || only_reader(t) != Some(n) {
+        return None;
     }
+    let (&(p, 0), &(perm, _)) = (nodes[t].inputs.first()?, nodes[t].inputs.get(1)?) else {
+        return None;
+    };
+    if nodes[p].op != want || only_reader(p) != Some(t) || ints(perm)? != [0, 2, 3, 1] {
+        return None;
+    }
+    let &[0, 0, 0, 0, a, b, c, d] = ints(nodes[p].inputs.get(1)?.0)? else {
+        return None;
+    };
+    if !(a == b && b == c && c == d && a > 0) {
+        return None;
+    }
+    let value = match want {
+        Op::PadV2 => match consts.get(&nodes[p].inputs.get(2)?.0)? {
+            Value::F(v) => Some(*v.flatten_all().ok()?.to_vec1::<f32>().ok()?.first()?),
+            Value::I(..) => return None,
+        },
+        _ => None,
+    };
+    Some((t, *nodes[p].inputs.first()?, a as usize, value))
 }
 
 #[cfg(test)]
