@@ -317,3 +317,26 @@ pub trait DirectBackend: Vocab + Send + Sync + 'static {
         questions: &[&DirectQuestion],
     ) -> Result<Vec<Vec<f32>>, BackendError>;
 }
+
+/// One object a [`Detector`] found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Found {
+    /// Index into [`Detector::kinds`].
+    pub kind: usize,
+    /// The detector's own score (not a calibrated probability).
+    pub score: f32,
+    /// `[left, top, right, bottom]` as fractions of the picture's width and height.
+    pub edges: [f32; 4],
+}
+
+/// An object detector a decision model may carry to answer box questions: RGB pixels in,
+/// boxes out. It knows nothing of questions; matching a target to its kinds, choosing among
+/// the boxes and the confidence are the engine's (`decision::locate`).
+pub trait Detector: Send + Sync + 'static {
+    /// What it is (for the card), e.g. `nanodet-coco`.
+    fn name(&self) -> &str;
+    /// The kinds of object it finds, by index (lower case, singular).
+    fn kinds(&self) -> &[&'static str];
+    /// Every object found in a `width × height` RGB picture, best first.
+    fn detect(&self, width: usize, height: usize, rgb: &[u8]) -> Result<Vec<Found>, BackendError>;
+}

@@ -193,7 +193,8 @@ impl DecisionConfig {
         Some(QuestionSlot {
             id: slot.id.clone(),
             type_word: question.kind.type_name().to_string(),
-            images: slot.images,
+            images: slot.images.clone(),
+            videos: slot.videos,
             question: Ok(question),
         })
     }
@@ -336,7 +337,8 @@ mod tests {
         let asked = |id: &str, q: Value| QuestionSlot {
             id: id.into(),
             type_word: "noul".into(),
-            images: 0,
+            images: Vec::new(),
+            videos: 0,
             question: parse_question(&q, Schema::V5),
         };
         let mine = asked(

@@ -32,12 +32,32 @@ pub struct ScoreAnswer {
     pub legend: Ordered<String>,
 }
 
+/// A box's edges as fractions of the image's height (`top`, `bottom`) and width (`left`,
+/// `right`), from its top-left corner, as the image was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+pub struct Edges {
+    pub top: f64,
+    pub left: f64,
+    pub bottom: f64,
+    pub right: f64,
+}
+
+/// A box question's answer: always one box, and the probability that it overlaps the true one
+/// by at least half (`null` when the model has no formula for it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+pub struct BoxAnswer {
+    #[serde(rename = "box")]
+    pub edges: Edges,
+    pub confidence: Option<f64>,
+}
+
 /// One entry of `answers`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     Choice(ChoiceAnswer),
     Noul(NoulAnswer),
     Score(ScoreAnswer),
+    Box(BoxAnswer),
     /// A question that has no answer: `{type, error, reason, message}`.
     Failed {
         type_word: String,
@@ -82,6 +102,11 @@ impl Serialize for AnswerEntry {
                 m.serialize_entry("probabilities", &c.probabilities)?;
                 m.serialize_entry("confidence", &c.confidence)?;
                 m.serialize_entry("legend", &c.legend)?;
+            }
+            Answer::Box(b) => {
+                m.serialize_entry("type", "box")?;
+                m.serialize_entry("box", &b.edges)?;
+                m.serialize_entry("confidence", &b.confidence)?;
             }
             Answer::Failed { type_word, failure } => {
                 m.serialize_entry("type", type_word)?;
@@ -190,7 +215,18 @@ pub enum AnswerDoc {
     Choice(ChoiceDoc),
     Noul(NoulDoc),
     Score(ScoreDoc),
+    Box(BoxDoc),
     Failed(FailedDoc),
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BoxDoc {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(rename = "box")]
+    pub edges: Edges,
+    /// The probability that the box overlaps the true one by at least half.
+    pub confidence: Option<f64>,
 }
 
 #[derive(Serialize, ToSchema)]

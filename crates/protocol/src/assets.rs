@@ -62,6 +62,16 @@ pub enum AssetKind {
 pub struct Asset {
     pub reference: String,
     pub kind: AssetKind,
+    /// Its bytes, as sent (shared, not copied, by every use).
+    pub bytes: Bytes,
+}
+
+/// An image a request reads: what its header says, and its bytes as sent (decoded to pixels
+/// only by a model that looks at them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Picture {
+    pub info: ImageInfo,
+    pub bytes: Bytes,
 }
 
 /// A request's assets, with a matcher that finds all their references in a string in one
@@ -290,10 +300,14 @@ fn data_url<'a>(v: &'a Value, what: &str, kind: &str) -> Result<&'a str, Protoco
         })
 }
 
-/// Check one 4.0 `images` entry: a `data:image/...;base64,` URL.
-pub fn inspect_data_url(v: &Value, what: &str) -> Result<ImageInfo, ProtocolError> {
+/// Read one 4.0 `images` entry: a `data:image/...;base64,` URL, its header checked.
+pub fn read_data_url(v: &Value, what: &str) -> Result<Picture, ProtocolError> {
     let data = data_url(v, what, "image")?;
-    inspect_image(&decode_base64(data, what)?, what)
+    let bytes = Bytes::from(decode_base64(data, what)?);
+    Ok(Picture {
+        info: inspect_image(&bytes, what)?,
+        bytes,
+    })
 }
 
 /// Check one `videos` entry: a `data:video/...;base64,` URL whose bytes are a video
@@ -403,6 +417,7 @@ pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Assets, Prot
         assets.push(Asset {
             reference: reference.clone(),
             kind,
+            bytes,
         });
     }
     if let Some(name) = parts.keys().find(|p| !claimed.contains_key(p.as_str())) {
@@ -433,26 +448,23 @@ pub fn box_target(question_images: usize, state_images: usize) -> Result<bool, Q
     }
 }
 
-/// How often each asset is used in a value's strings (object keys are never read).
-pub fn count_uses(v: &Value, assets: &Assets, uses: &mut [usize]) {
+/// Every use of an asset in a value's strings, as indices into `assets` in the order they
+/// occur (object keys are never read).
+pub fn list_uses(v: &Value, assets: &Assets, uses: &mut Vec<usize>) {
     match v {
-        Value::String(s) => count_in(s, assets, uses),
-        Value::Array(a) => a.iter().for_each(|x| count_uses(x, assets, uses)),
-        Value::Object(o) => o.values().for_each(|x| count_uses(x, assets, uses)),
+        Value::String(s) => list_in(s, assets, uses),
+        Value::Array(a) => a.iter().for_each(|x| list_uses(x, assets, uses)),
+        Value::Object(o) => o.values().for_each(|x| list_uses(x, assets, uses)),
         _ => {}
     }
 }
 
 /// Occurrences in one string, left to right, the longest reference winning at each place.
-fn count_in(s: &str, assets: &Assets, uses: &mut [usize]) {
+fn list_in(s: &str, assets: &Assets, uses: &mut Vec<usize>) {
     let Some(refs) = &assets.refs else {
         return;
     };
-    for m in refs.find_iter(s) {
-        if let Some(n) = uses.get_mut(m.pattern().as_usize()) {
-            *n += 1;
-        }
-    }
+    uses.extend(refs.find_iter(s).map(|m| m.pattern().as_usize()));
 }
 
 /// An asset: bytes inline or a multipart part. The OpenAPI document's shape of what
@@ -544,11 +556,12 @@ mod tests {
         let a = |r: &str| Asset {
             reference: r.into(),
             kind: AssetKind::Video,
+            bytes: Bytes::new(),
         };
         let assets = Assets::new(vec![a("<img>"), a("<img>2")]).unwrap();
-        let mut uses = [0, 0];
+        let mut uses = Vec::new();
         let v = serde_json::json!({"<img>": "see <img>2 and <img> and <img>"});
-        count_uses(&v, &assets, &mut uses);
-        assert_eq!(uses, [2, 1]);
+        list_uses(&v, &assets, &mut uses);
+        assert_eq!(uses, [1, 0, 0]);
     }
 }

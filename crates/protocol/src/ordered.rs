@@ -31,6 +31,9 @@ impl<T> Ordered<T> {
     pub fn iter(&self) -> impl Iterator<Item = &(String, T)> {
         self.0.iter()
     }
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut (String, T)> {
+        self.0.iter_mut()
+    }
 }
 
 impl<T: Serialize> Serialize for Ordered<T> {

@@ -11,7 +11,7 @@ use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema as OpenApiSchem
 use utoipa::openapi::{ObjectBuilder, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::assets::{self, Asset, AssetDoc, AssetKind, Assets, Parts};
+use crate::assets::{self, Asset, AssetDoc, AssetKind, Assets, Parts, Picture};
 use crate::error::{reason, ProtocolError, QuestionFailure};
 use crate::text::render;
 use crate::wire::{decode_at, decode_message};
@@ -195,8 +195,10 @@ pub struct Question {
 pub struct QuestionSlot {
     pub id: String,
     pub type_word: String,
-    /// Images its instructions or options reference (asset uses).
-    pub images: usize,
+    /// Images its instructions or options reference (asset uses), in the order they occur.
+    pub images: Vec<Picture>,
+    /// Videos its instructions or options reference.
+    pub videos: usize,
     pub question: Result<Question, QuestionFailure>,
 }
 
@@ -208,9 +210,9 @@ pub struct DecisionRequest {
     pub roles: Roles,
     pub questions: Vec<QuestionSlot>,
     pub options: Options,
-    /// Images the state holds: 4.0 `images` data URLs and image asset uses in the state's
-    /// strings (headers checked, pixels not decoded).
-    pub images: usize,
+    /// Images the state holds: 4.0 `images` data URLs, then image asset uses in the state's
+    /// strings in the order they occur (headers checked, pixels not decoded).
+    pub images: Vec<Picture>,
     /// Videos the state holds (4.0 `videos` and video asset uses).
     pub videos: usize,
 }
@@ -218,7 +220,7 @@ pub struct DecisionRequest {
 impl DecisionRequest {
     /// Every image the request reads: the state's and each question's own.
     pub fn all_images(&self) -> usize {
-        self.images + self.questions.iter().map(|q| q.images).sum::<usize>()
+        self.images.len() + self.questions.iter().map(|q| q.images.len()).sum::<usize>()
     }
 }
 
@@ -754,16 +756,15 @@ fn parse_single(
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        let mut uses = vec![0usize; assets.len()];
+        let mut uses = Vec::new();
         if let Some(o) = q.as_object() {
             for field in ["instructions", "criteria", "choices", "levels", "labels"] {
                 if let Some(v) = o.get(field) {
-                    assets::count_uses(v, assets, &mut uses);
+                    assets::list_uses(v, assets, &mut uses);
                 }
             }
         }
-        add_uses(used, &uses, assets, false);
-        let images = uses.iter().sum();
+        let (images, videos) = add_uses(used, &uses, assets);
         let question = if id.is_empty() {
             Err(QuestionFailure::malformed(
                 "a question id must be a non-empty string",
@@ -775,6 +776,7 @@ fn parse_single(
             id: id.clone(),
             type_word,
             images,
+            videos,
             question,
         });
     }
@@ -788,18 +790,20 @@ fn parse_single(
             )),
         }
     };
-    let data_urls = list("images")?;
-    for (i, v) in data_urls.iter().enumerate() {
-        assets::inspect_data_url(v, &format!("images[{i}]"))?;
-    }
-    let mut uses = vec![0usize; assets.len()];
-    assets::count_uses(&state, assets, &mut uses);
-    let images = data_urls.len() + add_uses(used, &uses, assets, false);
+    let mut images = list("images")?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| assets::read_data_url(v, &format!("images[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut uses = Vec::new();
+    assets::list_uses(&state, assets, &mut uses);
+    let (in_state, videos_used) = add_uses(used, &uses, assets);
+    images.extend(in_state);
     let video_urls = list("videos")?;
     for (i, v) in video_urls.iter().enumerate() {
         assets::inspect_video_data_url(v, &format!("videos[{i}]"))?;
     }
-    let videos = video_urls.len() + add_uses(used, &uses, assets, true);
+    let videos = video_urls.len() + videos_used;
     Ok(DecisionRequest {
         model: None,
         state,
@@ -827,19 +831,25 @@ fn check_over(q: Question, state: &Value) -> Result<Question, QuestionFailure> {
     Ok(q)
 }
 
-/// Add one place's asset uses to the request's; return how many of them are images (or, with
-/// `videos`, videos).
-fn add_uses(used: &mut [usize], uses: &[usize], assets: &[Asset], videos: bool) -> usize {
-    let mut n = 0;
-    for (i, (u, a)) in uses.iter().zip(assets).enumerate() {
-        if !videos {
-            used[i] += u;
+/// Count one place's asset uses (indices into `assets`, in order) in the request's; return
+/// the images they place, in order, and how many videos.
+fn add_uses(used: &mut [usize], uses: &[usize], assets: &[Asset]) -> (Vec<Picture>, usize) {
+    let mut images = Vec::new();
+    let mut videos = 0;
+    for &i in uses {
+        if let Some(n) = used.get_mut(i) {
+            *n += 1;
         }
-        if matches!(a.kind, AssetKind::Video) == videos {
-            n += u;
+        match assets.get(i).map(|a| (a.kind, &a.bytes)) {
+            Some((AssetKind::Image(info), bytes)) => images.push(Picture {
+                info,
+                bytes: bytes.clone(),
+            }),
+            Some((AssetKind::Video, _)) => videos += 1,
+            None => {}
         }
     }
-    n
+    (images, videos)
 }
 
 const COMMON: &[&str] = &[
@@ -1209,12 +1219,13 @@ impl DecisionRequest {
                         .as_ref()
                         .map_or("", |q| q.kind.type_name())
                         .to_string(),
-                    images: 0,
+                    images: Vec::new(),
+                    videos: 0,
                     question,
                 })
                 .collect(),
             options: Options::default(),
-            images: 0,
+            images: Vec::new(),
             videos: 0,
         }
     }

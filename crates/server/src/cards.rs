@@ -37,6 +37,13 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
         let info = m.info();
         card["question_types"] = json!(m.config.question_types);
         card["presets"] = json!(m.config.presets);
+        // A detector reads the state's images (or a box question's own) for box questions.
+        if let Some(d) = m.detector() {
+            card["modalities"] = json!(["text", "image"]);
+            card["image_placements"] = json!(["state", "instructions"]);
+            card["detector"] = json!({"name": d.name(), "kinds": d.kinds(),
+                "confidence": "p(kind read right) × detector score of the chosen box"});
+        }
         // The router signals a question id asks whatever its wording (system-duo-api.txt).
         if !m.config.router_questions.is_empty() {
             card["router_questions"] = json!(m.config.router_questions);

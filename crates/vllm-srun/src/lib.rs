@@ -57,6 +57,9 @@ pub struct ServeOptions {
     pub generate: Option<engine::GenerateConfig>,
     /// Models (as given) that serve decisions only.
     pub no_generate: Vec<String>,
+    /// Object detectors attached to decision models, `(model as given, detector)`: the model
+    /// then answers box questions about images.
+    pub detectors: Vec<(String, String)>,
     /// The router in front of the worker on the same port (System Two, System One
     /// published); `None`: the worker alone.
     pub router: Option<router::RouterConfig>,
@@ -184,6 +187,7 @@ impl Default for ServeOptions {
             transport: server::Transport::default(),
             generate: Some(engine::GenerateConfig::default()),
             no_generate: Vec::new(),
+            detectors: Vec::new(),
             router: None,
             service: None,
             pages: true,
@@ -450,10 +454,14 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     }
     if resolved.kind == hub::Kind::Detector {
         return Err(format!(
-            "{spec}: an object detector is not served on its own; box and track questions \
-             are not answered yet"
+            "{spec}: an object detector is not served on its own; attach it to a decision \
+             model (--detector MODEL={spec}, or detector = \"{spec}\" in a models file)"
         ));
     }
+    let detector = match o.detectors.iter().find(|(m, _)| m == spec) {
+        Some((_, d)) => Some(load_detector(d, o.pull_missing)?),
+        None => None,
+    };
     let own = resolved
         .dir
         .as_deref()
@@ -513,9 +521,28 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         );
     }
     slot.set_state(ModelState::Warming);
-    DecisionModel::start(meta, config, backend, o.scheduler.clone())
-        .map(|m| Loaded::Decision(Arc::new(m)))
-        .map_err(|e| e.to_string())
+    let model = DecisionModel::start(meta, config, backend, o.scheduler.clone())
+        .map_err(|e| e.to_string())?;
+    let model = match detector {
+        Some(d) => model.with_detector(d),
+        None => model,
+    };
+    Ok(Loaded::Decision(Arc::new(model)))
+}
+
+/// Resolve and load an object detector to attach to a decision model.
+fn load_detector(spec: &str, pull: bool) -> Result<Arc<dyn engine::backend::Detector>, String> {
+    let resolved = hub::resolve(spec, pull).map_err(|e| e.to_string())?;
+    let dir = match (resolved.kind, resolved.dir) {
+        (hub::Kind::Detector, Some(dir)) => dir,
+        _ => {
+            return Err(format!(
+                "{spec}: not an object detector (e.g. nanodet-coco)"
+            ))
+        }
+    };
+    let model = backend_detector::NanoDet::load(&dir).map_err(|e| format!("{spec}: {e}"))?;
+    Ok(Arc::new(model))
 }
 
 /// Load a Sparrow static decision model: its own config sets the temperatures per question

@@ -166,6 +166,10 @@ struct ServeArgs {
     /// Extra names: `ALIAS=MODEL`.
     #[arg(long = "alias")]
     aliases: Vec<String>,
+    /// Attach an object detector to a decision model, `MODEL=DETECTOR` (e.g.
+    /// `qwen2.5-1.5b=nanodet-coco`): the model then answers box questions about images.
+    #[arg(long = "detector")]
+    detectors: Vec<String>,
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     #[arg(long, default_value_t = 8000)]
@@ -489,6 +493,16 @@ fn serve(args: ServeArgs) -> i32 {
             }
         }
     }
+    let mut detectors = Vec::new();
+    for d in &args.detectors {
+        match d.split_once('=') {
+            Some((model, detector)) => detectors.push((model.to_string(), detector.to_string())),
+            None => {
+                eprintln!("--detector takes MODEL=DETECTOR, got {d:?}");
+                return 2;
+            }
+        }
+    }
     // The whole service when no model is named (or a router config is given).
     let whole = args.models.is_empty() && args.models_file.is_none();
     let router = if args.no_router {
@@ -535,6 +549,7 @@ fn serve(args: ServeArgs) -> i32 {
         },
         router,
         aliases,
+        detectors,
         host: args.host,
         port: args.port,
         schema,

@@ -5,6 +5,7 @@
 //! model = "qwen2.5-1.5b"          # catalogue id, GGUF file or package directory
 //! aliases = ["decider"]
 //! generate = false                # decisions only (default: GGUF models also generate)
+//! detector = "nanodet-coco"       # answers box questions about images with this detector
 //!
 //! [[models]]
 //! model = "minilm-l6"             # an encoder
@@ -52,6 +53,9 @@ struct ModelEntry {
     /// Whether a GGUF model also serves chat, completions and SIE generate.
     #[serde(default = "yes")]
     generate: bool,
+    /// An object detector that answers the model's box questions.
+    #[serde(default)]
+    detector: Option<String>,
 }
 
 fn yes() -> bool {
@@ -75,6 +79,11 @@ fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
         .iter()
         .filter(|m| !m.generate)
         .map(|m| m.model.clone())
+        .collect();
+    o.detectors = f
+        .models
+        .iter()
+        .filter_map(|m| Some((m.model.clone(), m.detector.clone()?)))
         .collect();
     for m in &f.models {
         for a in &m.aliases {
@@ -178,6 +187,7 @@ max_scan_tokens = 1000
 [[models]]
 model = "smollm2-135m"
 aliases = ["small"]
+detector = "nanodet-coco"
 [[models]]
 model = "minilm-l6"
 generate = false
@@ -197,6 +207,10 @@ labels = ["happy", "sad"]
         assert_eq!(o.classifiers[0].labels, ["happy", "sad"]);
         assert_eq!(o.max_scan_tokens, Some(1000));
         assert_eq!(o.no_generate, ["minilm-l6"]);
+        assert_eq!(
+            o.detectors,
+            [("smollm2-135m".to_string(), "nanodet-coco".to_string())]
+        );
         let e = apply_str("[[models]]\nmodel = \"x\"\ncolour = 1\n", &mut o).unwrap_err();
         assert!(e.contains("colour"), "{e}");
     }

@@ -5,7 +5,7 @@
 mod common;
 
 use base64::Engine as _;
-use common::{post, post_raw, shared, TICKET};
+use common::{multipart, post, post_raw, shared, TICKET};
 use serde_json::{json, Value};
 
 /// A PNG header (signature, IHDR, optional acTL, IDAT): enough for the runtime, which reads
@@ -232,27 +232,6 @@ async fn legacy_images_are_data_urls_checked_before_the_modality() {
     let url = format!("data:image/png;base64,{}", b64(&png(4, 4, false)));
     let v = refused("/v1/decisions", &body(&url)).await;
     assert_eq!(v["error"]["reason"], "modality_unsupported");
-}
-
-/// A multipart body: `request` first, then the named parts.
-fn multipart(request: &Value, parts: &[(&str, &[u8])]) -> (Vec<u8>, String) {
-    let boundary = "vllm-srun-test-boundary";
-    let mut b = Vec::new();
-    let mut part = |name: &str, ct: &str, data: &[u8]| {
-        b.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\nContent-Type: {ct}\r\n\r\n").bytes());
-        b.extend(data);
-        b.extend(b"\r\n");
-    };
-    part(
-        "request",
-        "application/json",
-        request.to_string().as_bytes(),
-    );
-    for (name, data) in parts {
-        part(name, "image/png", data);
-    }
-    b.extend(format!("--{boundary}--\r\n").bytes());
-    (b, format!("multipart/form-data; boundary={boundary}"))
 }
 
 async fn send_multipart(body: (Vec<u8>, String)) -> (u16, Value) {

@@ -118,7 +118,7 @@ impl DecisionModel {
                 .iter()
                 .map(|s| {
                     let q = s.question.as_ref().ok()?;
-                    let key = self.content_free_key(q, s.images)?;
+                    let key = self.content_free_key(q, s.images.len())?;
                     if known.contains_key(&key) || asked.contains(&key) {
                         return Some(key);
                     }
@@ -134,7 +134,8 @@ impl DecisionModel {
                         slots.push(QuestionSlot {
                             id: format!("q{}", slots.len()),
                             type_word: s.type_word.clone(),
-                            images: 0,
+                            images: Vec::new(),
+                            videos: 0,
                             question: Ok(Question {
                                 kind,
                                 over: None,
@@ -156,7 +157,7 @@ impl DecisionModel {
                 roles: Roles::Absent,
                 questions: slots,
                 options: Options::default(),
-                images: 0,
+                images: Vec::new(),
                 videos: 0,
             };
             (r, asked)

@@ -11,6 +11,7 @@ use protocol::ProtocolError;
 
 use super::contest;
 use super::direct;
+use super::locate;
 use super::model::{
     entries, per_root, refusal, Decision, DecisionModel, Engine, Plan, Prepared, Reading, Timings,
     Tree,
@@ -50,6 +51,26 @@ impl DecisionModel {
     ) -> Result<(Decision, Timings), EngineError> {
         let signals = self.with_router_signals(body);
         let body = signals.as_ref().unwrap_or(body);
+        match &self.detector {
+            // The detector reads the pictures while the text questions run.
+            Some(detector) if locate::asks_boxes(body) => {
+                let (text, located) =
+                    tokio::join!(self.decide_text(body, started), self.locate(detector, body));
+                let (mut decision, timings) = text?;
+                locate::place(&mut decision, located);
+                Ok((decision, timings))
+            }
+            _ => self.decide_text(body, started).await,
+        }
+    }
+
+    /// A body's questions answered by the model's text engine (box questions left as
+    /// stand-ins for `locate`).
+    pub(super) async fn decide_text(
+        &self,
+        body: &DecisionBody,
+        started: Instant,
+    ) -> Result<(Decision, Timings), EngineError> {
         match &self.engine {
             Engine::Tree(t) => self.decide_tree(t, body, started).await,
             Engine::Direct(d) => direct::decide(self, &**d, body, started),

@@ -49,6 +49,7 @@ impl DecisionModel {
             numerics: "approximate",
             cutter,
             engine: Engine::Direct(backend.clone()),
+            detector: None,
         };
         model.numerics = measure_numerics(&*backend)?;
         Ok(model)
@@ -228,7 +229,7 @@ fn prepare<'r>(
             }
         };
         let question = model
-            .image_check(q, slot.images, r.images)
+            .image_check(q, slot, r)
             .and_then(|()| model.check_type(q))
             .and_then(|()| direct_question(model, backend, &slot.id, q, n_decisions));
         let (plan, question) = match question {

@@ -130,6 +130,7 @@ impl DecisionModel {
             numerics: "approximate",
             cutter,
             engine: Engine::Tree(Box::new(tree)),
+            detector: None,
         };
         if let Engine::Tree(t) = &model.engine {
             let numerics = model.measure_numerics(t)?;

@@ -9,17 +9,20 @@
 //!   roots (whole, truncated or in windows), the request's token limits;
 //! - `readout`: answers read from the logits, windows combined, spans replayed, the response;
 //! - `calibrate`: label-bias corrections a package asks for (empty-state division, noul bias);
-//! - `contest`: places several labels of a span question claim, settled by a short second job.
+//! - `contest`: places several labels of a span question claim, settled by a short second job;
+//! - `target` and `locate`: box questions answered by the object detector a model carries.
 
 mod calibrate;
 mod contest;
 mod decide;
 pub(crate) mod direct;
 mod load;
+mod locate;
 mod model;
 mod plan;
 mod prepare;
 mod readout;
+mod target;
 mod views;
 
 pub use model::{Decision, DecisionModel, Limits, Timings};

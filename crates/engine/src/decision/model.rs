@@ -12,7 +12,7 @@ use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionBody, DecisionRequest};
 use protocol::{Answer, Ordered, ProtocolError, Usage};
 
-use crate::backend::{Backend, BackendInfo, DirectBackend, Node, RootLogits, Token};
+use crate::backend::{Backend, BackendInfo, Detector, DirectBackend, Node, RootLogits, Token};
 use crate::budget::Cutter;
 use crate::error::EngineError;
 use crate::labels::Trie;
@@ -183,6 +183,8 @@ pub struct DecisionModel {
     /// Where long texts may be cut for this tokenizer.
     pub cutter: Cutter,
     pub(crate) engine: Engine,
+    /// The object detector that answers box questions (`decision::locate`), when attached.
+    pub(crate) detector: Option<Arc<dyn Detector>>,
 }
 
 /// How a decision model evaluates.
@@ -237,6 +239,21 @@ pub(crate) fn refusal<T>(
 }
 
 impl DecisionModel {
+    /// Attach an object detector: the model then answers box questions about images (and
+    /// reads images for them alone).
+    pub fn with_detector(mut self, detector: Arc<dyn Detector>) -> DecisionModel {
+        if !self.config.answers("box") {
+            self.config.question_types.push("box".into());
+        }
+        self.detector = Some(detector);
+        self
+    }
+
+    /// The attached object detector, if any.
+    pub fn detector(&self) -> Option<&dyn Detector> {
+        self.detector.as_deref()
+    }
+
     pub fn info(&self) -> &BackendInfo {
         match &self.engine {
             Engine::Tree(t) => t.backend.info(),

@@ -265,12 +265,18 @@ impl DecisionModel {
                     None,
                 ))
             }
-            // Box and track are refused above unless a package declares them, and no text
-            // backend here reads them.
+            // Box and track are refused above unless the model declares them; no text backend
+            // reads them: a box question fails here with a stand-in that `locate` replaces
+            // with its answer.
             QuestionKind::Span { .. } | QuestionKind::Box | QuestionKind::Track => {
+                let why = match &q.kind {
+                    QuestionKind::Box => reason::BOX_UNSUPPORTED,
+                    QuestionKind::Track => reason::TRACK_UNSUPPORTED,
+                    _ => reason::SPAN_UNSUPPORTED,
+                };
                 Err(QuestionFailure::new(
                     QuestionErrorKind::InvalidQuestion,
-                    reason::SPAN_UNSUPPORTED,
+                    why,
                     format!("model {} cannot read {type_name} questions", self.meta.name),
                 ))
             }

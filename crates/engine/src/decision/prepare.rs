@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
-use protocol::request::{DecisionRequest, Overflow, Question, QuestionKind, Window};
+use protocol::request::{DecisionRequest, Overflow, Question, QuestionKind, QuestionSlot, Window};
 use protocol::{ProtocolError, Usage};
 
 use super::model::{DecisionModel, Plan, Prepared, Tree};
@@ -77,7 +77,7 @@ impl DecisionModel {
                     continue;
                 }
             };
-            if let Err(f) = self.image_check(q, slot.images, r.images) {
+            if let Err(f) = self.image_check(q, slot, r) {
                 planned.push(Err((i, f)));
                 continue;
             }
@@ -238,6 +238,11 @@ impl DecisionModel {
             .map(Node::total_tokens)
             .sum();
         self.request_tokens(total)?;
+        // A request none of whose questions the text engine evaluates (every one failed, or
+        // is a box question the detector answers) reads no tokens.
+        if total == 0 {
+            usage = Usage::default();
+        }
         Ok(Prepared {
             roots,
             plans,
@@ -403,14 +408,20 @@ impl DecisionModel {
         .with_limit(self.limits.max_request_tokens as u64)
     }
 
-    /// A model with no image or video modality refuses a request that sends either.
+    /// A model with no image or video modality refuses a request that sends either; one that
+    /// carries a detector reads images (for its box questions), but no videos.
     pub(crate) fn text_only(&self, r: &DecisionRequest) -> Result<(), ProtocolError> {
-        if r.images > 0 || r.videos > 0 {
-            return Err(ProtocolError::invalid(format!(
-                "model {} reads text only: it has no image or video modality",
-                self.meta.name
-            ))
-            .with_reason(reason::MODALITY_UNSUPPORTED));
+        // A question's own images or videos fail that question alone (`image_check`).
+        if (!r.images.is_empty() && self.detector.is_none()) || r.videos > 0 {
+            let what = if self.detector.is_some() {
+                "reads images only to answer box questions, and no videos"
+            } else {
+                "reads text only: it has no image or video modality"
+            };
+            return Err(
+                ProtocolError::invalid(format!("model {} {what}", self.meta.name))
+                    .with_reason(reason::MODALITY_UNSUPPORTED),
+            );
         }
         Ok(())
     }
@@ -420,9 +431,10 @@ impl DecisionModel {
     pub(crate) fn image_check(
         &self,
         q: &Question,
-        question_images: usize,
-        state_images: usize,
+        slot: &QuestionSlot,
+        r: &DecisionRequest,
     ) -> Result<(), QuestionFailure> {
+        let (question_images, state_images) = (slot.images.len(), r.images.len());
         // A model without box questions answers box_unsupported first (in `plan`).
         if matches!(q.kind, QuestionKind::Box | QuestionKind::Track) {
             if !self.config.answers(q.kind.type_name()) {
@@ -432,12 +444,24 @@ impl DecisionModel {
                 return protocol::assets::box_target(question_images, state_images).map(|_| ());
             }
         }
-        if question_images > 0 {
+        if question_images + slot.videos > 0 {
             return Err(QuestionFailure::new(
                 QuestionErrorKind::InvalidQuestion,
                 reason::QUESTION_IMAGES_UNSUPPORTED,
                 format!(
                     "model {} reads no images in a question's instructions or options; put the image in the state",
+                    self.meta.name
+                ),
+            ));
+        }
+        // A detector reads the state's images for box questions only: any other question
+        // would answer from the text without seeing them.
+        if state_images > 0 {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                reason::MODALITY_UNSUPPORTED,
+                format!(
+                    "model {} reads images only to answer box questions; ask this question about a state without images",
                     self.meta.name
                 ),
             ));

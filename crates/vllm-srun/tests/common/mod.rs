@@ -240,3 +240,24 @@ default_decision: chat
     );
     router::RouterConfig::from_yaml(&yaml, "in-process.yaml").expect("the config loads")
 }
+
+/// A multipart body: `request` first, then the named parts.
+pub fn multipart(request: &Value, parts: &[(&str, &[u8])]) -> (Vec<u8>, String) {
+    let boundary = "vllm-srun-test-boundary";
+    let mut b = Vec::new();
+    let mut part = |name: &str, ct: &str, data: &[u8]| {
+        b.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\nContent-Type: {ct}\r\n\r\n").bytes());
+        b.extend(data);
+        b.extend(b"\r\n");
+    };
+    part(
+        "request",
+        "application/json",
+        request.to_string().as_bytes(),
+    );
+    for (name, data) in parts {
+        part(name, "application/octet-stream", data);
+    }
+    b.extend(format!("--{boundary}--\r\n").bytes());
+    (b, format!("multipart/form-data; boundary={boundary}"))
+}

@@ -1,0 +1,258 @@
+//! Box questions answered by the object detector a decision model carries.
+//!
+//! Each box question's target picture (the one its instructions reference, else the state's
+//! only one) is decoded and read by the detector once per request however many questions ask
+//! about it, on a blocking thread beside the request's text questions. The instructions name
+//! a kind of object: by its name, plural or another common word for it (`target`), else the
+//! model itself answers a choice among the detector's kinds and "something else". Position
+//! words choose among several objects of that kind. The confidence is the probability that
+//! the kind was read right times the detector's score of the chosen object; a target the
+//! detector does not find gets the whole picture with a low confidence (a box is always
+//! given; a noul says whether the target is there).
+//!
+//! The text path places a stand-in failure where each box question sits; [`place`] puts the
+//! answers there.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use protocol::answer::{BoxAnswer, Edges};
+use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
+use protocol::request::{DecisionBody, DecisionRequest, QuestionKind};
+use protocol::{Answer, Overflow, Question, Roles, Usage};
+use serde_json::json;
+
+use super::model::{entries, Decision, DecisionModel};
+use super::target;
+use crate::backend::{Detector, Found};
+
+/// What the detector finds at least this surely is a candidate box (the rest is noise).
+const MIN_SCORE: f32 = 0.05;
+/// The confidence of the whole picture, given when the target was not found.
+const NOT_FOUND: f64 = 0.01;
+/// The option of the kind question that says the target is none of the detector's kinds.
+const ELSE: &str = "something else";
+
+/// The box answers of a body: per request (in body order), each box question's index among
+/// its request's questions and its answer, and the tokens the kind questions read.
+pub(super) struct Located {
+    answers: Vec<(Vec<(usize, Answer)>, Usage)>,
+}
+
+/// What the detector found in one picture, or why it could not look.
+type Detected = Result<Arc<Vec<Found>>, QuestionFailure>;
+
+/// Whether any request of the body asks a box question.
+pub(super) fn asks_boxes(body: &DecisionBody) -> bool {
+    entries(body).iter().any(|(_, r)| {
+        r.questions
+            .iter()
+            .any(|s| matches!(s.question.as_ref().map(|q| &q.kind), Ok(QuestionKind::Box)))
+    })
+}
+
+/// Put each box answer where the text path left its stand-in.
+pub(super) fn place(decision: &mut Decision, located: Located) {
+    let mut responses: Vec<&mut protocol::DecisionResponse> = match decision {
+        Decision::Single(r) => vec![r],
+        Decision::Batch(b) => b.states.iter_mut().map(|(_, r)| r).collect(),
+    };
+    let mut total = Usage::default();
+    for (response, (answers, usage)) in responses.iter_mut().zip(located.answers) {
+        for (index, answer) in answers {
+            let Some((_, entry)) = response.answers.iter_mut().nth(index) else {
+                continue;
+            };
+            // Only a stand-in is replaced: a refused request keeps its refusal.
+            let stand_in = entry
+                .answer
+                .failure()
+                .is_some_and(|f| f.reason == reason::BOX_UNSUPPORTED);
+            if stand_in {
+                entry.answer = answer;
+            }
+        }
+        response.usage.add(&usage);
+        total.add(&usage);
+    }
+    if let Decision::Batch(b) = decision {
+        b.usage.add(&total);
+    }
+}
+
+impl DecisionModel {
+    /// Answer every box question of `body` whose target picture is clear.
+    pub(super) async fn locate(
+        &self,
+        detector: &Arc<dyn Detector>,
+        body: &DecisionBody,
+    ) -> Located {
+        let mut seen: HashMap<(usize, usize), Detected> = HashMap::new();
+        let mut answers = Vec::new();
+        for (_, r) in entries(body) {
+            let mut mine = Vec::new();
+            let mut usage = Usage::default();
+            for (index, slot) in r.questions.iter().enumerate() {
+                let Ok(q) = &slot.question else { continue };
+                if !matches!(q.kind, QuestionKind::Box) {
+                    continue;
+                }
+                let Ok(own) = protocol::assets::box_target(slot.images.len(), r.images.len())
+                else {
+                    continue;
+                };
+                let picture = if own {
+                    slot.images.first()
+                } else {
+                    r.images.first()
+                };
+                let Some(picture) = picture else { continue };
+                let key = (picture.bytes.as_ptr() as usize, picture.bytes.len());
+                let found = match seen.get(&key) {
+                    Some(f) => f.clone(),
+                    None => {
+                        let f = detect(detector.clone(), picture.bytes.clone()).await;
+                        seen.insert(key, f.clone());
+                        f
+                    }
+                };
+                let answer = match found {
+                    Ok(found) => {
+                        self.answer(detector.kinds(), q, r, &found, &mut usage)
+                            .await
+                    }
+                    Err(f) => Answer::Failed {
+                        type_word: slot.type_word.clone(),
+                        failure: f,
+                    },
+                };
+                mine.push((index, answer));
+            }
+            answers.push((mine, usage));
+        }
+        Located { answers }
+    }
+
+    /// One box question's answer from its picture's detections.
+    async fn answer(
+        &self,
+        kinds: &[&'static str],
+        q: &Question,
+        r: &DecisionRequest,
+        found: &[Found],
+        usage: &mut Usage,
+    ) -> Answer {
+        let instructions = q.instructions.as_deref().unwrap_or("");
+        let (kind, p_kind) = match target::named_kind(instructions, kinds) {
+            Some(k) => (Some(k), 1.0),
+            None => match self.ask_kind(kinds, instructions, r, usage).await {
+                Ok(read) => read,
+                Err(failure) => {
+                    return Answer::Failed {
+                        type_word: "box".into(),
+                        failure,
+                    }
+                }
+            },
+        };
+        let chosen = kind.and_then(|k| {
+            target::choose(
+                &target::candidates(found, k),
+                target::position(instructions),
+            )
+        });
+        let (edges, confidence) = match chosen {
+            Some(f) => (f.edges.map(f64::from), p_kind * f64::from(f.score)),
+            None => ([0.0, 0.0, 1.0, 1.0], NOT_FOUND),
+        };
+        let round = |x: f64| (x.clamp(0.0, 1.0) * 10_000.0).round() / 10_000.0;
+        Answer::Box(BoxAnswer {
+            edges: Edges {
+                left: round(edges[0]),
+                top: round(edges[1]),
+                right: round(edges[2]),
+                bottom: round(edges[3]),
+            },
+            confidence: Some(round(confidence)),
+        })
+    }
+
+    /// The kind instructions ask for that name none of the detector's kinds by word: the
+    /// model's own choice among the kinds and "something else", with its probability.
+    async fn ask_kind(
+        &self,
+        kinds: &[&'static str],
+        instructions: &str,
+        r: &DecisionRequest,
+        usage: &mut Usage,
+    ) -> Result<(Option<usize>, f64), QuestionFailure> {
+        let mut options: Vec<(String, Option<String>)> =
+            kinds.iter().map(|k| (k.to_string(), None)).collect();
+        options.push((ELSE.into(), Some("none of the other kinds".into())));
+        let question = Question::asked(
+            QuestionKind::choice(options)?,
+            Some("Which kind of object is this text asking to find in a picture?"),
+            None,
+            Overflow::Truncate,
+        );
+        let mut request = DecisionRequest::asked(
+            json!(instructions),
+            Roles::Absent,
+            vec![("kind".into(), Ok(question))],
+        );
+        request.options.deadline_ms = r.options.deadline_ms;
+        let unavailable = |m: String| {
+            QuestionFailure::new(QuestionErrorKind::Unavailable, reason::INFERENCE_ERROR, m)
+        };
+        let (decision, _) = self
+            .decide_text(&DecisionBody::Single(request), Instant::now())
+            .await
+            .map_err(|e| unavailable(format!("the target's kind could not be read: {e}")))?;
+        let Decision::Single(response) = decision else {
+            return Err(unavailable("the target's kind was not read".into()));
+        };
+        usage.add(&response.usage);
+        let read = match response.answers.iter().next().map(|(_, a)| &a.answer) {
+            Some(Answer::Choice(c)) => {
+                let p = c.probabilities.get(&c.choice).copied().unwrap_or(0.0);
+                Ok((kinds.iter().position(|k| *k == c.choice), p))
+            }
+            Some(Answer::Failed { failure, .. }) => Err(failure.clone()),
+            _ => Err(unavailable("the target's kind was not read".into())),
+        };
+        read
+    }
+}
+
+/// Decode a picture and run the detector on it, off the async threads.
+async fn detect(detector: Arc<dyn Detector>, bytes: Bytes) -> Detected {
+    let work = tokio::task::spawn_blocking(move || {
+        let picture =
+            media::decode_picture(&bytes, protocol::assets::MAX_IMAGE_PIXELS).map_err(|e| {
+                QuestionFailure::new(
+                    QuestionErrorKind::InvalidInput,
+                    reason::IMAGE_MALFORMED,
+                    format!("the target picture does not decode: {e}"),
+                )
+            })?;
+        detector
+            .detect(picture.width, picture.height, &picture.rgb)
+            .map(|f| Arc::new(f.into_iter().filter(|f| f.score >= MIN_SCORE).collect()))
+            .map_err(|e| {
+                QuestionFailure::new(
+                    QuestionErrorKind::Unavailable,
+                    reason::INFERENCE_ERROR,
+                    format!("the detector failed: {e}"),
+                )
+            })
+    });
+    work.await.unwrap_or_else(|e| {
+        Err(QuestionFailure::new(
+            QuestionErrorKind::Unavailable,
+            reason::INFERENCE_ERROR,
+            format!("the detector stopped: {e}"),
+        ))
+    })
+}

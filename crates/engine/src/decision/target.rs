@@ -1,0 +1,268 @@
+//! What a box question's instructions ask to find, read from their words: the detector kind
+//! they name (its name, plural or a common other word for it) and the position words that
+//! choose among several objects of that kind; then the box chosen among a picture's
+//! detections. Pure functions, no model.
+
+use crate::backend::Found;
+
+/// Other words for a kind (COCO's names), singular and plural forms included.
+const OTHER_WORDS: &[(&str, &str)] = &[
+    ("man", "person"),
+    ("men", "person"),
+    ("woman", "person"),
+    ("women", "person"),
+    ("people", "person"),
+    ("persons", "person"),
+    ("boy", "person"),
+    ("girl", "person"),
+    ("child", "person"),
+    ("children", "person"),
+    ("kid", "person"),
+    ("human", "person"),
+    ("pedestrian", "person"),
+    ("rider", "person"),
+    ("player", "person"),
+    ("bike", "bicycle"),
+    ("motorbike", "motorcycle"),
+    ("scooter", "motorcycle"),
+    ("plane", "airplane"),
+    ("aeroplane", "airplane"),
+    ("aircraft", "airplane"),
+    ("jet", "airplane"),
+    ("automobile", "car"),
+    ("taxi", "car"),
+    ("lorry", "truck"),
+    ("pickup", "truck"),
+    ("ship", "boat"),
+    ("hydrant", "fire hydrant"),
+    ("puppy", "dog"),
+    ("kitten", "cat"),
+    ("pony", "horse"),
+    ("lamb", "sheep"),
+    ("cattle", "cow"),
+    ("calf", "cow"),
+    ("bag", "handbag"),
+    ("purse", "handbag"),
+    ("phone", "cell phone"),
+    ("cellphone", "cell phone"),
+    ("smartphone", "cell phone"),
+    ("mobile", "cell phone"),
+    ("television", "tv"),
+    ("monitor", "tv"),
+    ("sofa", "couch"),
+    ("plant", "potted plant"),
+    ("table", "dining table"),
+    ("ball", "sports ball"),
+    ("glass", "wine glass"),
+    ("doughnut", "donut"),
+    ("fridge", "refrigerator"),
+    ("hairdryer", "hair drier"),
+    ("teddy", "teddy bear"),
+    ("racket", "tennis racket"),
+];
+
+/// Which of several objects of the kind the instructions mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Position {
+    /// No position word: the detector's surest object.
+    Surest,
+    Left,
+    Right,
+    Top,
+    Bottom,
+    Largest,
+    Smallest,
+    Middle,
+}
+
+/// The words of a text, lower case, letters and digits only.
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Whether `w` is `name` or its plural.
+fn names(w: &str, name: &str) -> bool {
+    w == name
+        || w.strip_suffix('s') == Some(name)
+        || w.strip_suffix("es") == Some(name)
+        || (name.ends_with("fe") && w.strip_suffix("ves") == name.strip_suffix("fe"))
+        || (name.ends_with('f') && w.strip_suffix("ves") == name.strip_suffix('f'))
+        || (name == "mouse" && w == "mice")
+}
+
+/// The kind the instructions name first (an index into `kinds`), when they name one.
+pub(crate) fn named_kind(instructions: &str, kinds: &[&str]) -> Option<usize> {
+    let w = words(instructions);
+    let index = |name: &str| kinds.iter().position(|k| *k == name);
+    for (at, word) in w.iter().enumerate() {
+        // A kind of two words first ("traffic light", "teddy bear"), then one.
+        for (k, name) in kinds.iter().enumerate() {
+            let parts: Vec<&str> = name.split(' ').collect();
+            let [first @ .., last] = parts.as_slice() else {
+                continue;
+            };
+            let Some(here) = w.get(at..at + parts.len()) else {
+                continue;
+            };
+            let leading = first.iter().zip(here).all(|(p, h)| p == h);
+            if leading && here.last().is_some_and(|h| names(h, last)) {
+                return Some(k);
+            }
+        }
+        if let Some((_, kind)) = OTHER_WORDS.iter().find(|(other, _)| names(word, other)) {
+            if let Some(k) = index(kind) {
+                return Some(k);
+            }
+        }
+    }
+    None
+}
+
+/// The position the instructions' words ask for.
+pub(crate) fn position(instructions: &str) -> Position {
+    for w in words(instructions) {
+        let p = match w.as_str() {
+            "left" | "leftmost" | "leftward" => Position::Left,
+            "right" | "rightmost" | "rightward" => Position::Right,
+            "top" | "topmost" | "upper" | "uppermost" | "highest" | "above" => Position::Top,
+            "bottom" | "bottommost" | "lower" | "lowest" | "below" => Position::Bottom,
+            "largest" | "biggest" | "big" | "large" | "closest" | "nearest" => Position::Largest,
+            "smallest" | "small" | "tiny" | "farthest" | "furthest" => Position::Smallest,
+            "middle" | "center" | "centre" | "central" => Position::Middle,
+            _ => continue,
+        };
+        return p;
+    }
+    Position::Surest
+}
+
+/// The objects a position chooses among: those of the kind the detector is at least half as
+/// sure of as of its surest one (a faint double of an object is not "the one on the left"),
+/// less any that lies mostly inside a larger one of them (a part of an object, such as a
+/// horse's head seen past another's, is not another object).
+pub(crate) fn candidates(found: &[Found], kind: usize) -> Vec<Found> {
+    let best = found
+        .iter()
+        .filter(|f| f.kind == kind)
+        .map(|f| f.score)
+        .fold(0.0f32, f32::max);
+    let sure: Vec<Found> = found
+        .iter()
+        .filter(|f| f.kind == kind && f.score >= best / 2.0)
+        .copied()
+        .collect();
+    let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
+    let inside = |small: &Found, big: &Found| {
+        let (a, b) = (&small.edges, &big.edges);
+        let common = [
+            a[0].max(b[0]),
+            a[1].max(b[1]),
+            a[2].min(b[2]),
+            a[3].min(b[3]),
+        ];
+        area(b) > area(a) && area(&common) >= CONTAINED * area(a)
+    };
+    sure.iter()
+        .filter(|f| !sure.iter().any(|g| inside(f, g)))
+        .copied()
+        .collect()
+}
+
+/// The share of a box's area inside a larger box that makes it a part of that one.
+const CONTAINED: f32 = 0.85;
+
+/// The object a position picks among `candidates`.
+pub(crate) fn choose(candidates: &[Found], position: Position) -> Option<Found> {
+    let centre = |f: &Found| {
+        (
+            (f.edges[0] + f.edges[2]) / 2.0,
+            (f.edges[1] + f.edges[3]) / 2.0,
+        )
+    };
+    let area = |f: &Found| (f.edges[2] - f.edges[0]) * (f.edges[3] - f.edges[1]);
+    let key = |f: &Found| -> f32 {
+        let (x, y) = centre(f);
+        match position {
+            Position::Surest => -f.score,
+            Position::Left => x,
+            Position::Right => -x,
+            Position::Top => y,
+            Position::Bottom => -y,
+            Position::Largest => -area(f),
+            Position::Smallest => area(f),
+            Position::Middle => (x - 0.5).powi(2) + (y - 0.5).powi(2),
+        }
+    };
+    candidates
+        .iter()
+        .min_by(|a, b| key(a).total_cmp(&key(b)))
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KINDS: &[&str] = &[
+        "person",
+        "bicycle",
+        "dog",
+        "horse",
+        "knife",
+        "mouse",
+        "traffic light",
+        "teddy bear",
+        "cell phone",
+    ];
+
+    #[test]
+    fn kinds_are_read_by_name_plural_and_other_word() {
+        let k = |s: &str| named_kind(s, KINDS).map(|i| KINDS[i]);
+        assert_eq!(k("the dog"), Some("dog"));
+        assert_eq!(k("The DOGS near the bike"), Some("dog"));
+        assert_eq!(k("the bike next to the dog"), Some("bicycle"));
+        assert_eq!(k("the horse on the left"), Some("horse"));
+        assert_eq!(k("a woman"), Some("person"));
+        assert_eq!(k("knives"), Some("knife"));
+        assert_eq!(k("the mice"), Some("mouse"));
+        assert_eq!(k("the red traffic lights"), Some("traffic light"));
+        assert_eq!(k("her teddy bear"), Some("teddy bear"));
+        assert_eq!(k("the phone on the desk"), Some("cell phone"));
+        assert_eq!(k("the rocket"), None);
+        assert_eq!(k("traffic"), None);
+    }
+
+    #[test]
+    fn positions_choose_among_the_sure_ones() {
+        let f = |score: f32, l: f32, t: f32, r: f32, b: f32| Found {
+            kind: 3,
+            score,
+            edges: [l, t, r, b],
+        };
+        let found = [
+            f(0.9, 0.5, 0.1, 0.9, 0.5),
+            f(0.7, 0.1, 0.4, 0.3, 0.9),
+            // A faint double further left is not "the one on the left".
+            f(0.2, 0.0, 0.0, 0.05, 0.05),
+            // Nor is a part of the right one.
+            f(0.8, 0.5, 0.1, 0.6, 0.2),
+            Found {
+                kind: 2,
+                score: 0.95,
+                edges: [0.0, 0.0, 0.1, 0.1],
+            },
+        ];
+        let c = candidates(&found, 3);
+        assert_eq!(c.len(), 2);
+        let pick = |s: &str| choose(&c, position(s)).map(|f| f.score);
+        assert_eq!(pick("the horse on the left"), Some(0.7));
+        assert_eq!(pick("the rightmost horse"), Some(0.9));
+        assert_eq!(pick("the horse"), Some(0.9));
+        assert_eq!(pick("the lower horse"), Some(0.7));
+        assert_eq!(pick("the biggest horse"), Some(0.9));
+        assert_eq!(choose(&[], Position::Left), None);
+    }
+}
