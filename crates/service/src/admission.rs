@@ -43,6 +43,9 @@ pub struct AdmissionConfig {
     pub push_out: bool,
     /// How long admitted tokens count as recent work (with `slot_tokens`).
     pub recent_ms: u64,
+    /// The places of requests with box or track questions (`boxshare`).
+    #[serde(rename = "box")]
+    pub boxes: crate::boxshare::BoxAdmission,
 }
 
 impl Default for AdmissionConfig {
@@ -55,6 +58,7 @@ impl Default for AdmissionConfig {
             slot_cost_max: 4,
             push_out: true,
             recent_ms: 10_000,
+            boxes: Default::default(),
         }
     }
 }

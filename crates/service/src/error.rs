@@ -19,6 +19,8 @@ pub enum ServiceError {
     KeyCreationLimited(u64),
     #[error("the model is busy; retry after {0} s with backoff")]
     Overloaded(u64),
+    #[error("this key already has a box request in progress on this model; retry after {0} s, when it has finished")]
+    ConcurrencyLimit(u64),
     #[error("the request's estimated input ({estimate} tokens) is over the model's limit of {limit}: send fewer questions or a shorter state")]
     RequestTooLong { estimate: u64, limit: u64 },
     #[error("the request took longer than the model's limit of {0} s")]
@@ -35,7 +37,8 @@ impl ServiceError {
             ServiceError::InvalidApiKey => StatusCode::UNAUTHORIZED,
             ServiceError::RateLimited(_)
             | ServiceError::KeyCreationLimited(_)
-            | ServiceError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
+            | ServiceError::Overloaded(_)
+            | ServiceError::ConcurrencyLimit(_) => StatusCode::TOO_MANY_REQUESTS,
             ServiceError::RequestTooLong { .. } | ServiceError::BadRequest { .. } => {
                 StatusCode::BAD_REQUEST
             }
@@ -50,6 +53,7 @@ impl ServiceError {
             ServiceError::RateLimited(_) => "rate_limit_exceeded",
             ServiceError::KeyCreationLimited(_) => "key_creation_limited",
             ServiceError::Overloaded(_) => "server_overloaded",
+            ServiceError::ConcurrencyLimit(_) => "concurrency_limit",
             ServiceError::RequestTooLong { .. } => "request_too_long",
             ServiceError::Timeout(_) => "timeout",
             ServiceError::BadRequest { code, .. } => code,
@@ -61,7 +65,8 @@ impl ServiceError {
         match self {
             ServiceError::RateLimited(s)
             | ServiceError::KeyCreationLimited(s)
-            | ServiceError::Overloaded(s) => Some((*s).max(1)),
+            | ServiceError::Overloaded(s)
+            | ServiceError::ConcurrencyLimit(s) => Some((*s).max(1)),
             _ => None,
         }
     }

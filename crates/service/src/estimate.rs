@@ -75,6 +75,26 @@ pub fn input_tokens(body: &Map<String, Value>, state_once: bool) -> u64 {
     }
 }
 
+/// Whether a System One body asks a box or track question (in any of its requests).
+pub fn asks_boxes(body: &Map<String, Value>) -> bool {
+    let asks = |e: &Map<String, Value>| {
+        let questions: Vec<&Value> = match e.get("questions") {
+            Some(Value::Array(a)) => a.iter().collect(),
+            Some(Value::Object(m)) => m.values().collect(),
+            _ => Vec::new(),
+        };
+        questions
+            .iter()
+            .any(|q| matches!(q.get("type").and_then(Value::as_str), Some("box" | "track")))
+    };
+    let nested = |k: &str| {
+        body.get(k)
+            .and_then(Value::as_object)
+            .is_some_and(|m| m.values().filter_map(Value::as_object).any(asks_boxes))
+    };
+    asks(body) || nested("states") || nested("requests")
+}
+
 /// A System Two estimate: the bytes of the messages' JSON (tokens are never more than
 /// bytes), plus `max_tokens` when asked for.
 pub fn chat_tokens(body: &Map<String, Value>) -> u64 {
@@ -118,6 +138,21 @@ mod tests {
         let alone = input_tokens(&obj(one.clone()), true);
         let batch = obj(json!({"model": "m", "requests": {"a": one.clone(), "b": one}}));
         assert_eq!(input_tokens(&batch, true), 2 * alone);
+    }
+
+    #[test]
+    fn box_questions_are_found_in_every_form() {
+        let b = json!({"type": "box", "instructions": "the dog"});
+        let n = json!({"type": "noul", "instructions": "?"});
+        assert!(asks_boxes(&obj(json!({"questions": {"w": b}}))));
+        assert!(asks_boxes(&obj(json!({"questions": [n, b]}))));
+        assert!(asks_boxes(&obj(
+            json!({"states": {"a": {"questions": {"w": b}}}})
+        )));
+        assert!(asks_boxes(&obj(
+            json!({"requests": {"a": {"questions": {"w": {"type": "track"}}}}})
+        )));
+        assert!(!asks_boxes(&obj(json!({"questions": {"n": n}}))));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::admission::{Refusal, Ticket};
+use crate::boxshare::BoxRefusal;
 use crate::clock::{day_name, day_of, rfc3339, Millis, DAY_MS, HOUR_MS};
 use crate::error::ServiceError;
 use crate::estimate;
@@ -919,6 +920,31 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
             }
         }
     }
+    // A request with box questions takes a place of the model's box share instead.
+    let boxes = family == Family::One && obj.as_ref().is_some_and(estimate::asks_boxes);
+    let _box_place = match svc.box_share(&model).filter(|_| boxes) {
+        Some(share) => {
+            let key: Arc<str> = ctx
+                .key
+                .as_ref()
+                .map_or(addr.as_str(), |k| k.id.as_str())
+                .into();
+            match share.acquire(key, addr.as_str().into()).await {
+                Ok(p) => Some(p),
+                Err(r) => {
+                    if let Some(t) = &taken {
+                        svc.limiter.refund(t);
+                    }
+                    let e = match r {
+                        BoxRefusal::OwnRequest => ServiceError::ConcurrencyLimit(2),
+                        BoxRefusal::Busy => ServiceError::Overloaded(2),
+                    };
+                    return ctx.refuse(e, false).await;
+                }
+            }
+        }
+        None => None,
+    };
     // Fair admission to the model's places.
     let ticket = Ticket {
         address: addr.as_str().into(),
@@ -929,7 +955,7 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
             .into(),
         tokens: estimate,
     };
-    let permit = match svc.gate(&model) {
+    let permit = match svc.gate(&model).filter(|_| !boxes) {
         Some(g) => match g.acquire(ticket).await {
             Ok(p) => Some(p),
             Err(r) => {

@@ -7,6 +7,7 @@
 //! imports the router or the worker: it sees requests and answers.
 
 pub mod admission;
+pub mod boxshare;
 pub mod clock;
 pub mod config;
 pub mod error;
@@ -38,6 +39,8 @@ pub struct Service {
     /// Limits of the key endpoints themselves (challenges, usage reads).
     api_limiter: Limiter,
     gates: Mutex<HashMap<String, Arc<Gate>>>,
+    /// Each model's box share (made on first use).
+    box_shares: Mutex<HashMap<String, Arc<boxshare::BoxShare>>>,
     /// The models `/api/info` lists.
     models: Vec<String>,
     /// Recent server times per model, for the status page.
@@ -207,6 +210,7 @@ impl Service {
             limiter,
             api_limiter: Limiter::new(),
             gates: Mutex::new(HashMap::new()),
+            box_shares: Mutex::new(HashMap::new()),
             models,
             live: live::Live::default(),
             router_id: uuid::Uuid::new_v4().simple().to_string(),
@@ -255,6 +259,19 @@ impl Service {
             };
             gate.set_capacity(capacity);
         }
+    }
+
+    /// The box share of a model (made on first use).
+    pub fn box_share(&self, model: &str) -> Option<Arc<boxshare::BoxShare>> {
+        let mut s = self.box_shares.lock().ok()?;
+        Some(
+            s.entry(model.to_string())
+                .or_insert_with(|| {
+                    let a = &self.config.model(model).admission;
+                    boxshare::BoxShare::new(a.places, a.boxes)
+                })
+                .clone(),
+        )
     }
 
     /// The admission gate of a model (made on first use).

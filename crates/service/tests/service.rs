@@ -786,7 +786,61 @@ async fn info_lists_limits_and_admission(db: Db) {
     assert_eq!(v["rate_limits"]["per_key"]["requests_per_minute"], 60);
     let m1 = model_of(&v, "m1");
     assert_eq!(m1["admission"]["places"], 8);
+    assert_eq!(m1["admission"]["box"]["per_key"], 1);
+    assert_eq!(m1["admission"]["box"]["per_address"], 8);
+    assert_eq!(m1["admission"]["box"]["max_wait_ms"], 20_000);
     assert_eq!(m1["limits"]["max_request_tokens"], 200_000);
+}
+
+/// system-duo-api, Box: box requests have places of their own (a quarter of the model's), one
+/// at a time per key and model. A key's second box request waits (here 50 ms, by default 20 s)
+/// and is then refused with 429 `concurrency_limit` and Retry-After; another key's starts, and
+/// the key's next one starts once its first has gone.
+#[tokio::test]
+async fn a_keys_second_box_request_waits_then_is_refused() {
+    let mut cfg = cheap();
+    cfg.default_model.admission.boxes.max_wait_ms = 50;
+    let e = env_with(cfg, &Db::Sqlite).await;
+    let (mine, other) = (new_key(&e.app).await, new_key(&e.app).await);
+    let boxq = json!({"model": "m1", "state": "<p>",
+        "questions": {"w": {"type": "box", "instructions": "the dog"}}});
+    // The stand-in's /v1/decisions never answers: each admitted request stays in progress.
+    let start = |key: String| {
+        let (app, body) = (e.app.clone(), boxq.clone());
+        tokio::spawn(
+            async move { call(&app, "POST", "/v1/decisions", Some(&key), Some(body)).await },
+        )
+    };
+    let first = start(mine.clone());
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let (s, h, v) = call(
+        &e.app,
+        "POST",
+        "/v1/decisions",
+        Some(&mine),
+        Some(boxq.clone()),
+    )
+    .await;
+    assert_eq!(
+        (s.as_u16(), v["error"]["code"].as_str()),
+        (429, Some("concurrency_limit")),
+        "{v}"
+    );
+    assert!(h.contains_key("retry-after"));
+    let still = |t: tokio::task::JoinHandle<_>| async move {
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(300), t).await;
+        waited.is_err()
+    };
+    assert!(
+        still(start(other)).await,
+        "another key's box request starts"
+    );
+    first.abort();
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(
+        still(start(mine)).await,
+        "the key's next box request starts"
+    );
 }
 
 async fn a_request_past_its_time_limit_gets_504_and_keeps_its_estimate(db: Db) {

@@ -60,6 +60,9 @@ pub struct ServeOptions {
     /// Object detectors attached to decision models, `(model as given, detector)`: the model
     /// then answers box questions about images.
     pub detectors: Vec<(String, String)>,
+    /// A detector that cannot be fetched or loaded leaves its model serving without box
+    /// questions (a warning) instead of failing the model's load: the whole service's default.
+    pub detectors_optional: bool,
     /// The router in front of the worker on the same port (System Two, System One
     /// published); `None`: the worker alone.
     pub router: Option<router::RouterConfig>,
@@ -188,6 +191,7 @@ impl Default for ServeOptions {
             generate: Some(engine::GenerateConfig::default()),
             no_generate: Vec::new(),
             detectors: Vec::new(),
+            detectors_optional: false,
             router: None,
             service: None,
             pages: true,
@@ -203,6 +207,12 @@ pub fn default_service_models() -> Vec<String> {
         .iter()
         .map(|s| s.to_string())
         .collect()
+}
+
+/// The detectors the whole service attaches (model, detector): the default decision model
+/// answers box questions with NanoDet.
+pub fn default_service_detectors() -> Vec<(String, String)> {
+    vec![("qwen2.5-1.5b".into(), "nanodet-coco".into())]
 }
 
 /// The built-in router configuration.
@@ -459,7 +469,14 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         ));
     }
     let detector = match o.detectors.iter().find(|(m, _)| m == spec) {
-        Some((_, d)) => Some(load_detector(d, o.pull_missing)?),
+        Some((_, d)) => match load_detector(d, o.pull_missing) {
+            Ok(d) => Some(d),
+            Err(e) if o.detectors_optional => {
+                tracing::warn!(model = %spec, error = %e, "serving without its detector: box questions are refused");
+                None
+            }
+            Err(e) => return Err(e),
+        },
         None => None,
     };
     let own = resolved

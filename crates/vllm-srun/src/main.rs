@@ -537,6 +537,11 @@ fn serve(args: ServeArgs) -> i32 {
     } else {
         None
     };
+    // The whole service's default model answers box questions, when its detector can be had.
+    let detectors_optional = args.models.is_empty() && detectors.is_empty() && router.is_some();
+    if detectors_optional {
+        detectors = vllm_srun::default_service_detectors();
+    }
     let mut options = ServeOptions {
         service,
         pages: !args.service.no_pages,
@@ -550,6 +555,7 @@ fn serve(args: ServeArgs) -> i32 {
         router,
         aliases,
         detectors,
+        detectors_optional,
         host: args.host,
         port: args.port,
         schema,

@@ -80,6 +80,7 @@ fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
         .filter(|m| !m.generate)
         .map(|m| m.model.clone())
         .collect();
+    o.detectors_optional = false;
     o.detectors = f
         .models
         .iter()
