@@ -134,6 +134,30 @@ with sync_playwright() as p:
         via_curl = run.stdout
     check("try it: the copied curl command gets the same answers", via_curl == a, (via_curl, a))
 
+    # --- Try it: a box drawn on the photo (the model has the detector attached) -------------
+    dog = os.path.join(os.environ.get("VLLM_SRUN_TEST_PHOTOS", "/usr/share/darknet/data"), "dog.jpg")
+    page.select_option("#example", index=2)
+    check("try it: the box example asks for a photo", page.is_visible("#s1-photo"), None)
+    page.set_input_files("#s1-photo", dog)
+    page.wait_for_function("() => document.querySelector('#s1-body').value.length > 100000")
+    page.get_by_role("button", name="Send").first.click()
+    s1 = wait_text(page, "#s1-status", "^\\d{3}")
+    answer = json.loads(page.text_content("#s1-raw") or "{}")
+    where = answer.get("answers", {}).get("where", {})
+    check("try it: the box example is answered with a box",
+          s1.startswith("200") and where.get("type") == "box", (s1, where))
+    mark = page.locator("#s1-picture .boxmark[data-question=where]")
+    check("try it: the box is drawn on the photo", mark.count() == 1, mark.count())
+    if mark.count() == 1 and where.get("box"):
+        img, m = page.locator("#s1-img").bounding_box(), mark.bounding_box()
+        drawn = ((m["x"] - img["x"]) / img["width"], (m["y"] - img["y"]) / img["height"],
+                 (m["x"] + m["width"] - img["x"]) / img["width"],
+                 (m["y"] + m["height"] - img["y"]) / img["height"])
+        want = tuple(where["box"][k] for k in ("left", "top", "right", "bottom"))
+        check("try it: the drawn box is where the answer says",
+              all(abs(x - y) < 0.02 for x, y in zip(drawn, want)), (drawn, want))
+    page.screenshot(path=os.path.join(SHOTS, "home-box.png"), full_page=True)
+
     # --- Try it: System Two ------------------------------------------------------------
     page.fill("#s2-message", "What is 17 times 23? Show the calculation.")
     page.fill("#s2-max", "16")
@@ -165,7 +189,7 @@ with sync_playwright() as p:
     rows = card.locator("table.models tbody th").all_text_contents()
     check("keys: per model, both systems", MODEL in rows and "vllm-sr/auto" in rows, rows)
     recent = card.locator("ul.recent").text_content() or ""
-    check("keys: recent server times", re.search(r"p50 \d+ ms, p90 \d+ ms", recent), recent)
+    check("keys: recent server times", re.search(r"p50 [\d,]+ ms, p90 [\d,]+ ms", recent), recent)
     check("keys: today's quota", card.locator("table.quota progress").count() >= 1)
     page.screenshot(path=f"{SHOTS}/keys.png", full_page=True)
 

@@ -70,7 +70,7 @@ wait_listening() {
 
 log="$(mktemp)"
 ./target/debug/vllm-srun serve --model "$MODEL" --model minilm-l6 --model sparrow-nano --port 0 \
-    --no-pull >"$log" 2>&1 &
+    --detector "$MODEL=nanodet-coco" --no-pull >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
 url="$(wait_listening "$log" 1500)" || { echo "server did not start"; exit 1; }
@@ -124,6 +124,7 @@ router_cfg="$(mktemp --suffix=.yaml)"
 cat >"$router_cfg" <<YAML
 deployments:
   - {name: deciders, workers: ["$url"], models: [sparrow-nano]}
+  - {name: lookers, workers: ["$url"], models: [$MODEL]}
 backends:
   - {name: worker, url: "$url", models: [$MODEL]}
 signals:

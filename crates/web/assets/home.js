@@ -106,10 +106,60 @@
 
   const examples = JSON.parse($("examples").textContent || "[]");
 
+  // Models by name, with the question types each answers (System One `features`).
+  const features = {};
+
   function bodyFor(i) {
     const e = examples[i];
-    const model = $("s1-model").value;
-    return JSON.stringify(Object.assign(model ? { model } : {}, e.request), null, 2);
+    let model = $("s1-model").value;
+    // A box example goes to a model that answers box questions, where one is served.
+    if (e.photo && !(features[model] || []).includes("box")) {
+      const boxed = Object.keys(features).find((m) => features[m].includes("box"));
+      if (boxed) model = $("s1-model").value = boxed;
+    }
+    const request = JSON.parse(JSON.stringify(e.request));
+    if (e.photo && photo) request.assets["<photo>"].data_base64 = photo;
+    return JSON.stringify(Object.assign(model ? { model } : {}, request), null, 2);
+  }
+
+  // The chosen photo's base64 bytes, put into a box example's <photo> asset.
+  let photo = "";
+
+  function choosePhoto() {
+    const file = $("s1-photo").files[0];
+    if (!file) return;
+    const reader = new FileReader();
+    reader.onload = () => {
+      const url = String(reader.result);
+      photo = url.slice(url.indexOf(",") + 1);
+      $("s1-img").src = url;
+      $("s1-picture").hidden = false;
+      clearMarks();
+      try {
+        const b = JSON.parse($("s1-body").value);
+        b.assets = b.assets || {};
+        b.assets["<photo>"] = { type: "image", data_base64: photo };
+        $("s1-body").value = JSON.stringify(b, null, 2);
+      } catch (_) {
+        $("s1-body").value = bodyFor($("example").value);
+      }
+    };
+    reader.readAsDataURL(file);
+  }
+
+  function clearMarks() {
+    $("s1-picture").querySelectorAll(".boxmark").forEach((m) => m.remove());
+  }
+
+  // A box answer drawn on the photo: its edges are fractions of the picture's sides.
+  function mark(id, a) {
+    if ($("s1-picture").hidden || !a.box) return;
+    const b = a.box;
+    const pct = (x) => `${(x * 100).toFixed(2)}%`;
+    $("s1-picture").append(VSR.el("div", {
+      class: "boxmark", "data-question": id,
+      style: `left:${pct(b.left)};top:${pct(b.top)};width:${pct(b.right - b.left)};height:${pct(b.bottom - b.top)}`,
+    }, VSR.el("span", {}, `${id} ${Number(a.confidence).toFixed(2)}`)));
   }
 
   async function fillModels() {
@@ -119,7 +169,10 @@
     for (const m of (r.json && r.json.models) || []) {
       const name = m.name || m.id;
       const surfaces = m.surfaces;
-      if (name && (!Array.isArray(surfaces) || surfaces.includes("decisions"))) names.push(name);
+      if (name && (!Array.isArray(surfaces) || surfaces.includes("decisions"))) {
+        names.push(name);
+        features[name] = Array.isArray(m.features) ? m.features : [];
+      }
     }
     select.replaceChildren(...names.map((n) => VSR.el("option", { value: n }, n)));
     if (!names.length) $("s1-status").textContent = "No System One model is ready yet; see the status page.";
@@ -137,12 +190,18 @@
   function showAnswers(json) {
     const out = $("s1-answers");
     out.replaceChildren();
+    clearMarks();
     for (const [id, a] of Object.entries((json && json.answers) || {})) {
       let what;
       if (a.error) what = VSR.el("p", { class: "error" }, `${a.error}${a.reason ? " (" + a.reason + ")" : ""}: ${a.message || ""}`);
       else if (a.type === "noul") what = bars({ yes: a.noul, no: 1 - a.noul });
       else if (a.type === "choice") what = [VSR.el("p", {}, `Chosen: ${a.choice} (confidence ${Number(a.confidence).toFixed(4)})`), bars(a.probabilities)];
       else if (a.type === "score") what = [VSR.el("p", {}, `Score: ${Number(a.score).toFixed(4)} (confidence ${Number(a.confidence).toFixed(4)})`), bars(a.probabilities)];
+      else if (a.type === "box") {
+        const b = a.box;
+        what = VSR.el("p", {}, `Box: left ${b.left}, top ${b.top}, right ${b.right}, bottom ${b.bottom} (confidence ${Number(a.confidence).toFixed(4)})`);
+        mark(id, a);
+      }
       else what = VSR.el("pre", {}, JSON.stringify(a, null, 2));
       out.append(VSR.el("section", { class: "answer-of", "data-question": id }, VSR.el("h4", {}, `${id} (${a.type})`), what));
     }
@@ -215,7 +274,13 @@
     $("copy-key").addEventListener("click", () => VSR.copy($("new-key-value").textContent, $("key-copied")));
     const ex = $("example");
     examples.forEach((e, i) => ex.append(VSR.el("option", { value: i }, e.title)));
-    ex.addEventListener("change", () => ($("s1-body").value = bodyFor(ex.value)));
+    ex.addEventListener("change", () => {
+      $("s1-body").value = bodyFor(ex.value);
+      const photoExample = Boolean(examples[ex.value].photo);
+      $("s1-photo-row").hidden = !photoExample;
+      $("s1-picture").hidden = !photoExample || !photo;
+    });
+    $("s1-photo").addEventListener("change", choosePhoto);
     $("s1-model").addEventListener("change", () => {
       // Keep the user's edits: change only the model member.
       try {
