@@ -1,0 +1,88 @@
+"""Box answers against boxes marked by hand on Debian's darknet test photographs.
+
+Usage: python3 scripts/box_check.py URL MODEL [PHOTOS_DIR]
+
+Asks MODEL (served with a detector: `serve --detector MODEL=nanodet-coco`) one box question
+per line of MARKED and ABSENT below, each alone, through POST /v1/decisions. Prints each
+answer's overlap (IoU) with the marked box and its confidence, then: the share of present
+targets whose box overlaps the marked one by at least half, the mean confidence of right and
+wrong boxes, the highest confidence on an absent target, and the Brier score of the confidence
+as the probability of a right box (absent targets count as wrong boxes). The marks were made
+by eye on a 10 % grid; they are the truth here, not the detector's reference output.
+"""
+
+import base64
+import json
+import os
+import sys
+import urllib.request
+
+URL, MODEL = sys.argv[1], sys.argv[2]
+PHOTOS = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/darknet/data"
+
+# (photo, instructions, [left, top, right, bottom]) as fractions of the photo as sent.
+MARKED = [
+    ("dog.jpg", "the dog", [0.17, 0.385, 0.40, 0.94]),
+    ("dog.jpg", "the bicycle", [0.165, 0.245, 0.737, 0.728]),
+    ("dog.jpg", "the white pickup truck", [0.61, 0.13, 0.905, 0.30]),
+    ("person.jpg", "the person", [0.30, 0.233, 0.427, 0.885]),
+    ("person.jpg", "the white horse", [0.633, 0.33, 0.94, 0.81]),
+    ("person.jpg", "the dog", [0.105, 0.62, 0.31, 0.80]),
+    ("horses.jpg", "the horse on the left", [0.0, 0.38, 0.41, 0.80]),
+    ("horses.jpg", "the grey horse on the right", [0.57, 0.41, 0.77, 0.68]),
+    ("giraffe.jpg", "the giraffe", [0.335, 0.06, 0.89, 0.885]),
+    ("giraffe.jpg", "the zebra", [0.50, 0.41, 0.845, 0.85]),
+    ("eagle.jpg", "the bird", [0.17, 0.17, 0.775, 0.875]),
+    ("eagle.jpg", "the eagle", [0.17, 0.17, 0.775, 0.875]),
+    ("kite.jpg", "the biggest kite", [0.438, 0.088, 0.496, 0.167]),
+    ("kite.jpg", "the largest person", [0.158, 0.775, 0.20, 0.95]),
+]
+ABSENT = [
+    ("dog.jpg", "the cat"),
+    ("horses.jpg", "the car"),
+    ("eagle.jpg", "the person"),
+    ("giraffe.jpg", "the elephant"),
+    ("kite.jpg", "the horse"),
+    ("person.jpg", "the rocket"),
+]
+
+
+def iou(a, b):
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    area = lambda x: (x[2] - x[0]) * (x[3] - x[1])
+    return w * h / (area(a) + area(b) - w * h)
+
+
+def ask(photo, instructions):
+    data = base64.b64encode(open(os.path.join(PHOTOS, photo), "rb").read()).decode()
+    body = {"model": MODEL, "state": "<photo>",
+            "assets": {"<photo>": {"type": "image", "data_base64": data}},
+            "questions": {"w": {"type": "box", "instructions": instructions}}}
+    req = urllib.request.Request(URL + "/v1/decisions", json.dumps(body).encode(),
+                                 {"content-type": "application/json"})
+    a = json.load(urllib.request.urlopen(req, timeout=300))["answers"]["w"]
+    b = a["box"]
+    return [b["left"], b["top"], b["right"], b["bottom"]], a["confidence"]
+
+
+rows = []
+for photo, instructions, marked in MARKED:
+    got, c = ask(photo, instructions)
+    o = iou(got, marked)
+    rows.append((o >= 0.5, c))
+    print(f"{photo:12} {instructions:30} IoU {o:.3f}  confidence {c:.3f}")
+absent = []
+for photo, instructions in ABSENT:
+    _, c = ask(photo, instructions)
+    absent.append(c)
+    rows.append((False, c))
+    print(f"{photo:12} {instructions:30} absent     confidence {c:.3f}")
+present = rows[: len(MARKED)]
+right = [c for ok, c in present if ok]
+wrong = [c for ok, c in present if not ok]
+mean = lambda v: sum(v) / len(v) if v else float("nan")
+brier = mean([(c - (1.0 if ok else 0.0)) ** 2 for ok, c in rows])
+print(f"box right (IoU >= 0.5): {len(right)}/{len(present)}; mean confidence right {mean(right):.3f}, "
+      f"wrong {mean(wrong):.3f}; absent targets: highest confidence {max(absent):.3f}; "
+      f"Brier {brier:.3f} over {len(rows)}")
