@@ -7,7 +7,9 @@
 //! bytes. Both readers bound their tables by the boxes that hold them; a reader that still
 //! panics on some input is caught and reported as unreadable.
 
+pub mod frames;
 pub mod picture;
+pub use frames::{decode_frames, encode_mp4, FramesError};
 pub use picture::{decode_picture, Picture, PictureError};
 
 use std::io::Cursor;

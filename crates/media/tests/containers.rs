@@ -49,3 +49,38 @@ fn every_cut_of_a_real_container_reads_or_is_refused() {
         }
     }
 }
+
+/// A clip encoded here (H.264 in MP4) decodes back, frame by frame at the asked moments, to
+/// the pictures it was made of (up to the codec's loss), and WebM is refused by name.
+#[test]
+fn h264_frames_decode_at_their_moments() {
+    // Ten frames at 5 fps, each one flat grey level brighter than the last.
+    let frames: Vec<media::Picture> = (0..10u8)
+        .map(|i| media::Picture {
+            width: 64,
+            height: 48,
+            rgb: vec![20 + i * 20; 64 * 48 * 3],
+        })
+        .collect();
+    let clip = media::encode_mp4(&frames, 5).unwrap();
+    let facts = media::video_facts(&clip).unwrap();
+    assert_eq!((facts.frames, facts.width, facts.height), (10, 64, 48));
+    assert!((facts.seconds - 2.0).abs() < 0.01, "{facts:?}");
+    let moments = [0.0, 0.5, 1.05, 1.99, 5.0];
+    let got = media::decode_frames(&clip, &moments, 1 << 20).unwrap();
+    let level = |p: &media::Picture| p.rgb.iter().map(|&b| f64::from(b)).sum::<f64>() / p.rgb.len() as f64;
+    // Frame k shows from k / 5 s: the moments show frames 0, 2, 5, 9 and (past the end) 9.
+    for (p, k) in got.iter().zip([0u8, 2, 5, 9, 9]) {
+        assert_eq!((p.width, p.height), (64, 48));
+        let want = f64::from(20 + k * 20);
+        assert!((level(p) - want).abs() < 6.0, "frame {k}: level {}", level(p));
+    }
+    assert!(matches!(
+        media::decode_frames(&clip, &[0.0], 100),
+        Err(media::FramesError::TooLarge(3072, 100))
+    ));
+    assert!(matches!(
+        media::decode_frames(&[0x1A, 0x45, 0xDF, 0xA3, 0, 0, 0, 0], &[0.0], 1 << 20),
+        Err(media::FramesError::Unsupported(_))
+    ));
+}
