@@ -41,8 +41,11 @@ pub fn decode_frames(
         }
         None => return Err(FramesError::Unsupported("not a video container".into())),
     }
-    catch_unwind(AssertUnwindSafe(|| mp4_frames(bytes, moments, max_pixels)))
-        .unwrap_or_else(|_| Err(FramesError::Malformed("its tables contradict each other".into())))
+    catch_unwind(AssertUnwindSafe(|| mp4_frames(bytes, moments, max_pixels))).unwrap_or_else(|_| {
+        Err(FramesError::Malformed(
+            "its tables contradict each other".into(),
+        ))
+    })
 }
 
 fn mp4_frames(bytes: &[u8], moments: &[f64], max_pixels: u64) -> Result<Vec<Picture>, FramesError> {
@@ -67,7 +70,11 @@ fn mp4_frames(bytes: &[u8], moments: &[f64], max_pixels: u64) -> Result<Vec<Pict
     if pixels > max_pixels {
         return Err(FramesError::TooLarge(pixels, max_pixels));
     }
-    let (id, timescale, count) = (track.track_id(), track.timescale().max(1), track.sample_count());
+    let (id, timescale, count) = (
+        track.track_id(),
+        track.timescale().max(1),
+        track.sample_count(),
+    );
     // The parameter sets open the stream, in Annex B form as the decoder reads it.
     let mut stream = Vec::new();
     for set in [
@@ -156,7 +163,9 @@ pub fn encode_mp4(frames: &[Picture], fps: u32) -> Result<Vec<u8>, FramesError> 
         for l in 0..bits.num_layers() {
             let Some(layer) = bits.layer(l) else { continue };
             for n in 0..layer.nal_count() {
-                let Some(unit) = layer.nal_unit(n) else { continue };
+                let Some(unit) = layer.nal_unit(n) else {
+                    continue;
+                };
                 // Each unit starts with its Annex B start code (3 or 4 bytes).
                 let body = unit
                     .strip_prefix(&[0, 0, 0, 1])
@@ -185,8 +194,8 @@ pub fn encode_mp4(frames: &[Picture], fps: u32) -> Result<Vec<u8>, FramesError> 
         ],
         timescale: 1000,
     };
-    let mut out = mp4::Mp4Writer::write_start(Cursor::new(Vec::new()), &config)
-        .map_err(|e| failed(&e))?;
+    let mut out =
+        mp4::Mp4Writer::write_start(Cursor::new(Vec::new()), &config).map_err(|e| failed(&e))?;
     out.add_track(&mp4::TrackConfig {
         track_type: mp4::TrackType::Video,
         timescale: fps * 100,

@@ -68,12 +68,17 @@ fn h264_frames_decode_at_their_moments() {
     assert!((facts.seconds - 2.0).abs() < 0.01, "{facts:?}");
     let moments = [0.0, 0.5, 1.05, 1.99, 5.0];
     let got = media::decode_frames(&clip, &moments, 1 << 20).unwrap();
-    let level = |p: &media::Picture| p.rgb.iter().map(|&b| f64::from(b)).sum::<f64>() / p.rgb.len() as f64;
+    let level =
+        |p: &media::Picture| p.rgb.iter().map(|&b| f64::from(b)).sum::<f64>() / p.rgb.len() as f64;
     // Frame k shows from k / 5 s: the moments show frames 0, 2, 5, 9 and (past the end) 9.
     for (p, k) in got.iter().zip([0u8, 2, 5, 9, 9]) {
         assert_eq!((p.width, p.height), (64, 48));
         let want = f64::from(20 + k * 20);
-        assert!((level(p) - want).abs() < 6.0, "frame {k}: level {}", level(p));
+        assert!(
+            (level(p) - want).abs() < 6.0,
+            "frame {k}: level {}",
+            level(p)
+        );
     }
     assert!(matches!(
         media::decode_frames(&clip, &[0.0], 100),

@@ -49,6 +49,20 @@ pub struct BoxAnswer {
     #[serde(rename = "box")]
     pub edges: Edges,
     pub confidence: Option<f64>,
+    /// The moment of the video (seconds) a box question with `at` located it at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<f64>,
+}
+
+/// One sampled moment of a track answer: where the target is, how sure the box is, and the
+/// probability that the target is visible then.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+pub struct TrackMoment {
+    pub time: f64,
+    #[serde(rename = "box")]
+    pub edges: Edges,
+    pub confidence: Option<f64>,
+    pub visible: f64,
 }
 
 /// One entry of `answers`.
@@ -58,6 +72,7 @@ pub enum Answer {
     Noul(NoulAnswer),
     Score(ScoreAnswer),
     Box(BoxAnswer),
+    Track(Vec<TrackMoment>),
     /// A question that has no answer: `{type, error, reason, message}`.
     Failed {
         type_word: String,
@@ -107,6 +122,13 @@ impl Serialize for AnswerEntry {
                 m.serialize_entry("type", "box")?;
                 m.serialize_entry("box", &b.edges)?;
                 m.serialize_entry("confidence", &b.confidence)?;
+                if let Some(t) = b.time {
+                    m.serialize_entry("time", &t)?;
+                }
+            }
+            Answer::Track(moments) => {
+                m.serialize_entry("type", "track")?;
+                m.serialize_entry("track", moments)?;
             }
             Answer::Failed { type_word, failure } => {
                 m.serialize_entry("type", type_word)?;
@@ -216,7 +238,15 @@ pub enum AnswerDoc {
     Noul(NoulDoc),
     Score(ScoreDoc),
     Box(BoxDoc),
+    Track(TrackDoc),
     Failed(FailedDoc),
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TrackDoc {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub track: Vec<TrackMoment>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -227,6 +257,8 @@ pub struct BoxDoc {
     pub edges: Edges,
     /// The probability that the box overlaps the true one by at least half.
     pub confidence: Option<f64>,
+    /// With `at`: the moment of the video, in seconds.
+    pub time: Option<f64>,
 }
 
 #[derive(Serialize, ToSchema)]

@@ -51,10 +51,10 @@ pub struct ImageInfo {
 }
 
 /// What an asset holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AssetKind {
     Image(ImageInfo),
-    Video,
+    Video(media::VideoFacts),
 }
 
 /// One accepted asset of the top-level `assets` object.
@@ -63,6 +63,13 @@ pub struct Asset {
     pub reference: String,
     pub kind: AssetKind,
     /// Its bytes, as sent (shared, not copied, by every use).
+    pub bytes: Bytes,
+}
+
+/// A video a request reads: what its container says, and its bytes as sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clip {
+    pub facts: media::VideoFacts,
     pub bytes: Bytes,
 }
 
@@ -310,12 +317,20 @@ pub fn read_data_url(v: &Value, what: &str) -> Result<Picture, ProtocolError> {
     })
 }
 
-/// Check one `videos` entry: a `data:video/...;base64,` URL whose bytes are a video
+/// Read one `videos` entry: a `data:video/...;base64,` URL whose bytes are a video
 /// container within the limits (the type in the URL is not trusted: the bytes decide).
-pub fn inspect_video_data_url(v: &Value, what: &str) -> Result<media::VideoFacts, ProtocolError> {
+pub fn read_video_data_url(v: &Value, what: &str) -> Result<Clip, ProtocolError> {
     let data = data_url(v, what, "video")?;
-    let bytes = decode_base64_within(data, what, MAX_VIDEO_BYTES, reason::VIDEO_TOO_LARGE)?;
-    inspect_video(&bytes, what)
+    let bytes = Bytes::from(decode_base64_within(
+        data,
+        what,
+        MAX_VIDEO_BYTES,
+        reason::VIDEO_TOO_LARGE,
+    )?);
+    Ok(Clip {
+        facts: inspect_video(&bytes, what)?,
+        bytes,
+    })
 }
 
 /// Decode the top-level `assets` object, claiming multipart `parts` by name. Every part must be
@@ -409,10 +424,7 @@ pub fn parse_assets(value: Option<&Value>, parts: &Parts) -> Result<Assets, Prot
         };
         let kind = match kind {
             "image" => AssetKind::Image(inspect_image(&bytes, &what)?),
-            _ => {
-                inspect_video(&bytes, &what)?;
-                AssetKind::Video
-            }
+            _ => AssetKind::Video(inspect_video(&bytes, &what)?),
         };
         assets.push(Asset {
             reference: reference.clone(),
@@ -444,6 +456,23 @@ pub fn box_target(question_images: usize, state_images: usize) -> Result<bool, Q
             QuestionErrorKind::InvalidQuestion,
             reason::BOX_TARGET_AMBIGUOUS,
             "a box question's instructions must reference one image, or the state must hold exactly one",
+        )),
+    }
+}
+
+/// The video a box question with `at`, or a track question, reads: the state's only one.
+pub fn video_target(state_videos: usize) -> Result<(), QuestionFailure> {
+    match state_videos {
+        1 => Ok(()),
+        0 => Err(QuestionFailure::new(
+            QuestionErrorKind::InvalidQuestion,
+            reason::BOX_NEEDS_IMAGE,
+            "a track question, or a box question with at, needs one video in the state",
+        )),
+        _ => Err(QuestionFailure::new(
+            QuestionErrorKind::InvalidQuestion,
+            reason::BOX_TARGET_AMBIGUOUS,
+            "a track question, or a box question with at, reads the state's only video; this state holds several",
         )),
     }
 }
@@ -555,7 +584,13 @@ mod tests {
     fn longest_reference_wins_and_keys_are_not_read() {
         let a = |r: &str| Asset {
             reference: r.into(),
-            kind: AssetKind::Video,
+            kind: AssetKind::Video(media::VideoFacts {
+                container: media::Container::Mp4,
+                seconds: 1.0,
+                frames: 1,
+                width: 1,
+                height: 1,
+            }),
             bytes: Bytes::new(),
         };
         let assets = Assets::new(vec![a("<img>"), a("<img>2")]).unwrap();

@@ -12,6 +12,7 @@ pub mod reason {
     pub const TRACK_UNSUPPORTED: &str = "track_unsupported";
     pub const SET_UNSUPPORTED: &str = "set_unsupported";
     pub const BOX_NEEDS_IMAGE: &str = "box_needs_image";
+    pub const BOX_VIDEO_TOO_LONG: &str = "box_video_too_long";
     pub const BOX_TARGET_AMBIGUOUS: &str = "box_target_ambiguous";
     pub const QUESTION_IMAGES_UNSUPPORTED: &str = "question_images_unsupported";
     pub const DECISION_ADAPTER_UNSUPPORTED: &str = "decision_adapter_unsupported";

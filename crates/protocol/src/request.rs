@@ -11,7 +11,7 @@ use utoipa::openapi::schema::{ArrayBuilder, OneOfBuilder, Schema as OpenApiSchem
 use utoipa::openapi::{ObjectBuilder, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::assets::{self, Asset, AssetDoc, AssetKind, Assets, Parts, Picture};
+use crate::assets::{self, Asset, AssetDoc, AssetKind, Assets, Clip, Parts, Picture};
 use crate::error::{reason, ProtocolError, QuestionFailure};
 use crate::text::render;
 use crate::wire::{decode_at, decode_message};
@@ -110,9 +110,7 @@ pub enum QuestionKind {
         when_true: Option<String>,
     },
     /// Level descriptions, rendered, in order.
-    Score {
-        levels: Vec<String>,
-    },
+    Score { levels: Vec<String> },
     Set {
         labels: Vec<(String, Option<String>)>,
         threshold: Option<f64>,
@@ -121,8 +119,10 @@ pub enum QuestionKind {
         labels: Vec<(String, Option<String>)>,
         threshold: Option<f64>,
     },
-    Box,
-    Track,
+    /// `at`: a moment (seconds) of the state's only video, else the state's image.
+    Box { at: Option<f64> },
+    /// `rate`: moments per second of the state's only video (1 or 2).
+    Track { rate: u32 },
 }
 
 impl QuestionKind {
@@ -133,8 +133,8 @@ impl QuestionKind {
             QuestionKind::Score { .. } => "score",
             QuestionKind::Set { .. } => "set",
             QuestionKind::Span { .. } => "span",
-            QuestionKind::Box => "box",
-            QuestionKind::Track => "track",
+            QuestionKind::Box { .. } => "box",
+            QuestionKind::Track { .. } => "track",
         }
     }
 
@@ -157,7 +157,7 @@ impl QuestionKind {
                 .map(|d| d.as_ref().map_or(0, String::len))
                 .sum(),
             QuestionKind::Score { levels } => levels.iter().map(String::len).sum(),
-            QuestionKind::Box | QuestionKind::Track => 0,
+            QuestionKind::Box { .. } | QuestionKind::Track { .. } => 0,
         }
     }
 }
@@ -213,8 +213,9 @@ pub struct DecisionRequest {
     /// Images the state holds: 4.0 `images` data URLs, then image asset uses in the state's
     /// strings in the order they occur (headers checked, pixels not decoded).
     pub images: Vec<Picture>,
-    /// Videos the state holds (4.0 `videos` and video asset uses).
-    pub videos: usize,
+    /// Videos the state holds: 4.0 `videos` data URLs, then video asset uses in the state's
+    /// strings in the order they occur (containers read, frames not decoded).
+    pub videos: Vec<Clip>,
 }
 
 impl DecisionRequest {
@@ -582,7 +583,7 @@ fn parse_requests(
             entries.len(),
             sum(|r| r.questions.len()),
             sum(DecisionRequest::all_images),
-            sum(|r| r.videos),
+            sum(|r| r.videos.len()),
         )?;
         return Ok(DecisionBody::Batch {
             model,
@@ -591,7 +592,7 @@ fn parse_requests(
         });
     }
     let mut req = parse_single(top, obj, schema, &[], assets, used)?;
-    crate::limits::check_counts(1, req.questions.len(), req.all_images(), req.videos)?;
+    crate::limits::check_counts(1, req.questions.len(), req.all_images(), req.videos.len())?;
     req.model = model;
     req.options = options;
     Ok(DecisionBody::Single(req))
@@ -764,7 +765,8 @@ fn parse_single(
                 }
             }
         }
-        let (images, videos) = add_uses(used, &uses, assets);
+        let (images, clips) = add_uses(used, &uses, assets);
+        let videos = clips.len();
         let question = if id.is_empty() {
             Err(QuestionFailure::malformed(
                 "a question id must be a non-empty string",
@@ -799,11 +801,12 @@ fn parse_single(
     assets::list_uses(&state, assets, &mut uses);
     let (in_state, videos_used) = add_uses(used, &uses, assets);
     images.extend(in_state);
-    let video_urls = list("videos")?;
-    for (i, v) in video_urls.iter().enumerate() {
-        assets::inspect_video_data_url(v, &format!("videos[{i}]"))?;
-    }
-    let videos = video_urls.len() + videos_used;
+    let mut videos = list("videos")?
+        .iter()
+        .enumerate()
+        .map(|(i, v)| assets::read_video_data_url(v, &format!("videos[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    videos.extend(videos_used);
     Ok(DecisionRequest {
         model: None,
         state,
@@ -832,10 +835,10 @@ fn check_over(q: Question, state: &Value) -> Result<Question, QuestionFailure> {
 }
 
 /// Count one place's asset uses (indices into `assets`, in order) in the request's; return
-/// the images they place, in order, and how many videos.
-fn add_uses(used: &mut [usize], uses: &[usize], assets: &[Asset]) -> (Vec<Picture>, usize) {
+/// the images and the videos they place, in order.
+fn add_uses(used: &mut [usize], uses: &[usize], assets: &[Asset]) -> (Vec<Picture>, Vec<Clip>) {
     let mut images = Vec::new();
-    let mut videos = 0;
+    let mut videos = Vec::new();
     for &i in uses {
         if let Some(n) = used.get_mut(i) {
             *n += 1;
@@ -845,7 +848,10 @@ fn add_uses(used: &mut [usize], uses: &[usize], assets: &[Asset]) -> (Vec<Pictur
                 info,
                 bytes: bytes.clone(),
             }),
-            Some((AssetKind::Video, _)) => videos += 1,
+            Some((AssetKind::Video(facts), bytes)) => videos.push(Clip {
+                facts,
+                bytes: bytes.clone(),
+            }),
             None => {}
         }
     }
@@ -1058,7 +1064,7 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
                     "at must be a non-negative number of seconds",
                 ));
             }
-            QuestionKind::Box
+            QuestionKind::Box { at: w.at }
         }
         _ => {
             if instructions.is_none() {
@@ -1069,7 +1075,9 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             if w.rate.is_some_and(|r| !matches!(r, 1 | 2)) {
                 return Err(QuestionFailure::malformed("rate must be 1 or 2"));
             }
-            QuestionKind::Track
+            QuestionKind::Track {
+                rate: if w.rate == Some(2) { 2 } else { 1 },
+            }
         }
     };
     Ok(Question {
@@ -1226,7 +1234,7 @@ impl DecisionRequest {
                 .collect(),
             options: Options::default(),
             images: Vec::new(),
-            videos: 0,
+            videos: Vec::new(),
         }
     }
 }

@@ -39,7 +39,7 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
         card["presets"] = json!(m.config.presets);
         // A detector reads the state's images (or a box question's own) for box questions.
         if let Some(d) = m.detector() {
-            card["modalities"] = json!(["text", "image"]);
+            card["modalities"] = json!(["text", "image", "video"]);
             card["image_placements"] = json!(["state", "instructions"]);
             card["detector"] = json!({"name": d.name(), "kinds": d.kinds(),
                 "confidence": "p(kind read right) × detector score of the chosen box"});
@@ -79,6 +79,9 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
             l.extend(r);
         }
         limits["max_request_bytes"] = json!(state.config.max_request_bytes);
+        if m.detector().is_some() {
+            limits["box_video_max_seconds"] = json!(engine::decision::BOX_VIDEO_MAX_SECONDS);
+        }
         card["limits"] = limits;
     }
     card

@@ -221,9 +221,132 @@ async fn the_card_says_what_the_detector_finds() {
         .filter_map(Value::as_str)
         .collect();
     assert!(types.contains(&"box"), "{card}");
-    assert_eq!(card["modalities"], json!(["text", "image"]), "{card}");
+    assert_eq!(
+        card["modalities"],
+        json!(["text", "image", "video"]),
+        "{card}"
+    );
     assert_eq!(card["detector"]["name"], "nanodet-coco");
     let kinds = card["detector"]["kinds"].as_array().unwrap();
     assert_eq!(kinds.len(), 80);
     assert!(kinds.contains(&json!("dog")) && kinds.contains(&json!("traffic light")));
+}
+
+/// A 5-second clip made here: a 480×360 window panning 120 pixels right across dog.jpg at ten
+/// frames a second (H.264 in MP4, as a phone would send it). Returns the clip and where the
+/// hand-marked dog is in the frame at a moment (the window moves left to right, so the dog
+/// moves right to left).
+fn panned_clip() -> (Vec<u8>, impl Fn(f64) -> [f64; 4]) {
+    let photo = media::decode_picture(&photo("dog.jpg"), 1 << 24).unwrap();
+    let (w, h, top) = (480usize, 360usize, 216usize);
+    let x_at = |frame: usize| 120 * frame / 49;
+    let frames: Vec<media::Picture> = (0..50)
+        .map(|i| {
+            let x = x_at(i);
+            let mut rgb = Vec::with_capacity(w * h * 3);
+            for row in top..top + h {
+                let start = (row * photo.width + x) * 3;
+                rgb.extend_from_slice(&photo.rgb[start..start + w * 3]);
+            }
+            media::Picture {
+                width: w,
+                height: h,
+                rgb,
+            }
+        })
+        .collect();
+    let clip = media::encode_mp4(&frames, 10).unwrap();
+    let (pw, ph) = (photo.width as f64, photo.height as f64);
+    let dog = move |t: f64| {
+        let x = x_at(((t * 10.0).floor() as usize).min(49)) as f64;
+        [
+            (DOG[0] * pw - x) / w as f64,
+            (DOG[1] * ph - top as f64) / h as f64,
+            (DOG[2] * pw - x) / w as f64,
+            (DOG[3] * ph - top as f64) / h as f64,
+        ]
+    };
+    (clip, dog)
+}
+
+fn about_clip(clip: &[u8], questions: Value) -> Value {
+    json!({"state": "<clip>", "assets": {"<clip>": {"type": "video", "data_base64": b64(clip)}},
+        "questions": questions})
+}
+
+#[tokio::test]
+async fn a_track_follows_the_dog_through_a_panned_clip() {
+    let s = server();
+    let (clip, dog) = panned_clip();
+    let body = about_clip(
+        &clip,
+        json!({"dog": {"type": "track", "instructions": "the dog", "rate": 2},
+            "then": {"type": "box", "instructions": "the dog", "at": 2.5}}),
+    );
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    let track = v["answers"]["dog"]["track"].as_array().expect("a track");
+    assert_eq!(track.len(), 10, "two moments a second for 5 s: {v}");
+    let mut hits = 0;
+    for m in track {
+        let t = m["time"].as_f64().unwrap();
+        let overlap = iou(&edges(m), &dog(t));
+        hits += usize::from(overlap >= 0.5);
+        let visible = m["visible"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&visible), "{m}");
+    }
+    eprintln!("track: {hits} of {} moments hit the dog", track.len());
+    assert!(
+        hits * 10 >= track.len() * 9,
+        "{hits} of {} moments hit the dog: {v}",
+        track.len()
+    );
+    let then = &v["answers"]["then"];
+    assert_eq!(then["time"], 2.5, "{then}");
+    assert!(iou(&edges(then), &dog(2.5)) >= 0.5, "{then}");
+}
+
+#[tokio::test]
+async fn video_box_questions_fail_with_the_spec_reasons() {
+    let s = server();
+    let url = s.url("/v1/decisions");
+    // 31 seconds at one frame a second: longer than the card's box_video_max_seconds.
+    let frames: Vec<media::Picture> = (0..31)
+        .map(|_| media::Picture {
+            width: 64,
+            height: 48,
+            rgb: vec![128; 64 * 48 * 3],
+        })
+        .collect();
+    let long = media::encode_mp4(&frames, 1).unwrap();
+    let (status, _, v) = post(
+        &url,
+        &about_clip(
+            &long,
+            json!({"t": {"type": "track", "instructions": "the dog"}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["reason"], "box_video_too_long", "{v}");
+    // A track needs the state's one video.
+    let (status, _, v) = post(
+        &url,
+        &about(
+            "dog.jpg",
+            json!({"t": {"type": "track", "instructions": "the dog"}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, v["error"]["reason"].as_str()),
+        (400, Some("box_needs_image")),
+        "{v}"
+    );
+    let (status, v) = get(&s.url("/v1/models")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        v["models"][0]["card"]["limits"]["box_video_max_seconds"], 30,
+        "{v}"
+    );
 }

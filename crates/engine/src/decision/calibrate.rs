@@ -158,7 +158,7 @@ impl DecisionModel {
                 questions: slots,
                 options: Options::default(),
                 images: Vec::new(),
-                videos: 0,
+                videos: Vec::new(),
             };
             (r, asked)
         });

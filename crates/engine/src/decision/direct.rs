@@ -414,8 +414,8 @@ fn direct_question(
                 QuestionErrorKind::InvalidQuestion,
                 match &q.kind {
                     QuestionKind::Span { .. } => reason::SPAN_UNSUPPORTED,
-                    QuestionKind::Box => reason::BOX_UNSUPPORTED,
-                    QuestionKind::Track => reason::TRACK_UNSUPPORTED,
+                    QuestionKind::Box { .. } => reason::BOX_UNSUPPORTED,
+                    QuestionKind::Track { .. } => reason::TRACK_UNSUPPORTED,
                     _ => reason::SET_UNSUPPORTED,
                 },
                 format!(

@@ -10,7 +10,7 @@
 //! detector does not find gets the whole picture with a low confidence (a box is always
 //! given; a noul says whether the target is there).
 //!
-//! The text path places a stand-in failure where each box question sits; [`place`] puts the
+//! The text path places a stand-in failure where each box or track question sits; [`place`] puts the
 //! answers there.
 
 use std::collections::HashMap;
@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use protocol::answer::{BoxAnswer, Edges};
+use protocol::answer::{BoxAnswer, Edges, TrackMoment};
+use protocol::assets::Clip;
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionBody, DecisionRequest, QuestionKind};
 use protocol::{Answer, Overflow, Question, Roles, Usage};
@@ -30,6 +31,10 @@ use crate::backend::{Detector, Found};
 
 /// What the detector finds at least this surely is a candidate box (the rest is noise).
 const MIN_SCORE: f32 = 0.05;
+/// The longest video a box question with `at` or a track question reads (the card's
+/// `limits.box_video_max_seconds`): the detector reads each sampled moment, one or two a
+/// second, at a tenth to a quarter of a second each on a CPU.
+pub const BOX_VIDEO_MAX_SECONDS: u64 = 30;
 /// The confidence of the whole picture, given when the target was not found.
 const NOT_FOUND: f64 = 0.01;
 /// The option of the kind question that says the target is none of the detector's kinds.
@@ -47,9 +52,12 @@ type Detected = Result<Arc<Vec<Found>>, QuestionFailure>;
 /// Whether any request of the body asks a box question.
 pub(super) fn asks_boxes(body: &DecisionBody) -> bool {
     entries(body).iter().any(|(_, r)| {
-        r.questions
-            .iter()
-            .any(|s| matches!(s.question.as_ref().map(|q| &q.kind), Ok(QuestionKind::Box)))
+        r.questions.iter().any(|s| {
+            matches!(
+                s.question.as_ref().map(|q| &q.kind),
+                Ok(QuestionKind::Box { .. } | QuestionKind::Track { .. })
+            )
+        })
     })
 }
 
@@ -66,10 +74,9 @@ pub(super) fn place(decision: &mut Decision, located: Located) {
                 continue;
             };
             // Only a stand-in is replaced: a refused request keeps its refusal.
-            let stand_in = entry
-                .answer
-                .failure()
-                .is_some_and(|f| f.reason == reason::BOX_UNSUPPORTED);
+            let stand_in = entry.answer.failure().is_some_and(|f| {
+                f.reason == reason::BOX_UNSUPPORTED || f.reason == reason::TRACK_UNSUPPORTED
+            });
             if stand_in {
                 entry.answer = answer;
             }
@@ -83,7 +90,7 @@ pub(super) fn place(decision: &mut Decision, located: Located) {
 }
 
 impl DecisionModel {
-    /// Answer every box question of `body` whose target picture is clear.
+    /// Answer every box and track question of `body` whose picture or video is clear.
     pub(super) async fn locate(
         &self,
         detector: &Arc<dyn Detector>,
@@ -96,37 +103,50 @@ impl DecisionModel {
             let mut usage = Usage::default();
             for (index, slot) in r.questions.iter().enumerate() {
                 let Ok(q) = &slot.question else { continue };
-                if !matches!(q.kind, QuestionKind::Box) {
-                    continue;
-                }
-                let Ok(own) = protocol::assets::box_target(slot.images.len(), r.images.len())
-                else {
-                    continue;
+                let failed = |failure: QuestionFailure| Answer::Failed {
+                    type_word: slot.type_word.clone(),
+                    failure,
                 };
-                let picture = if own {
-                    slot.images.first()
-                } else {
-                    r.images.first()
-                };
-                let Some(picture) = picture else { continue };
-                let key = (picture.bytes.as_ptr() as usize, picture.bytes.len());
-                let found = match seen.get(&key) {
-                    Some(f) => f.clone(),
-                    None => {
-                        let f = detect(detector.clone(), picture.bytes.clone()).await;
-                        seen.insert(key, f.clone());
-                        f
+                let answer = match q.kind {
+                    QuestionKind::Box { at: None } => {
+                        let Ok(own) =
+                            protocol::assets::box_target(slot.images.len(), r.images.len())
+                        else {
+                            continue;
+                        };
+                        let picture = if own {
+                            slot.images.first()
+                        } else {
+                            r.images.first()
+                        };
+                        let Some(picture) = picture else { continue };
+                        let key = (picture.bytes.as_ptr() as usize, picture.bytes.len());
+                        let found = match seen.get(&key) {
+                            Some(f) => f.clone(),
+                            None => {
+                                let f = detect(detector.clone(), picture.bytes.clone()).await;
+                                seen.insert(key, f.clone());
+                                f
+                            }
+                        };
+                        match found {
+                            Ok(found) => {
+                                self.answer(detector.kinds(), q, r, &found, None, &mut usage)
+                                    .await
+                            }
+                            Err(f) => failed(f),
+                        }
                     }
-                };
-                let answer = match found {
-                    Ok(found) => {
-                        self.answer(detector.kinds(), q, r, &found, &mut usage)
-                            .await
+                    QuestionKind::Box { at: Some(_) } | QuestionKind::Track { .. } => {
+                        let [clip] = r.videos.as_slice() else {
+                            continue;
+                        };
+                        match self.on_video(detector, q, r, clip, &mut usage).await {
+                            Ok(a) => a,
+                            Err(f) => failed(f),
+                        }
                     }
-                    Err(f) => Answer::Failed {
-                        type_word: slot.type_word.clone(),
-                        failure: f,
-                    },
+                    _ => continue,
                 };
                 mine.push((index, answer));
             }
@@ -135,27 +155,117 @@ impl DecisionModel {
         Located { answers }
     }
 
-    /// One box question's answer from its picture's detections.
+    /// A box question with `at`, or a track question, on the state's only video.
+    async fn on_video(
+        &self,
+        detector: &Arc<dyn Detector>,
+        q: &Question,
+        r: &DecisionRequest,
+        clip: &Clip,
+        usage: &mut Usage,
+    ) -> Result<Answer, QuestionFailure> {
+        let seconds = clip.facts.seconds;
+        if !seconds.is_finite() || seconds > BOX_VIDEO_MAX_SECONDS as f64 {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                reason::BOX_VIDEO_TOO_LONG,
+                format!(
+                    "the video lasts {seconds:.1} s; box questions with at and track questions read at most {BOX_VIDEO_MAX_SECONDS} s"
+                ),
+            )
+            .with_limit(BOX_VIDEO_MAX_SECONDS));
+        }
+        let moments: Vec<f64> = match q.kind {
+            QuestionKind::Box { at: Some(at) } if at <= seconds => vec![at],
+            QuestionKind::Box { .. } => {
+                return Err(QuestionFailure::malformed(format!(
+                    "at is past the video's end ({seconds:.2} s)"
+                )))
+            }
+            QuestionKind::Track { rate } => {
+                let step = 1.0 / f64::from(rate.max(1));
+                (0..)
+                    .map(|k| f64::from(k) * step)
+                    .take_while(|t| *t < seconds)
+                    .collect()
+            }
+            _ => return Err(QuestionFailure::malformed("not a question about a video")),
+        };
+        let frames = detect_frames(detector.clone(), clip.bytes.clone(), moments.clone()).await?;
+        let Some(first) = frames.first() else {
+            return Err(QuestionFailure::malformed(
+                "the video has no moment to read",
+            ));
+        };
+        if let QuestionKind::Box { at } = q.kind {
+            return Ok(self.answer(detector.kinds(), q, r, first, at, usage).await);
+        }
+        let instructions = q.instructions.as_deref().unwrap_or("");
+        let (kind, p_kind) = self
+            .kind_of(detector.kinds(), instructions, r, usage)
+            .await?;
+        let followed = match kind {
+            Some(k) => target::follow(&frames, k, target::position(instructions)),
+            None => vec![None; frames.len()],
+        };
+        let mut last = [0.0, 0.0, 1.0, 1.0];
+        let mut track = Vec::with_capacity(moments.len());
+        // A moment before the target is first seen takes the box where it is first seen.
+        if let Some(f) = followed.iter().flatten().next() {
+            last = f.edges.map(f64::from);
+        }
+        for (time, found) in moments.iter().zip(&followed) {
+            let sure = match found {
+                Some(f) => {
+                    last = f.edges.map(f64::from);
+                    p_kind * f64::from(f.score)
+                }
+                None => NOT_FOUND,
+            };
+            track.push(TrackMoment {
+                time: round(*time),
+                edges: edges(last),
+                confidence: Some(round(sure)),
+                visible: round(sure),
+            });
+        }
+        Ok(Answer::Track(track))
+    }
+
+    /// The kind the instructions name (with the probability it was read right): by word, or
+    /// by the model's own choice among the detector's kinds.
+    async fn kind_of(
+        &self,
+        kinds: &[&'static str],
+        instructions: &str,
+        r: &DecisionRequest,
+        usage: &mut Usage,
+    ) -> Result<(Option<usize>, f64), QuestionFailure> {
+        match target::named_kind(instructions, kinds) {
+            Some(k) => Ok((Some(k), 1.0)),
+            None => self.ask_kind(kinds, instructions, r, usage).await,
+        }
+    }
+
+    /// One box question's answer from its picture's (or its moment's) detections.
     async fn answer(
         &self,
         kinds: &[&'static str],
         q: &Question,
         r: &DecisionRequest,
         found: &[Found],
+        time: Option<f64>,
         usage: &mut Usage,
     ) -> Answer {
         let instructions = q.instructions.as_deref().unwrap_or("");
-        let (kind, p_kind) = match target::named_kind(instructions, kinds) {
-            Some(k) => (Some(k), 1.0),
-            None => match self.ask_kind(kinds, instructions, r, usage).await {
-                Ok(read) => read,
-                Err(failure) => {
-                    return Answer::Failed {
-                        type_word: "box".into(),
-                        failure,
-                    }
+        let (kind, p_kind) = match self.kind_of(kinds, instructions, r, usage).await {
+            Ok(read) => read,
+            Err(failure) => {
+                return Answer::Failed {
+                    type_word: "box".into(),
+                    failure,
                 }
-            },
+            }
         };
         let chosen = kind.and_then(|k| {
             target::choose(
@@ -163,19 +273,14 @@ impl DecisionModel {
                 target::position(instructions),
             )
         });
-        let (edges, confidence) = match chosen {
+        let (box_edges, confidence) = match chosen {
             Some(f) => (f.edges.map(f64::from), p_kind * f64::from(f.score)),
             None => ([0.0, 0.0, 1.0, 1.0], NOT_FOUND),
         };
-        let round = |x: f64| (x.clamp(0.0, 1.0) * 10_000.0).round() / 10_000.0;
         Answer::Box(BoxAnswer {
-            edges: Edges {
-                left: round(edges[0]),
-                top: round(edges[1]),
-                right: round(edges[2]),
-                bottom: round(edges[3]),
-            },
+            edges: edges(box_edges),
             confidence: Some(round(confidence)),
+            time: time.map(round),
         })
     }
 
@@ -224,6 +329,62 @@ impl DecisionModel {
         };
         read
     }
+}
+
+/// Four decimals, within [0, 1] for fractions and probabilities.
+fn round(x: f64) -> f64 {
+    (x.max(0.0) * 10_000.0).round() / 10_000.0
+}
+
+/// `[left, top, right, bottom]` as the answer's edges, within the picture.
+fn edges(e: [f64; 4]) -> Edges {
+    let f = |x: f64| round(x.min(1.0));
+    Edges {
+        left: f(e[0]),
+        top: f(e[1]),
+        right: f(e[2]),
+        bottom: f(e[3]),
+    }
+}
+
+/// Decode a video's frames at `moments` and run the detector on each, off the async threads.
+async fn detect_frames(
+    detector: Arc<dyn Detector>,
+    bytes: Bytes,
+    moments: Vec<f64>,
+) -> Result<Vec<Vec<Found>>, QuestionFailure> {
+    let work = tokio::task::spawn_blocking(move || {
+        let frames = media::decode_frames(&bytes, &moments, protocol::assets::MAX_IMAGE_PIXELS)
+            .map_err(|e| {
+                QuestionFailure::new(
+                    QuestionErrorKind::InvalidInput,
+                    reason::INVALID_MEDIA,
+                    format!("the video's frames do not decode: {e}"),
+                )
+            })?;
+        frames
+            .iter()
+            .map(|p| {
+                detector
+                    .detect(p.width, p.height, &p.rgb)
+                    .map(|f| f.into_iter().filter(|f| f.score >= MIN_SCORE).collect())
+                    .map_err(|e| {
+                        QuestionFailure::new(
+                            QuestionErrorKind::Unavailable,
+                            reason::INFERENCE_ERROR,
+                            format!("the detector failed: {e}"),
+                        )
+                    })
+            })
+            .collect()
+    });
+    work.await.unwrap_or_else(|e| {
+        Err(QuestionFailure::new(
+            QuestionErrorKind::Unavailable,
+            reason::INFERENCE_ERROR,
+            format!("the detector stopped: {e}"),
+        ))
+    })
 }
 
 /// Decode a picture and run the detector on it, off the async threads.

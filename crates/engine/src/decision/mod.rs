@@ -25,4 +25,5 @@ mod readout;
 mod target;
 mod views;
 
+pub use locate::BOX_VIDEO_MAX_SECONDS;
 pub use model::{Decision, DecisionModel, Limits, Timings};

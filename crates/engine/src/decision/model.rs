@@ -242,8 +242,10 @@ impl DecisionModel {
     /// Attach an object detector: the model then answers box questions about images (and
     /// reads images for them alone).
     pub fn with_detector(mut self, detector: Arc<dyn Detector>) -> DecisionModel {
-        if !self.config.answers("box") {
-            self.config.question_types.push("box".into());
+        for t in ["box", "track"] {
+            if !self.config.answers(t) {
+                self.config.question_types.push(t.into());
+            }
         }
         self.detector = Some(detector);
         self

@@ -61,8 +61,8 @@ impl DecisionModel {
         if !self.config.answers(type_name) {
             let (r, what) = match &q.kind {
                 QuestionKind::Span { .. } => (reason::SPAN_UNSUPPORTED, "span"),
-                QuestionKind::Box => (reason::BOX_UNSUPPORTED, "box"),
-                QuestionKind::Track => (reason::TRACK_UNSUPPORTED, "track"),
+                QuestionKind::Box { .. } => (reason::BOX_UNSUPPORTED, "box"),
+                QuestionKind::Track { .. } => (reason::TRACK_UNSUPPORTED, "track"),
                 QuestionKind::Set { .. } => (reason::SET_UNSUPPORTED, "set"),
                 _ => (reason::QUESTION_MALFORMED, type_name),
             };
@@ -268,10 +268,10 @@ impl DecisionModel {
             // Box and track are refused above unless the model declares them; no text backend
             // reads them: a box question fails here with a stand-in that `locate` replaces
             // with its answer.
-            QuestionKind::Span { .. } | QuestionKind::Box | QuestionKind::Track => {
+            QuestionKind::Span { .. } | QuestionKind::Box { .. } | QuestionKind::Track { .. } => {
                 let why = match &q.kind {
-                    QuestionKind::Box => reason::BOX_UNSUPPORTED,
-                    QuestionKind::Track => reason::TRACK_UNSUPPORTED,
+                    QuestionKind::Box { .. } => reason::BOX_UNSUPPORTED,
+                    QuestionKind::Track { .. } => reason::TRACK_UNSUPPORTED,
                     _ => reason::SPAN_UNSUPPORTED,
                 };
                 Err(QuestionFailure::new(

@@ -409,19 +409,15 @@ impl DecisionModel {
     }
 
     /// A model with no image or video modality refuses a request that sends either; one that
-    /// carries a detector reads images (for its box questions), but no videos.
+    /// carries a detector reads them for its box and track questions.
     pub(crate) fn text_only(&self, r: &DecisionRequest) -> Result<(), ProtocolError> {
         // A question's own images or videos fail that question alone (`image_check`).
-        if (!r.images.is_empty() && self.detector.is_none()) || r.videos > 0 {
-            let what = if self.detector.is_some() {
-                "reads images only to answer box questions, and no videos"
-            } else {
-                "reads text only: it has no image or video modality"
-            };
-            return Err(
-                ProtocolError::invalid(format!("model {} {what}", self.meta.name))
-                    .with_reason(reason::MODALITY_UNSUPPORTED),
-            );
+        if (!r.images.is_empty() || !r.videos.is_empty()) && self.detector.is_none() {
+            return Err(ProtocolError::invalid(format!(
+                "model {} reads text only: it has no image or video modality",
+                self.meta.name
+            ))
+            .with_reason(reason::MODALITY_UNSUPPORTED));
         }
         Ok(())
     }
@@ -436,13 +432,19 @@ impl DecisionModel {
     ) -> Result<(), QuestionFailure> {
         let (question_images, state_images) = (slot.images.len(), r.images.len());
         // A model without box questions answers box_unsupported first (in `plan`).
-        if matches!(q.kind, QuestionKind::Box | QuestionKind::Track) {
+        if matches!(
+            q.kind,
+            QuestionKind::Box { .. } | QuestionKind::Track { .. }
+        ) {
             if !self.config.answers(q.kind.type_name()) {
                 return Ok(());
             }
-            if matches!(q.kind, QuestionKind::Box) {
-                return protocol::assets::box_target(question_images, state_images).map(|_| ());
-            }
+            return match q.kind {
+                QuestionKind::Box { at: None } => {
+                    protocol::assets::box_target(question_images, state_images).map(|_| ())
+                }
+                _ => protocol::assets::video_target(r.videos.len()),
+            };
         }
         if question_images + slot.videos > 0 {
             return Err(QuestionFailure::new(
@@ -454,14 +456,14 @@ impl DecisionModel {
                 ),
             ));
         }
-        // A detector reads the state's images for box questions only: any other question
-        // would answer from the text without seeing them.
-        if state_images > 0 {
+        // A detector reads the state's images and videos for box and track questions only:
+        // any other question would answer from the text without seeing them.
+        if state_images > 0 || !r.videos.is_empty() {
             return Err(QuestionFailure::new(
                 QuestionErrorKind::InvalidQuestion,
                 reason::MODALITY_UNSUPPORTED,
                 format!(
-                    "model {} reads images only to answer box questions; ask this question about a state without images",
+                    "model {} reads images and videos only to answer box and track questions; ask this question about a state without them",
                     self.meta.name
                 ),
             ));

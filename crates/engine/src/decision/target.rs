@@ -202,6 +202,65 @@ pub(crate) fn choose(candidates: &[Found], position: Position) -> Option<Found> 
         .copied()
 }
 
+/// The overlap of two boxes: their intersection's area over their union's.
+pub(crate) fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
+    let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
+    let union = area(a) + area(b) - w * h;
+    if union > 0.0 {
+        w * h / union
+    } else {
+        0.0
+    }
+}
+
+/// Least overlap with the target's box at the moment before for a box to be the target now.
+const FOLLOWS: f32 = 0.3;
+
+/// The target through a video's sampled moments (`frames`: each moment's detections): chosen
+/// by `position` at the moment the detector is surest of the kind, then followed moment by
+/// moment, forwards and backwards, to the box of the kind that overlaps it most (at least
+/// `FOLLOWS`); a moment where none does has no box (the target is hidden or lost there).
+pub(crate) fn follow(frames: &[Vec<Found>], kind: usize, position: Position) -> Vec<Option<Found>> {
+    let mut out = vec![None; frames.len()];
+    let surest = |f: &Vec<Found>| {
+        f.iter()
+            .filter(|d| d.kind == kind)
+            .map(|d| d.score)
+            .fold(0.0f32, f32::max)
+    };
+    let Some(anchor) = (0..frames.len())
+        .filter(|&i| surest(&frames[i]) > 0.0)
+        .max_by(|&a, &b| surest(&frames[a]).total_cmp(&surest(&frames[b])))
+    else {
+        return out;
+    };
+    let Some(start) = choose(&candidates(&frames[anchor], kind), position) else {
+        return out;
+    };
+    out[anchor] = Some(start);
+    for order in [
+        (anchor + 1..frames.len()).collect::<Vec<_>>(),
+        (0..anchor).rev().collect(),
+    ] {
+        let mut last = start.edges;
+        for i in order {
+            let next = frames[i]
+                .iter()
+                .filter(|d| d.kind == kind)
+                .map(|d| (iou(&d.edges, &last), d))
+                .filter(|(o, _)| *o >= FOLLOWS)
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((_, d)) = next {
+                last = d.edges;
+                out[i] = Some(*d);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +323,33 @@ mod tests {
         assert_eq!(pick("the lower horse"), Some(0.7));
         assert_eq!(pick("the biggest horse"), Some(0.9));
         assert_eq!(choose(&[], Position::Left), None);
+    }
+
+    #[test]
+    fn a_target_is_followed_from_where_it_is_surest() {
+        let at = |x: f32, score: f32| Found {
+            kind: 1,
+            score,
+            edges: [x, 0.4, x + 0.2, 0.8],
+        };
+        // Two objects of the kind: the left one moves right a little each moment; the right
+        // one stays. Moment 2 is where the detector is surest; moment 3 loses the left one,
+        // and moment 4 finds it again near where it was last seen.
+        let frames = vec![
+            vec![at(0.10, 0.5), at(0.70, 0.5)],
+            vec![at(0.14, 0.5), at(0.70, 0.5)],
+            vec![at(0.18, 0.9), at(0.70, 0.6)],
+            vec![at(0.70, 0.5)],
+            vec![at(0.26, 0.4), at(0.70, 0.5)],
+        ];
+        let track = follow(&frames, 1, Position::Left);
+        let x = |i: usize| track[i].map(|f| f.edges[0]);
+        assert_eq!(
+            (x(0), x(1), x(2), x(3), x(4)),
+            (Some(0.10), Some(0.14), Some(0.18), None, Some(0.26))
+        );
+        assert!(follow(&frames, 2, Position::Left)
+            .iter()
+            .all(Option::is_none));
     }
 }
