@@ -7,8 +7,9 @@
 use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use openh264::decoder::Decoder;
+use openh264::decoder::{DecodedYUV, Decoder, DecoderConfig, Flush};
 use openh264::formats::YUVSource;
+use openh264::OpenH264API;
 
 use crate::picture::Picture;
 use crate::{sniff, Container};
@@ -84,45 +85,82 @@ fn mp4_frames(bytes: &[u8], moments: &[f64], max_pixels: u64) -> Result<Vec<Pict
         stream.extend_from_slice(&[0, 0, 0, 1]);
         stream.extend_from_slice(set.map_err(|e| malformed(&e))?);
     }
-    let mut decoder = Decoder::new().map_err(|e| malformed(&e))?;
-    decoder.decode(&stream).map_err(|e| malformed(&e))?;
-    let mut out: Vec<Picture> = Vec::with_capacity(moments.len());
-    let mut shown: Option<Picture> = None;
-    let mut next = 0;
+    // Frames come out of the decoder in the order they are shown (a stream with B frames
+    // decodes them out of that order): the k-th picture out is the one with the k-th
+    // presentation time. Each moment shows the last picture whose time is not after it.
+    let mut samples = Vec::with_capacity(count as usize);
     for sample_id in 1..=count {
-        let Some(sample) = r.read_sample(id, sample_id).map_err(|e| malformed(&e))? else {
-            continue;
-        };
-        let start = sample.start_time as f64 / f64::from(timescale);
-        // Every moment before this frame's start shows the frame before it.
-        while next < moments.len() && moments[next] < start {
-            if let Some(p) = &shown {
-                out.push(p.clone());
-                next += 1;
-            } else {
-                break;
-            }
+        if let Some(sample) = r.read_sample(id, sample_id).map_err(|e| malformed(&e))? {
+            let shown = sample.start_time as i64 + i64::from(sample.rendering_offset);
+            samples.push((shown, sample.bytes));
         }
-        if next == moments.len() {
+    }
+    let mut times: Vec<i64> = samples.iter().map(|(t, _)| *t).collect();
+    times.sort_unstable();
+    let zero = times.first().copied().unwrap_or(0);
+    let seconds = |t: i64| (t - zero) as f64 / f64::from(timescale);
+    // For each picture out, in order, the moments it is the one shown at.
+    let wanted = |k: usize| -> std::ops::Range<usize> {
+        let from = seconds(times[k]);
+        let until = times.get(k + 1).map_or(f64::INFINITY, |t| seconds(*t));
+        let first = if k == 0 {
+            0
+        } else {
+            moments.partition_point(|m| *m < from)
+        };
+        first..moments.partition_point(|m| *m < until)
+    };
+    let config = DecoderConfig::new().flush_after_decode(Flush::NoFlush);
+    let mut decoder =
+        Decoder::with_api_config(OpenH264API::from_source(), config).map_err(|e| malformed(&e))?;
+    decoder.decode(&stream).map_err(|e| malformed(&e))?;
+    let mut out: Vec<Option<Picture>> = vec![None; moments.len()];
+    let mut shown = 0usize;
+    let mut keep = |yuv: &DecodedYUV<'_>, out: &mut Vec<Option<Picture>>| {
+        let at = wanted(shown.min(times.len().saturating_sub(1)));
+        shown += 1;
+        if at.is_empty() {
+            return;
+        }
+        let (w, h) = yuv.dimensions();
+        let mut rgb = vec![0u8; w * h * 3];
+        yuv.write_rgb8(&mut rgb);
+        let picture = Picture {
+            width: w,
+            height: h,
+            rgb,
+        };
+        for slot in &mut out[at] {
+            *slot = Some(picture.clone());
+        }
+    };
+    for (_, bytes) in &samples {
+        let packet = annex_b(bytes).map_err(FramesError::Malformed)?;
+        if let Some(yuv) = decoder.decode(&packet).map_err(|e| malformed(&e))? {
+            keep(&yuv, &mut out);
+        }
+        if out.iter().all(Option::is_some) {
             break;
         }
-        let packet = annex_b(&sample.bytes).map_err(FramesError::Malformed)?;
-        if let Some(yuv) = decoder.decode(&packet).map_err(|e| malformed(&e))? {
-            let (w, h) = yuv.dimensions();
-            let mut rgb = vec![0u8; w * h * 3];
-            yuv.write_rgb8(&mut rgb);
-            shown = Some(Picture {
-                width: w,
-                height: h,
-                rgb,
-            });
+    }
+    if out.iter().any(Option::is_none) {
+        for yuv in decoder.flush_remaining().map_err(|e| malformed(&e))? {
+            keep(&yuv, &mut out);
         }
     }
-    let last = shown.ok_or_else(|| FramesError::Malformed("no frame decodes".into()))?;
-    while out.len() < moments.len() {
-        out.push(last.clone());
+    // A moment no picture was decoded for (a broken stream's tail) shows the last one.
+    let mut last: Option<Picture> = None;
+    let mut pictures = Vec::with_capacity(out.len());
+    for p in out {
+        match p.or_else(|| last.clone()) {
+            Some(p) => {
+                last = Some(p.clone());
+                pictures.push(p);
+            }
+            None => return Err(FramesError::Malformed("no frame decodes".into())),
+        }
     }
-    Ok(out)
+    Ok(pictures)
 }
 
 /// An MP4 sample's NAL units (each behind a 4-byte big-endian length) in Annex B form.
