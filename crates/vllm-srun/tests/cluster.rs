@@ -182,6 +182,11 @@ async fn sie_through_jetstream_survives_a_killed_worker_and_drops_expired_items(
         encode(&client, &gw.base, "warm").await.0 == 200
     })
     .await;
+    // The one that did may be the other: w2 is asked over HTTP below, once it has loaded.
+    until("the second worker answers", 120, async || {
+        encode(&client, &w2.base, "warm").await.0 == 200
+    })
+    .await;
 
     // Through the gateway, a msgpack score request gets the answer the worker gives it over
     // HTTP.
