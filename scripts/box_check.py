@@ -3,7 +3,7 @@
 Usage: python3 scripts/box_check.py URL MODEL [PHOTOS_DIR]
 
 Asks MODEL (served with a detector: `serve --detector MODEL=nanodet-coco`) one box question
-per line of MARKED and ABSENT below, each alone, through POST /v1/decisions. Prints each
+per mark of `box_marks.json` (present and absent targets), each alone, through POST /v1/decisions. Prints each
 answer's overlap (IoU) with the marked box and its confidence, then: the share of present
 targets whose box overlaps the marked one by at least half, the mean confidence of right and
 wrong boxes, the highest confidence on an absent target, and the Brier score of the confidence
@@ -20,31 +20,10 @@ import urllib.request
 URL, MODEL = sys.argv[1], sys.argv[2]
 PHOTOS = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/darknet/data"
 
-# (photo, instructions, [left, top, right, bottom]) as fractions of the photo as sent.
-MARKED = [
-    ("dog.jpg", "the dog", [0.17, 0.385, 0.40, 0.94]),
-    ("dog.jpg", "the bicycle", [0.165, 0.245, 0.737, 0.728]),
-    ("dog.jpg", "the white pickup truck", [0.61, 0.13, 0.905, 0.30]),
-    ("person.jpg", "the person", [0.30, 0.233, 0.427, 0.885]),
-    ("person.jpg", "the white horse", [0.633, 0.33, 0.94, 0.81]),
-    ("person.jpg", "the dog", [0.105, 0.62, 0.31, 0.80]),
-    ("horses.jpg", "the horse on the left", [0.0, 0.38, 0.41, 0.80]),
-    ("horses.jpg", "the grey horse on the right", [0.57, 0.41, 0.77, 0.68]),
-    ("giraffe.jpg", "the giraffe", [0.335, 0.06, 0.89, 0.885]),
-    ("giraffe.jpg", "the zebra", [0.50, 0.41, 0.845, 0.85]),
-    ("eagle.jpg", "the bird", [0.17, 0.17, 0.775, 0.875]),
-    ("eagle.jpg", "the eagle", [0.17, 0.17, 0.775, 0.875]),
-    ("kite.jpg", "the biggest kite", [0.438, 0.088, 0.496, 0.167]),
-    ("kite.jpg", "the largest person", [0.158, 0.775, 0.20, 0.95]),
-]
-ABSENT = [
-    ("dog.jpg", "the cat"),
-    ("horses.jpg", "the car"),
-    ("eagle.jpg", "the person"),
-    ("giraffe.jpg", "the elephant"),
-    ("kite.jpg", "the horse"),
-    ("person.jpg", "the rocket"),
-]
+# (photo, instructions, [left, top, right, bottom] as fractions of the photo as sent, kind).
+MARKS = json.load(open(os.path.join(os.path.dirname(__file__), "box_marks.json")))
+MARKED = [(p, i, b) for p, i, b, _ in MARKS["present"]]
+ABSENT = [tuple(a) for a in MARKS["absent"]]
 
 
 def iou(a, b):

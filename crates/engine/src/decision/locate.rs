@@ -6,9 +6,10 @@
 //! a kind of object: by its name, plural or another common word for it (`target`), else the
 //! model itself answers a choice among the detector's kinds and "something else". Position
 //! words choose among several objects of that kind. The confidence is the probability that
-//! the kind was read right times the detector's score of the chosen object; a target the
-//! detector does not find gets the whole picture with a low confidence (a box is always
-//! given; a noul says whether the target is there).
+//! the kind was read right times the detector's score of the chosen object, calibrated to the
+//! probability that the box is right (`CALIBRATION`); a target the detector does not find gets
+//! the whole picture with a low confidence (a box is always given; a noul says whether the
+//! target is there).
 //!
 //! The text path places a stand-in failure where each box or track question sits; [`place`] puts the
 //! answers there.
@@ -31,11 +32,26 @@ use crate::backend::{Detector, Found};
 
 /// What the detector finds at least this surely is a candidate box (the rest is noise).
 const MIN_SCORE: f32 = 0.05;
+/// The confidence is `sigmoid(A + B * logit(raw))`, raw being the probability the kind was
+/// read right times the detector's score of the chosen box: the logistic curve fitted by
+/// `scripts/boxset.py` on 468 box questions about 160 composed scenes (cut-outs of
+/// hand-marked objects on empty backgrounds, a third of them asking for an absent kind), where,
+/// judged leave-one-photo-out, it took the Brier score from 0.255 to 0.163 and the expected
+/// calibration error from 0.275 to 0.042.
+const CALIBRATION: (f64, f64) = (2.1959, 1.4907);
+
+/// The calibrated probability that a box overlaps the true one by at least half.
+fn calibrated(raw: f64) -> f64 {
+    let p = raw.clamp(1e-4, 1.0 - 1e-4);
+    let z = CALIBRATION.0 + CALIBRATION.1 * (p / (1.0 - p)).ln();
+    1.0 / (1.0 + (-z).exp())
+}
+
 /// The longest video a box question with `at` or a track question reads (the card's
 /// `limits.box_video_max_seconds`): the detector reads each sampled moment, one or two a
 /// second, at a tenth to a quarter of a second each on a CPU.
 pub const BOX_VIDEO_MAX_SECONDS: u64 = 30;
-/// The confidence of the whole picture, given when the target was not found.
+/// The raw confidence of the whole picture, given when the target was not found.
 const NOT_FOUND: f64 = 0.01;
 /// The option of the kind question that says the target is none of the detector's kinds.
 const ELSE: &str = "something else";
@@ -218,9 +234,9 @@ impl DecisionModel {
             let sure = match found {
                 Some(f) => {
                     last = f.edges.map(f64::from);
-                    p_kind * f64::from(f.score)
+                    calibrated(p_kind * f64::from(f.score))
                 }
-                None => NOT_FOUND,
+                None => calibrated(NOT_FOUND),
             };
             track.push(TrackMoment {
                 time: round(*time),
@@ -274,8 +290,11 @@ impl DecisionModel {
             )
         });
         let (box_edges, confidence) = match chosen {
-            Some(f) => (f.edges.map(f64::from), p_kind * f64::from(f.score)),
-            None => ([0.0, 0.0, 1.0, 1.0], NOT_FOUND),
+            Some(f) => (
+                f.edges.map(f64::from),
+                calibrated(p_kind * f64::from(f.score)),
+            ),
+            None => ([0.0, 0.0, 1.0, 1.0], calibrated(NOT_FOUND)),
         };
         Answer::Box(BoxAnswer {
             edges: edges(box_edges),

@@ -1,0 +1,185 @@
+"""A synthetic box set, and the confidence calibration fitted on it, judged on photos it never saw.
+
+Usage: python3 scripts/boxset.py URL MODEL [SCENES] [PHOTOS_DIR]   (needs Pillow)
+
+Scenes are composed here: a background without objects (a strip of sky, water or sea from
+darknet's photographs, `box_marks.json` "backgrounds") with one to three cut-outs of the
+objects marked by hand on those photographs ("present"), pasted at random places and sizes, so
+every object's true box is known. Each scene asks, one question each, for every pasted kind
+that appears once ("the dog"), for the left and right one of a kind that appears twice, and
+for a kind that is not there. MODEL (served with `--detector MODEL=nanodet-coco`) answers
+them through POST /v1/decisions.
+
+A box is right when it overlaps the true one by at least half (an absent target's box is never
+right). The raw confidence (what the engine answers without calibration) is fitted to that
+outcome by a logistic curve on its log-odds, confidence = sigmoid(a + b * logit(raw)), judged
+leave-one-photo-out: each cut-out's source photograph is held out in turn, the curve fitted on
+the scenes of the other cut-outs and scored on the held-out ones. Prints the share of right
+boxes, the Brier score and the expected calibration error (10 bins) of the raw and the fitted
+confidence on held-out scenes, the curve fitted on all scenes, and the highest fitted
+confidence an absent target got.
+"""
+
+import io
+import json
+import math
+import os
+import random
+import sys
+import urllib.request
+
+from PIL import Image
+
+URL, MODEL = sys.argv[1], sys.argv[2]
+SCENES = int(sys.argv[3]) if len(sys.argv) > 3 else 120
+PHOTOS = sys.argv[4] if len(sys.argv) > 4 else "/usr/share/darknet/data"
+MARKS = json.load(open(os.path.join(os.path.dirname(__file__), "box_marks.json")))
+ABSENT_KINDS = ["cat", "car", "elephant", "umbrella", "chair", "bus", "sheep", "cow"]
+W, H = 640, 480
+
+photos = {}
+
+
+def photo(name):
+    if name not in photos:
+        photos[name] = Image.open(os.path.join(PHOTOS, name)).convert("RGB")
+    return photos[name]
+
+
+def crop(name, box):
+    p = photo(name)
+    return p.crop((int(box[0] * p.width), int(box[1] * p.height),
+                   int(box[2] * p.width), int(box[3] * p.height)))
+
+
+# One cut-out per marked object (the same box marked twice counts once).
+cutouts = []
+for name, _, box, kind in MARKS["present"]:
+    if not any(c[0] == name and c[1] == box for c in cutouts):
+        cutouts.append((name, box, kind))
+
+
+def iou(a, b):
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    area = lambda x: (x[2] - x[0]) * (x[3] - x[1])
+    return w * h / (area(a) + area(b) - w * h)
+
+
+def scene(rng):
+    """A picture and its questions: (instructions, true box or None, source photo)."""
+    bg_name, region = rng.choice(MARKS["backgrounds"])
+    canvas = crop(bg_name, region).resize((W, H))
+    placed = []
+    for _ in range(rng.randint(1, 3)):
+        name, box, kind = rng.choice(cutouts)
+        cut = crop(name, box)
+        scale = rng.uniform(0.25, 0.6) * H / cut.height
+        w, h = max(8, int(cut.width * scale)), max(8, int(cut.height * scale))
+        if w > 0.6 * W:
+            w, h = int(0.6 * W), int(h * 0.6 * W / w)
+        for _ in range(20):
+            x, y = rng.randint(0, W - w), rng.randint(0, H - h)
+            b = [x / W, y / H, (x + w) / W, (y + h) / H]
+            if all(iou(b, o[0]) < 0.1 for o in placed):
+                canvas.paste(cut.resize((w, h)), (x, y))
+                placed.append((b, kind, name))
+                break
+    asked = []
+    kinds = [k for _, k, _ in placed]
+    for kind in set(kinds):
+        mine = sorted((o for o in placed if o[1] == kind), key=lambda o: o[0][0] + o[0][2])
+        if len(mine) == 1:
+            asked.append((f"the {kind}", mine[0][0], mine[0][2]))
+        elif len(mine) == 2:
+            asked.append((f"the {kind} on the left", mine[0][0], mine[0][2]))
+            asked.append((f"the {kind} on the right", mine[1][0], mine[1][2]))
+    absent = rng.choice([k for k in ABSENT_KINDS if k not in kinds])
+    asked.append((f"the {absent}", None, bg_name))
+    out = io.BytesIO()
+    canvas.save(out, format="JPEG", quality=90)
+    return out.getvalue(), asked
+
+
+def ask(picture, instructions):
+    import base64
+    body = {"model": MODEL, "state": "<p>",
+            "assets": {"<p>": {"type": "image", "data_base64": base64.b64encode(picture).decode()}},
+            "questions": {"w": {"type": "box", "instructions": instructions}}}
+    req = urllib.request.Request(URL + "/v1/decisions", json.dumps(body).encode(),
+                                 {"content-type": "application/json"})
+    a = json.load(urllib.request.urlopen(req, timeout=300))["answers"]["w"]
+    b = a["box"]
+    return [b["left"], b["top"], b["right"], b["bottom"]], a["confidence"]
+
+
+def logit(p):
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return math.log(p / (1 - p))
+
+
+def sigmoid(z):
+    return 1 / (1 + math.exp(-z))
+
+
+def fit(rows):
+    """Logistic regression of the outcome on logit(raw), by Newton's method."""
+    a, b = 0.0, 1.0
+    for _ in range(50):
+        ga = gb = haa = hab = hbb = 0.0
+        for raw, y, *_ in rows:
+            x = logit(raw)
+            p = sigmoid(a + b * x)
+            ga += p - y
+            gb += (p - y) * x
+            w = p * (1 - p) + 1e-9
+            haa += w
+            hab += w * x
+            hbb += w * x * x
+        # A little ridge keeps the fit finite on separable data.
+        haa += 1e-3
+        hbb += 1e-3
+        det = haa * hbb - hab * hab
+        a -= (hbb * ga - hab * gb) / det
+        b -= (haa * gb - hab * ga) / det
+    return a, b
+
+
+def brier(pairs):
+    return sum((p - y) ** 2 for p, y in pairs) / len(pairs)
+
+
+def ece(pairs, bins=10):
+    total = 0.0
+    for k in range(bins):
+        inside = [(p, y) for p, y in pairs if k / bins <= p < (k + 1) / bins or (k == bins - 1 and p == 1.0)]
+        if inside:
+            total += len(inside) * abs(sum(p for p, _ in inside) / len(inside)
+                                       - sum(y for _, y in inside) / len(inside))
+    return total / len(pairs)
+
+
+rng = random.Random(20261204)
+rows = []
+for s in range(SCENES):
+    picture, asked = scene(rng)
+    for instructions, truth, source in asked:
+        got, conf = ask(picture, instructions)
+        right = truth is not None and iou(got, truth) >= 0.5
+        rows.append((conf, 1.0 if right else 0.0, source, truth is None))
+held = []
+for source in sorted({r[2] for r in rows}):
+    a, b = fit([r for r in rows if r[2] != source])
+    held += [(r[0], sigmoid(a + b * logit(r[0])), r[1]) for r in rows if r[2] == source]
+raw_pairs = [(r, y) for r, _, y in held]
+fit_pairs = [(f, y) for _, f, y in held]
+a, b = fit(rows)
+right = sum(r[1] for r in rows)
+print(f"{len(rows)} questions over {SCENES} scenes; right boxes {int(right)} "
+      f"({right / len(rows):.3f} of all, absent targets included)")
+print(f"held out by source photo: raw Brier {brier(raw_pairs):.4f} ECE {ece(raw_pairs):.4f}; "
+      f"fitted Brier {brier(fit_pairs):.4f} ECE {ece(fit_pairs):.4f}")
+print(f"fitted on all: a = {a:.4f}, b = {b:.4f}")
+absent = [sigmoid(a + b * logit(r[0])) for r in rows if r[3]]
+print(f"absent targets: highest fitted confidence {max(absent):.3f}, "
+      f"share under 0.5 {sum(p < 0.5 for p in absent) / len(absent):.3f} of {len(absent)}")
