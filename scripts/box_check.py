@@ -11,11 +11,11 @@ as the probability of a right box (absent targets count as wrong boxes). The mar
 by eye on a 10 % grid; they are the truth here, not the detector's reference output.
 """
 
-import base64
 import json
 import os
 import sys
-import urllib.request
+
+from box_client import ask_box, iou
 
 URL, MODEL = sys.argv[1], sys.argv[2]
 PHOTOS = sys.argv[3] if len(sys.argv) > 3 else "/usr/share/darknet/data"
@@ -26,23 +26,8 @@ MARKED = [(p, i, b) for p, i, b, _ in MARKS["present"]]
 ABSENT = [tuple(a) for a in MARKS["absent"]]
 
 
-def iou(a, b):
-    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    area = lambda x: (x[2] - x[0]) * (x[3] - x[1])
-    return w * h / (area(a) + area(b) - w * h)
-
-
 def ask(photo, instructions):
-    data = base64.b64encode(open(os.path.join(PHOTOS, photo), "rb").read()).decode()
-    body = {"model": MODEL, "state": "<photo>",
-            "assets": {"<photo>": {"type": "image", "data_base64": data}},
-            "questions": {"w": {"type": "box", "instructions": instructions}}}
-    req = urllib.request.Request(URL + "/v1/decisions", json.dumps(body).encode(),
-                                 {"content-type": "application/json"})
-    a = json.load(urllib.request.urlopen(req, timeout=300))["answers"]["w"]
-    b = a["box"]
-    return [b["left"], b["top"], b["right"], b["bottom"]], a["confidence"]
+    return ask_box(URL, MODEL, open(os.path.join(PHOTOS, photo), "rb").read(), instructions)
 
 
 rows = []

@@ -483,26 +483,25 @@ fn serve(args: ServeArgs) -> i32 {
         eprintln!("--systemone-schema must be vllm-sr/5.0 or vllm-sr/4.0");
         return 2;
     };
-    let mut aliases = Vec::new();
-    for a in &args.aliases {
-        match a.split_once('=') {
-            Some((alias, model)) => aliases.push((alias.to_string(), model.to_string())),
-            None => {
-                eprintln!("--alias takes ALIAS=MODEL, got {a:?}");
-                return 2;
-            }
+    let pairs = |given: &[String], flag: &str| -> Result<Vec<(String, String)>, String> {
+        given
+            .iter()
+            .map(|g| match g.split_once('=') {
+                Some((a, b)) => Ok((a.to_string(), b.to_string())),
+                None => Err(format!("{flag}, got {g:?}")),
+            })
+            .collect()
+    };
+    let (aliases, mut detectors) = match (
+        pairs(&args.aliases, "--alias takes ALIAS=MODEL"),
+        pairs(&args.detectors, "--detector takes MODEL=DETECTOR"),
+    ) {
+        (Ok(a), Ok(d)) => (a, d),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("{e}");
+            return 2;
         }
-    }
-    let mut detectors = Vec::new();
-    for d in &args.detectors {
-        match d.split_once('=') {
-            Some((model, detector)) => detectors.push((model.to_string(), detector.to_string())),
-            None => {
-                eprintln!("--detector takes MODEL=DETECTOR, got {d:?}");
-                return 2;
-            }
-        }
-    }
+    };
     // The whole service when no model is named (or a router config is given).
     let whole = args.models.is_empty() && args.models_file.is_none();
     let router = if args.no_router {
