@@ -12,7 +12,7 @@ use openh264::formats::YUVSource;
 use openh264::OpenH264API;
 
 use crate::picture::Picture;
-use crate::{sniff, Container};
+use crate::{first_video_track, sniff, Container};
 
 /// Why a video's frames cannot be had.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -53,14 +53,7 @@ fn mp4_frames(bytes: &[u8], moments: &[f64], max_pixels: u64) -> Result<Vec<Pict
     let malformed = |e: &dyn std::fmt::Display| FramesError::Malformed(e.to_string());
     let mut r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)
         .map_err(|e| malformed(&e))?;
-    let mut video: Vec<&mp4::Mp4Track> = r
-        .tracks()
-        .values()
-        .filter(|t| matches!(t.track_type(), Ok(mp4::TrackType::Video)))
-        .collect();
-    video.sort_by_key(|t| t.track_id());
-    let track = video
-        .first()
+    let track = first_video_track(&r)
         .ok_or_else(|| FramesError::Malformed("it has no video track".into()))?;
     match track.media_type() {
         Ok(mp4::MediaType::H264) => {}

@@ -101,16 +101,21 @@ pub fn video_facts(bytes: &[u8]) -> Result<VideoFacts, MediaError> {
     Ok(facts)
 }
 
+/// An MP4's first video track (the lowest track id), the one whose frames are counted and
+/// decoded.
+fn first_video_track<R: std::io::Read + std::io::Seek>(
+    r: &mp4::Mp4Reader<R>,
+) -> Option<&mp4::Mp4Track> {
+    r.tracks()
+        .values()
+        .filter(|t| matches!(t.track_type(), Ok(mp4::TrackType::Video)))
+        .min_by_key(|t| t.track_id())
+}
+
 fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, String> {
     let r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)
         .map_err(|e| e.to_string())?;
-    let mut tracks: Vec<&mp4::Mp4Track> = r
-        .tracks()
-        .values()
-        .filter(|t| matches!(t.track_type(), Ok(mp4::TrackType::Video)))
-        .collect();
-    tracks.sort_by_key(|t| t.track_id());
-    let track = tracks.first().ok_or("it has no video track")?;
+    let track = first_video_track(&r).ok_or("it has no video track")?;
     let frames = if track.trafs.is_empty() {
         u64::from(track.trak.mdia.minf.stbl.stsz.sample_count)
     } else {

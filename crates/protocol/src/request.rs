@@ -218,10 +218,51 @@ pub struct DecisionRequest {
     pub videos: Vec<Clip>,
 }
 
+/// What a box or track question of a request reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MediaTarget<'a> {
+    Picture(&'a Picture),
+    Video(&'a Clip),
+}
+
 impl DecisionRequest {
     /// Every image the request reads: the state's and each question's own.
     pub fn all_images(&self) -> usize {
         self.images.len() + self.questions.iter().map(|q| q.images.len()).sum::<usize>()
+    }
+
+    /// What a question of this request (`slot`, asking `kind`) locates its target in: a box
+    /// question the picture its instructions reference, else the state's only one; a box
+    /// question with `at` and a track question the state's only video. `None` for the other
+    /// question types; the failure (`box_needs_image`, `box_target_ambiguous`) when the
+    /// request does not say which.
+    pub fn media_target<'a>(
+        &'a self,
+        slot: &'a QuestionSlot,
+        kind: &QuestionKind,
+    ) -> Option<Result<MediaTarget<'a>, QuestionFailure>> {
+        Some(match kind {
+            QuestionKind::Box { at: None } => {
+                assets::box_target(slot.images.len(), self.images.len()).and_then(|own| {
+                    let picture = if own {
+                        slot.images.first()
+                    } else {
+                        self.images.first()
+                    };
+                    picture.map(MediaTarget::Picture).ok_or_else(|| {
+                        QuestionFailure::malformed("the box question's picture is missing")
+                    })
+                })
+            }
+            QuestionKind::Box { .. } | QuestionKind::Track { .. } => {
+                assets::video_target(self.videos.len()).and_then(|()| {
+                    self.videos.first().map(MediaTarget::Video).ok_or_else(|| {
+                        QuestionFailure::malformed("the question's video is missing")
+                    })
+                })
+            }
+            _ => return None,
+        })
     }
 }
 

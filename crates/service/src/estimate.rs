@@ -25,16 +25,21 @@ fn count(v: Option<&Value>) -> u64 {
     v.and_then(Value::as_array).map_or(0, |a| a.len() as u64)
 }
 
+/// The questions of one standard request, as a list or an object of ids to questions.
+fn questions(e: &Map<String, Value>) -> Vec<&Value> {
+    match e.get("questions") {
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(Value::Object(m)) => m.values().collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The estimate of one standard request (a state, its media and its questions).
 fn entry(e: &Map<String, Value>, extra_images: u64, state_once: bool) -> u64 {
     let state = state_bytes(e.get("state"));
     let media =
         (count(e.get("images")) + extra_images) * PER_IMAGE + count(e.get("videos")) * PER_VIDEO;
-    let questions: Vec<&Value> = match e.get("questions") {
-        Some(Value::Array(a)) => a.iter().collect(),
-        Some(Value::Object(m)) => m.values().collect(),
-        _ => Vec::new(),
-    };
+    let questions = questions(e);
     let own: u64 = questions
         .iter()
         .map(|q| q.to_string().len() as u64 + PER_QUESTION)
@@ -78,12 +83,7 @@ pub fn input_tokens(body: &Map<String, Value>, state_once: bool) -> u64 {
 /// Whether a System One body asks a box or track question (in any of its requests).
 pub fn asks_boxes(body: &Map<String, Value>) -> bool {
     let asks = |e: &Map<String, Value>| {
-        let questions: Vec<&Value> = match e.get("questions") {
-            Some(Value::Array(a)) => a.iter().collect(),
-            Some(Value::Object(m)) => m.values().collect(),
-            _ => Vec::new(),
-        };
-        questions
+        questions(e)
             .iter()
             .any(|q| matches!(q.get("type").and_then(Value::as_str), Some("box" | "track")))
     };

@@ -920,39 +920,34 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
             }
         }
     }
+    // Who asks, for admission: the key, or the address without one.
+    let asker: Arc<str> = ctx
+        .key
+        .as_ref()
+        .map_or(addr.as_str(), |k| k.id.as_str())
+        .into();
     // A request with box questions takes a place of the model's box share instead.
     let boxes = family == Family::One && obj.as_ref().is_some_and(estimate::asks_boxes);
     let _box_place = match svc.box_share(&model).filter(|_| boxes) {
-        Some(share) => {
-            let key: Arc<str> = ctx
-                .key
-                .as_ref()
-                .map_or(addr.as_str(), |k| k.id.as_str())
-                .into();
-            match share.acquire(key, addr.as_str().into()).await {
-                Ok(p) => Some(p),
-                Err(r) => {
-                    if let Some(t) = &taken {
-                        svc.limiter.refund(t);
-                    }
-                    let e = match r {
-                        BoxRefusal::OwnRequest => ServiceError::ConcurrencyLimit(2),
-                        BoxRefusal::Busy => ServiceError::Overloaded(2),
-                    };
-                    return ctx.refuse(e, false).await;
+        Some(share) => match share.acquire(asker.clone(), addr.as_str().into()).await {
+            Ok(p) => Some(p),
+            Err(r) => {
+                if let Some(t) = &taken {
+                    svc.limiter.refund(t);
                 }
+                let e = match r {
+                    BoxRefusal::OwnRequest => ServiceError::ConcurrencyLimit(2),
+                    BoxRefusal::Busy => ServiceError::Overloaded(2),
+                };
+                return ctx.refuse(e, false).await;
             }
-        }
+        },
         None => None,
     };
     // Fair admission to the model's places.
     let ticket = Ticket {
         address: addr.as_str().into(),
-        key: ctx
-            .key
-            .as_ref()
-            .map_or(addr.as_str(), |k| k.id.as_str())
-            .into(),
+        key: asker,
         tokens: estimate,
     };
     let permit = match svc.gate(&model).filter(|_| !boxes) {

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use protocol::answer::{BoxAnswer, Edges, TrackMoment};
 use protocol::assets::Clip;
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
-use protocol::request::{DecisionBody, DecisionRequest, QuestionKind};
+use protocol::request::{DecisionBody, DecisionRequest, MediaTarget, QuestionKind};
 use protocol::{Answer, Overflow, Question, Roles, Usage};
 use serde_json::json;
 
@@ -38,10 +38,12 @@ const MIN_SCORE: f32 = 0.05;
 /// hand-marked objects on empty backgrounds, a third of them asking for an absent kind), where,
 /// judged leave-one-photo-out, it took the Brier score from 0.255 to 0.163 and the expected
 /// calibration error from 0.275 to 0.042.
-const CALIBRATION: (f64, f64) = (2.1959, 1.4907);
+pub const CALIBRATION: (f64, f64) = (2.1959, 1.4907);
 
-/// The calibrated probability that a box overlaps the true one by at least half.
-fn calibrated(raw: f64) -> f64 {
+/// The calibrated probability that the box of `found` (the whole picture when nothing was
+/// found) overlaps the true one by at least half, the kind read right with `p_kind`.
+fn confidence(found: Option<&Found>, p_kind: f64) -> f64 {
+    let raw = found.map_or(NOT_FOUND, |f| p_kind * f64::from(f.score));
     let p = raw.clamp(1e-4, 1.0 - 1e-4);
     let z = CALIBRATION.0 + CALIBRATION.1 * (p / (1.0 - p)).ln();
     1.0 / (1.0 + (-z).exp())
@@ -123,19 +125,9 @@ impl DecisionModel {
                     type_word: slot.type_word.clone(),
                     failure,
                 };
-                let answer = match q.kind {
-                    QuestionKind::Box { at: None } => {
-                        let Ok(own) =
-                            protocol::assets::box_target(slot.images.len(), r.images.len())
-                        else {
-                            continue;
-                        };
-                        let picture = if own {
-                            slot.images.first()
-                        } else {
-                            r.images.first()
-                        };
-                        let Some(picture) = picture else { continue };
+                // A question without a clear target was failed by the text path already.
+                let answer = match r.media_target(slot, &q.kind) {
+                    Some(Ok(MediaTarget::Picture(picture))) => {
                         let key = (picture.bytes.as_ptr() as usize, picture.bytes.len());
                         let found = match seen.get(&key) {
                             Some(f) => f.clone(),
@@ -153,10 +145,7 @@ impl DecisionModel {
                             Err(f) => failed(f),
                         }
                     }
-                    QuestionKind::Box { at: Some(_) } | QuestionKind::Track { .. } => {
-                        let [clip] = r.videos.as_slice() else {
-                            continue;
-                        };
+                    Some(Ok(MediaTarget::Video(clip))) => {
                         match self.on_video(detector, q, r, clip, &mut usage).await {
                             Ok(a) => a,
                             Err(f) => failed(f),
@@ -231,13 +220,10 @@ impl DecisionModel {
             last = f.edges.map(f64::from);
         }
         for (time, found) in moments.iter().zip(&followed) {
-            let sure = match found {
-                Some(f) => {
-                    last = f.edges.map(f64::from);
-                    calibrated(p_kind * f64::from(f.score))
-                }
-                None => calibrated(NOT_FOUND),
-            };
+            if let Some(f) = found {
+                last = f.edges.map(f64::from);
+            }
+            let sure = confidence(found.as_ref(), p_kind);
             track.push(TrackMoment {
                 time: round(*time),
                 edges: edges(last),
@@ -257,61 +243,11 @@ impl DecisionModel {
         r: &DecisionRequest,
         usage: &mut Usage,
     ) -> Result<(Option<usize>, f64), QuestionFailure> {
-        match target::named_kind(instructions, kinds) {
-            Some(k) => Ok((Some(k), 1.0)),
-            None => self.ask_kind(kinds, instructions, r, usage).await,
+        if let Some(k) = target::named_kind(instructions, kinds) {
+            return Ok((Some(k), 1.0));
         }
-    }
-
-    /// One box question's answer from its picture's (or its moment's) detections.
-    async fn answer(
-        &self,
-        kinds: &[&'static str],
-        q: &Question,
-        r: &DecisionRequest,
-        found: &[Found],
-        time: Option<f64>,
-        usage: &mut Usage,
-    ) -> Answer {
-        let instructions = q.instructions.as_deref().unwrap_or("");
-        let (kind, p_kind) = match self.kind_of(kinds, instructions, r, usage).await {
-            Ok(read) => read,
-            Err(failure) => {
-                return Answer::Failed {
-                    type_word: "box".into(),
-                    failure,
-                }
-            }
-        };
-        let chosen = kind.and_then(|k| {
-            target::choose(
-                &target::candidates(found, k),
-                target::position(instructions),
-            )
-        });
-        let (box_edges, confidence) = match chosen {
-            Some(f) => (
-                f.edges.map(f64::from),
-                calibrated(p_kind * f64::from(f.score)),
-            ),
-            None => ([0.0, 0.0, 1.0, 1.0], calibrated(NOT_FOUND)),
-        };
-        Answer::Box(BoxAnswer {
-            edges: edges(box_edges),
-            confidence: Some(round(confidence)),
-            time: time.map(round),
-        })
-    }
-
-    /// The kind instructions ask for that name none of the detector's kinds by word: the
-    /// model's own choice among the kinds and "something else", with its probability.
-    async fn ask_kind(
-        &self,
-        kinds: &[&'static str],
-        instructions: &str,
-        r: &DecisionRequest,
-        usage: &mut Usage,
-    ) -> Result<(Option<usize>, f64), QuestionFailure> {
+        // No word names one of the kinds: the model's own choice among them and "something
+        // else", with its probability.
         let mut options: Vec<(String, Option<String>)> =
             kinds.iter().map(|k| (k.to_string(), None)).collect();
         options.push((ELSE.into(), Some("none of the other kinds".into())));
@@ -348,6 +284,40 @@ impl DecisionModel {
         };
         read
     }
+
+    /// One box question's answer from its picture's (or its moment's) detections.
+    async fn answer(
+        &self,
+        kinds: &[&'static str],
+        q: &Question,
+        r: &DecisionRequest,
+        found: &[Found],
+        time: Option<f64>,
+        usage: &mut Usage,
+    ) -> Answer {
+        let instructions = q.instructions.as_deref().unwrap_or("");
+        let (kind, p_kind) = match self.kind_of(kinds, instructions, r, usage).await {
+            Ok(read) => read,
+            Err(failure) => {
+                return Answer::Failed {
+                    type_word: "box".into(),
+                    failure,
+                }
+            }
+        };
+        let chosen = kind.and_then(|k| {
+            target::choose(
+                &target::candidates(found, k),
+                target::position(instructions),
+            )
+        });
+        let box_edges = chosen.map_or([0.0, 0.0, 1.0, 1.0], |f| f.edges.map(f64::from));
+        Answer::Box(BoxAnswer {
+            edges: edges(box_edges),
+            confidence: Some(round(confidence(chosen.as_ref(), p_kind))),
+            time: time.map(round),
+        })
+    }
 }
 
 /// Four decimals, within [0, 1] for fractions and probabilities.
@@ -372,7 +342,7 @@ async fn detect_frames(
     bytes: Bytes,
     moments: Vec<f64>,
 ) -> Result<Vec<Vec<Found>>, QuestionFailure> {
-    let work = tokio::task::spawn_blocking(move || {
+    off_thread(move || {
         let frames = media::decode_frames(&bytes, &moments, protocol::assets::MAX_IMAGE_PIXELS)
             .map_err(|e| {
                 QuestionFailure::new(
@@ -381,34 +351,14 @@ async fn detect_frames(
                     format!("the video's frames do not decode: {e}"),
                 )
             })?;
-        frames
-            .iter()
-            .map(|p| {
-                detector
-                    .detect(p.width, p.height, &p.rgb)
-                    .map(|f| f.into_iter().filter(|f| f.score >= MIN_SCORE).collect())
-                    .map_err(|e| {
-                        QuestionFailure::new(
-                            QuestionErrorKind::Unavailable,
-                            reason::INFERENCE_ERROR,
-                            format!("the detector failed: {e}"),
-                        )
-                    })
-            })
-            .collect()
-    });
-    work.await.unwrap_or_else(|e| {
-        Err(QuestionFailure::new(
-            QuestionErrorKind::Unavailable,
-            reason::INFERENCE_ERROR,
-            format!("the detector stopped: {e}"),
-        ))
+        frames.iter().map(|p| look(&*detector, p)).collect()
     })
+    .await
 }
 
 /// Decode a picture and run the detector on it, off the async threads.
 async fn detect(detector: Arc<dyn Detector>, bytes: Bytes) -> Detected {
-    let work = tokio::task::spawn_blocking(move || {
+    off_thread(move || {
         let picture =
             media::decode_picture(&bytes, protocol::assets::MAX_IMAGE_PIXELS).map_err(|e| {
                 QuestionFailure::new(
@@ -417,18 +367,30 @@ async fn detect(detector: Arc<dyn Detector>, bytes: Bytes) -> Detected {
                     format!("the target picture does not decode: {e}"),
                 )
             })?;
-        detector
-            .detect(picture.width, picture.height, &picture.rgb)
-            .map(|f| Arc::new(f.into_iter().filter(|f| f.score >= MIN_SCORE).collect()))
-            .map_err(|e| {
-                QuestionFailure::new(
-                    QuestionErrorKind::Unavailable,
-                    reason::INFERENCE_ERROR,
-                    format!("the detector failed: {e}"),
-                )
-            })
-    });
-    work.await.unwrap_or_else(|e| {
+        look(&*detector, &picture).map(Arc::new)
+    })
+    .await
+}
+
+/// What the detector finds in a picture at least `MIN_SCORE` surely.
+fn look(detector: &dyn Detector, p: &media::Picture) -> Result<Vec<Found>, QuestionFailure> {
+    detector
+        .detect(p.width, p.height, &p.rgb)
+        .map(|f| f.into_iter().filter(|f| f.score >= MIN_SCORE).collect())
+        .map_err(|e| {
+            QuestionFailure::new(
+                QuestionErrorKind::Unavailable,
+                reason::INFERENCE_ERROR,
+                format!("the detector failed: {e}"),
+            )
+        })
+}
+
+/// Run decoding and detection on a blocking thread.
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, QuestionFailure> + Send + 'static,
+) -> Result<T, QuestionFailure> {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
         Err(QuestionFailure::new(
             QuestionErrorKind::Unavailable,
             reason::INFERENCE_ERROR,

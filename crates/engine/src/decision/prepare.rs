@@ -430,23 +430,14 @@ impl DecisionModel {
         slot: &QuestionSlot,
         r: &DecisionRequest,
     ) -> Result<(), QuestionFailure> {
-        let (question_images, state_images) = (slot.images.len(), r.images.len());
         // A model without box questions answers box_unsupported first (in `plan`).
-        if matches!(
-            q.kind,
-            QuestionKind::Box { .. } | QuestionKind::Track { .. }
-        ) {
+        if let Some(target) = r.media_target(slot, &q.kind) {
             if !self.config.answers(q.kind.type_name()) {
                 return Ok(());
             }
-            return match q.kind {
-                QuestionKind::Box { at: None } => {
-                    protocol::assets::box_target(question_images, state_images).map(|_| ())
-                }
-                _ => protocol::assets::video_target(r.videos.len()),
-            };
+            return target.map(|_| ());
         }
-        if question_images + slot.videos > 0 {
+        if slot.images.len() + slot.videos > 0 {
             return Err(QuestionFailure::new(
                 QuestionErrorKind::InvalidQuestion,
                 reason::QUESTION_IMAGES_UNSUPPORTED,
@@ -458,7 +449,7 @@ impl DecisionModel {
         }
         // A detector reads the state's images and videos for box and track questions only:
         // any other question would answer from the text without seeing them.
-        if state_images > 0 || !r.videos.is_empty() {
+        if !r.images.is_empty() || !r.videos.is_empty() {
             return Err(QuestionFailure::new(
                 QuestionErrorKind::InvalidQuestion,
                 reason::MODALITY_UNSUPPORTED,
