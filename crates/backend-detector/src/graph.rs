@@ -8,9 +8,11 @@
 //! that order and drops each value after its last use.
 //!
 //! Layout: the graph says where it transposes. A `Transpose` here is a view (candle's
-//! permute copies nothing), so NCHW → NHWC → convolution (candle's is NCHW) → NHWC costs
-//! no copy around the convolution; the element-wise operators after it read through the
-//! view.
+//! permute copies nothing), so NCHW → NHWC → convolution (ours is NHWC, [`conv`]) → NHWC
+//! costs no copy around the convolution; the element-wise operators after it run in the
+//! memory's own order ([`kernels`]). The convolutions, and the operators candle would run
+//! element by element on strided views, are this crate's own loops on `f32` slices read in
+//! place.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,6 +20,8 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde::Deserialize;
 
+use crate::conv;
+use crate::kernels;
 use crate::DetectError;
 
 #[derive(Debug, Deserialize)]
@@ -83,10 +87,14 @@ enum Op {
     Pad,
     PadV2,
     /// `padding`: zeros on every side, taken over from a `Pad` the convolution alone read
-    /// (the convolution pads as it reads).
+    /// (the convolution pads as it reads). `bias`: a third input, taken over from the `Add`
+    /// of a constant vector that alone read the convolution; `leaky`: the `LeakyRelu` that
+    /// followed that (through a transpose or not), run on each block of the output.
     Conv2D {
         stride: (usize, usize),
         padding: usize,
+        bias: bool,
+        leaky: Option<f32>,
     },
     /// `pad`: `(size, value)` on every side, taken over from a `PadV2` the pooling alone read
     /// (a window that reaches past the edge also counts `value`, as the padded input would).
@@ -125,6 +133,9 @@ pub struct Graph {
     last_use: HashMap<usize, usize>,
     input: usize,
     outputs: Vec<(usize, usize)>,
+    /// Filters of the 3×3 convolutions with stride 1 and padding 1, transformed once for
+    /// [`conv::winograd`], by convolution node.
+    winograd: HashMap<usize, Vec<f32>>,
 }
 
 fn bad(msg: impl Into<String>) -> DetectError {
@@ -207,6 +218,8 @@ fn parse_op(node: &NodeJson) -> Result<Op, DetectError> {
             Op::Conv2D {
                 stride: window(a, "strides", &node.name)?,
                 padding: 0,
+                bias: false,
+                leaky: None,
             }
         }
         "MaxPool" => {
@@ -381,6 +394,8 @@ impl Graph {
             }
         }
         fuse_pads(&mut nodes, &consts, &readers);
+        fuse_epilogues(&mut nodes, &consts);
+        let winograd = winograd_filters(&nodes, &consts)?;
         let input = reference(input)?.0;
         if nodes[input].op != Op::Placeholder {
             return Err(bad("the input is not a placeholder"));
@@ -441,11 +456,20 @@ impl Graph {
             last_use,
             input,
             outputs,
+            winograd,
         })
     }
 
     /// Runs the graph on one input tensor; the outputs in the order they were named.
     pub fn run(&self, x: Tensor) -> Result<Vec<Tensor>, DetectError> {
+        match pool() {
+            Some(pool) => pool.install(|| self.walk(x)),
+            None => self.walk(x),
+        }
+    }
+
+    /// [`Graph::run`]'s walk over the nodes.
+    fn walk(&self, x: Tensor) -> Result<Vec<Tensor>, DetectError> {
         let mut values: HashMap<usize, Vec<Value>> = HashMap::new();
         let mut x = Some(Value::F(x));
         for (pos, &n) in self.order.iter().enumerate() {
@@ -466,7 +490,9 @@ impl Graph {
                             .ok_or_else(|| bad(format!("{}: input not computed", node.name)))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                eval(node, &args).map_err(|e| bad(format!("{} ({:?}): {e}", node.name, node.op)))?
+                let u = self.winograd.get(&n).map(Vec::as_slice);
+                eval(node, &args, u)
+                    .map_err(|e| bad(format!("{} ({:?}): {e}", node.name, node.op)))?
             };
             values.insert(n, out);
             for &(i, _) in &node.inputs {
@@ -483,6 +509,22 @@ impl Graph {
             })
             .collect()
     }
+}
+
+/// The threads a forward runs on, the calling thread waiting meanwhile. A forward is many
+/// short parallel loops one after another; run from outside a pool, each loop would wake
+/// the pool's sleeping threads, which cost several milliseconds a forward here. Inside it,
+/// the thread that walks the graph takes part in each loop and the others are still
+/// spinning from the last one.
+fn pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("detector-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
 }
 
 fn float(v: &Value) -> Result<&Tensor, DetectError> {
@@ -542,7 +584,8 @@ fn pad(x: &Tensor, pads: &[i64], value: f32) -> Result<Tensor, DetectError> {
     Ok(t)
 }
 
-fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
+/// Runs one operator; `winograd` is the transformed filter of a convolution that has one.
+fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Value>, DetectError> {
     let f = |v: Tensor| Ok(vec![Value::F(v)]);
     match node.op {
         Op::Placeholder | Op::Const => Err(bad("evaluated as an operator")),
@@ -561,17 +604,41 @@ fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
             let c = *c.first().ok_or_else(|| bad("no constant value"))?;
             f(pad(float(arg(args, 0)?)?, ints(arg(args, 1)?)?, c)?)
         }
-        Op::Conv2D { stride, padding } => f(conv_nhwc(
-            float(arg(args, 0)?)?,
-            float(arg(args, 1)?)?,
+        Op::Conv2D {
             stride,
             padding,
-        )?),
+            bias,
+            leaky,
+        } => {
+            let bias = if bias {
+                Some(float(arg(args, 2)?)?)
+            } else {
+                None
+            };
+            f(conv_nhwc(
+                float(arg(args, 0)?)?,
+                float(arg(args, 1)?)?,
+                bias,
+                stride,
+                padding,
+                leaky,
+                winograd,
+            )?)
+        }
         Op::MaxPool {
             kernel,
             stride,
             pad,
-        } => f(max_pool_nhwc(float(arg(args, 0)?)?, kernel, stride, pad)?),
+        } => {
+            let x = arranged(float(arg(args, 0)?)?, &[0, 1, 2, 3])?;
+            let dims = x.dims4()?;
+            let (n, _, _, c) = dims;
+            let pad = pad.unwrap_or((0, f32::NEG_INFINITY));
+            let (out, (oh, ow)) =
+                kernels::max_pool(F32s::of(&x)?.get()?, dims, kernel, stride, pad)
+                    .ok_or_else(|| bad("the window is larger than the padded input"))?;
+            f(Tensor::from_vec(out, (n, oh, ow, c), &Device::Cpu)?)
+        }
         Op::Add => match (arg(args, 0)?, arg(args, 1)?) {
             (Value::F(a), Value::F(b)) => {
                 // A per-channel bias on a transposed view: added in the memory's own order.
@@ -581,11 +648,15 @@ fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
                         return f(base.broadcast_add(&b)?.permute(back)?);
                     }
                 }
-                // Two views of the same shape over memory in the same other order.
-                if let (Some((x, back)), Some((y, back2))) = (memory_order(a), memory_order(b)) {
-                    if back == back2 && x.dims() == y.dims() {
-                        return f((x + y)?.permute(back)?);
-                    }
+                // Two tensors of one shape: added in the first one's memory order.
+                if a.dims() == b.dims() && a.rank() == 4 {
+                    let (base, back) = layout(a)?;
+                    let to = inverse(&back);
+                    let b = arranged(b, &to)?;
+                    let sum = kernels::add(F32s::of(&base)?.get()?, F32s::of(&b)?.get()?)
+                        .ok_or_else(|| bad("Add of mismatched sizes"))?;
+                    let sum = Tensor::from_vec(sum, base.dims(), &Device::Cpu)?;
+                    return f(sum.permute(back)?);
                 }
                 f(a.broadcast_add(b)?)
             }
@@ -598,7 +669,11 @@ fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
         Op::LeakyRelu(alpha) => f(elementwise(float(arg(args, 0)?)?, |x| {
             x.maximum(&(x * f64::from(alpha))?)
         })?),
-        Op::Sigmoid => f(elementwise(float(arg(args, 0)?)?, candle_nn::ops::sigmoid)?),
+        Op::Sigmoid => {
+            let (base, back) = layout(float(arg(args, 0)?)?)?;
+            let y = kernels::sigmoid(F32s::of(&base)?.get()?);
+            f(Tensor::from_vec(y, base.dims(), &Device::Cpu)?.permute(back)?)
+        }
         Op::Concat => {
             let (last, parts) = args.split_last().ok_or_else(|| bad("no inputs"))?;
             let a = *ints(last)?.first().ok_or_else(|| bad("no axis"))?;
@@ -663,12 +738,11 @@ fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
                 return Err(bad("size is not (height, width)"));
             };
             let (h, w) = (*h as usize, *w as usize);
-            // Half-pixel centres are PyTorch's `align_corners = false`, which candle follows.
-            let y = x
-                .permute((0, 3, 1, 2))?
-                .contiguous()?
-                .upsample_bilinear2d(h, w, false)?;
-            f(y.permute((0, 2, 3, 1))?)
+            let x = arranged(x, &[0, 1, 2, 3])?;
+            let dims = x.dims4()?;
+            let y = kernels::resize_bilinear(F32s::of(&x)?.get()?, dims, (h, w))
+                .ok_or_else(|| bad("nothing to resize"))?;
+            f(Tensor::from_vec(y, (dims.0, h, w, dims.3), &Device::Cpu)?)
         }
         Op::SparseToDense => {
             let (ishape, idx) = match arg(args, 0)? {
@@ -702,104 +776,130 @@ fn eval(node: &Node, args: &[&Value]) -> Result<Vec<Value>, DetectError> {
     }
 }
 
-/// A convolution in NHWC: each output pixel's receptive field laid out as one row (the
-/// filter taps in HWIO order, zeros where the padding is), then one matrix product with the
-/// HWIO filter read as a `[kh·kw·cin, cout]` matrix, whose result is the NHWC output itself.
-/// A 1×1 convolution with stride 1 is the product alone. (candle's own convolution is NCHW,
-/// and its tiled path ran this graph's convolutions at a fifth of the matrix product's rate.)
+/// A convolution in NHWC with its fused bias and activation (see [`conv::conv2d`]); the
+/// filter is HWIO, as the graph stores it.
 fn conv_nhwc(
     x: &Tensor,
     k: &Tensor,
+    bias: Option<&Tensor>,
     stride: (usize, usize),
     pad: usize,
+    leaky: Option<f32>,
+    winograd: Option<&[f32]>,
 ) -> Result<Tensor, DetectError> {
     let (n, h, w, ci) = x.dims4()?;
     let (kh, kw, kci, co) = k.dims4()?;
     if kci != ci {
         return Err(bad(format!("filter reads {kci} channels, input has {ci}")));
     }
-    let (sh, sw) = stride;
-    if h + 2 * pad < kh || w + 2 * pad < kw || sh == 0 || sw == 0 {
-        return Err(bad("the filter is larger than the padded input"));
-    }
-    let (oh, ow) = ((h + 2 * pad - kh) / sh + 1, (w + 2 * pad - kw) / sw + 1);
-    let kmat = k.reshape((kh * kw * ci, co))?;
-    let x = x.contiguous()?;
-    if kh == 1 && kw == 1 && sh == 1 && sw == 1 && pad == 0 {
-        let y = x.reshape((n * h * w, ci))?.matmul(&kmat)?;
-        return Ok(y.reshape((n, oh, ow, co))?);
-    }
-    let src = x.flatten_all()?.to_vec1::<f32>()?;
-    let row = kh * kw * ci;
-    let mut col = vec![0f32; n * oh * ow * row];
-    for b in 0..n {
-        let image = &src[b * h * w * ci..(b + 1) * h * w * ci];
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let at = ((b * oh + oy) * ow + ox) * row;
-                let out = &mut col[at..at + row];
-                for ky in 0..kh {
-                    let iy = (oy * sh + ky) as isize - pad as isize;
-                    if iy < 0 || iy >= h as isize {
-                        continue;
-                    }
-                    for kx in 0..kw {
-                        let ix = (ox * sw + kx) as isize - pad as isize;
-                        if ix < 0 || ix >= w as isize {
-                            continue;
-                        }
-                        let from = (iy as usize * w + ix as usize) * ci;
-                        let to = (ky * kw + kx) * ci;
-                        out[to..to + ci].copy_from_slice(&image[from..from + ci]);
-                    }
-                }
-            }
-        }
-    }
-    let col = Tensor::from_vec(col, (n * oh * ow, row), &Device::Cpu)?;
-    Ok(col.matmul(&kmat)?.reshape((n, oh, ow, co))?)
+    let shape = conv::Shape {
+        n,
+        h,
+        w,
+        ci,
+        kh,
+        kw,
+        co,
+        stride,
+        pad,
+    };
+    let (oh, ow) = shape
+        .out()
+        .ok_or_else(|| bad("the filter is larger than the padded input"))?;
+    let x = arranged(x, &[0, 1, 2, 3])?;
+    let (k, bias) = (k.contiguous()?, bias.map(Tensor::contiguous).transpose()?);
+    let (xs, ks) = (F32s::of(&x)?, F32s::of(&k)?);
+    let bs = bias.as_ref().map(F32s::of).transpose()?;
+    let epi = conv::Epilogue {
+        bias: bs.as_ref().map(F32s::get).transpose()?,
+        leaky,
+    };
+    let out = match winograd {
+        Some(u) => conv::winograd(xs.get()?, u, shape, epi),
+        None => conv::conv2d(xs.get()?, ks.get()?, shape, epi),
+    };
+    let out = out.ok_or_else(|| bad("convolution operands do not match their shapes"))?;
+    Ok(Tensor::from_vec(out, (n, oh, ow, co), &Device::Cpu)?)
 }
 
-/// Max pooling in NHWC, with the padding a fused `PadV2` gave (see [`Op::MaxPool`]).
-fn max_pool_nhwc(
-    x: &Tensor,
-    kernel: (usize, usize),
-    stride: (usize, usize),
-    pad: Option<(usize, f32)>,
-) -> Result<Tensor, DetectError> {
-    let (n, h, w, c) = x.dims4()?;
-    let (kh, kw) = kernel;
-    let (sh, sw) = stride;
-    let (p, value) = pad.unwrap_or((0, f32::NEG_INFINITY));
-    if h + 2 * p < kh || w + 2 * p < kw || sh == 0 || sw == 0 || kh == 0 || kw == 0 {
-        return Err(bad("the window is larger than the padded input"));
+/// The `f32` elements of a contiguous tensor on the CPU, read in place.
+struct F32s<'a> {
+    storage: std::sync::RwLockReadGuard<'a, candle_core::Storage>,
+    range: std::ops::Range<usize>,
+}
+
+impl<'a> F32s<'a> {
+    fn of(t: &'a Tensor) -> Result<Self, DetectError> {
+        let (storage, layout) = t.storage_and_layout();
+        let (start, end) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| bad("expected a contiguous tensor"))?;
+        Ok(Self {
+            storage,
+            range: start..end,
+        })
     }
-    let (oh, ow) = ((h + 2 * p - kh) / sh + 1, (w + 2 * p - kw) / sw + 1);
-    let src = x.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-    let mut out = vec![f32::NEG_INFINITY; n * oh * ow * c];
-    for b in 0..n {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                let at = ((b * oh + oy) * ow + ox) * c;
-                let dst = &mut out[at..at + c];
-                for ky in 0..kh {
-                    for kx in 0..kw {
-                        let iy = (oy * sh + ky) as isize - p as isize;
-                        let ix = (ox * sw + kx) as isize - p as isize;
-                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
-                            dst.iter_mut().for_each(|d| *d = d.max(value));
-                            continue;
-                        }
-                        let from = ((b * h + iy as usize) * w + ix as usize) * c;
-                        for (d, &v) in dst.iter_mut().zip(&src[from..from + c]) {
-                            *d = d.max(v);
-                        }
-                    }
-                }
-            }
+
+    fn get(&self) -> Result<&[f32], DetectError> {
+        match &*self.storage {
+            candle_core::Storage::Cpu(cpu) => cpu
+                .as_slice::<f32>()?
+                .get(self.range.clone())
+                .ok_or_else(|| bad("tensor range outside its storage")),
+            _ => Err(bad("expected a tensor in CPU memory")),
         }
     }
-    Ok(Tensor::from_vec(out, (n, oh, ow, c), &Device::Cpu)?)
+}
+
+/// `x.permute(to)`, contiguous. Where `x` (4-D) is contiguous, or a view of memory in
+/// another order, and the permutation asked for moves the channels between second and last
+/// place, [`kernels::transpose`] lays it out; anything else is copied by candle.
+fn arranged(x: &Tensor, to: &[usize]) -> Result<Tensor, DetectError> {
+    let want = x.permute(to)?;
+    if want.is_contiguous() {
+        return Ok(want);
+    }
+    if x.rank() == 4 {
+        let (base, back) = layout(x)?;
+        // `want` is `base.permute(q)`.
+        let q: Vec<usize> = to.iter().map(|&i| back[i]).collect();
+        let (n, d1, d2, d3) = base.dims4()?;
+        let plan = match q.as_slice() {
+            [0, 2, 3, 1] => Some((d1, d2 * d3, (n, d2, d3, d1))),
+            [0, 3, 1, 2] => Some((d1 * d2, d3, (n, d3, d1, d2))),
+            _ => None,
+        };
+        if let Some((rows, cols, dims)) = plan {
+            let out = kernels::transpose(F32s::of(&base)?.get()?, n, rows, cols)
+                .ok_or_else(|| bad("transpose operand does not match its shape"))?;
+            return Ok(Tensor::from_vec(out, dims, &Device::Cpu)?);
+        }
+    }
+    Ok(want.contiguous()?)
+}
+
+/// The contiguous tensor `x` is a view of, and the permutation that gives `x` back from it
+/// (the identity where `x` is contiguous; candle copies any other view).
+fn layout(x: &Tensor) -> Result<(Tensor, Vec<usize>), DetectError> {
+    let identity = (0..x.rank()).collect();
+    if x.is_contiguous() {
+        return Ok((x.clone(), identity));
+    }
+    Ok(match memory_order(x) {
+        Some((base, back)) => (base, back.to_vec()),
+        None => (x.contiguous()?, identity),
+    })
+}
+
+/// The permutation that undoes `p`.
+fn inverse(p: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; p.len()];
+    for (i, &k) in p.iter().enumerate() {
+        if let Some(slot) = inv.get_mut(k) {
+            *slot = i;
+        }
+    }
+    inv
 }
 
 /// A 4-D view whose memory is contiguous in another order: that tensor, and the permutation
@@ -853,6 +953,8 @@ fn fuse_pads(
             (Op::Conv2D { stride, .. }, None) => Op::Conv2D {
                 stride,
                 padding: side,
+                bias: false,
+                leaky: None,
             },
             (Op::MaxPool { kernel, stride, .. }, Some(v)) => Op::MaxPool {
                 kernel,
@@ -863,6 +965,132 @@ fn fuse_pads(
         };
         nodes[t].inputs[0] = source;
     }
+}
+
+/// A convolution's bias and activation taken over by the convolution, at load: an `Add`
+/// whose inputs are a convolution it alone reads and a constant vector of one value per
+/// output channel becomes that convolution with the bias as a third input; then a
+/// `LeakyRelu` reading such a convolution, directly or through a `Transpose` that it alone
+/// reads (an element-wise operator commutes with a transpose), is run by the convolution and
+/// itself becomes an `Identity`.
+fn fuse_epilogues(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
+    let mut readers: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (n, node) in nodes.iter().enumerate() {
+        for &(i, _) in &node.inputs {
+            readers.entry(i).or_default().push(n);
+        }
+    }
+    let only_reader = |i: usize| match readers.get(&i).map(Vec::as_slice) {
+        Some([r]) => Some(*r),
+        _ => None,
+    };
+    let vector = |i: usize| match consts.get(&i) {
+        Some(Value::F(t)) if t.rank() == 1 => Some(t.dim(0).ok()?),
+        _ => None,
+    };
+    for a in 0..nodes.len() {
+        let (Op::Add, [(c, 0), (b, 0)]) = (nodes[a].op, nodes[a].inputs.as_slice()) else {
+            continue;
+        };
+        let (c, b) = (*c, *b);
+        let Op::Conv2D {
+            stride,
+            padding,
+            bias: false,
+            leaky: None,
+        } = nodes[c].op
+        else {
+            continue;
+        };
+        let Some(&(filter, 0)) = nodes[c].inputs.get(1) else {
+            continue;
+        };
+        let co = match consts.get(&filter) {
+            Some(Value::F(k)) if k.rank() == 4 => k.dim(3).ok(),
+            _ => None,
+        };
+        if only_reader(c) != Some(a) || co.is_none() || vector(b) != co {
+            continue;
+        }
+        let mut inputs = nodes[c].inputs.clone();
+        inputs.truncate(2);
+        inputs.push((b, 0));
+        nodes[a].op = Op::Conv2D {
+            stride,
+            padding,
+            bias: true,
+            leaky: None,
+        };
+        nodes[a].inputs = inputs;
+    }
+    for l in 0..nodes.len() {
+        let (Op::LeakyRelu(alpha), Some(&(mut src, 0))) = (nodes[l].op, nodes[l].inputs.first())
+        else {
+            continue;
+        };
+        if only_reader(src) != Some(l) {
+            continue;
+        }
+        if nodes[src].op == Op::Transpose {
+            match nodes[src].inputs.first() {
+                Some(&(c, 0)) if only_reader(c) == Some(src) => src = c,
+                _ => continue,
+            }
+        }
+        if let Op::Conv2D {
+            stride,
+            padding,
+            bias,
+            leaky: None,
+        } = nodes[src].op
+        {
+            nodes[src].op = Op::Conv2D {
+                stride,
+                padding,
+                bias,
+                leaky: Some(alpha),
+            };
+            nodes[l].op = Op::Identity;
+        }
+    }
+}
+
+/// The fewest input and output channels for which a convolution runs as Winograd's.
+const WINOGRAD_MIN_CHANNELS: usize = 64;
+
+/// The transformed filters of the convolutions [`conv::winograd`] runs: 3×3, stride 1,
+/// padding 1, at least [`WINOGRAD_MIN_CHANNELS`] in and out.
+fn winograd_filters(
+    nodes: &[Node],
+    consts: &HashMap<usize, Value>,
+) -> Result<HashMap<usize, Vec<f32>>, DetectError> {
+    let mut out = HashMap::new();
+    for (n, node) in nodes.iter().enumerate() {
+        let Op::Conv2D {
+            stride: (1, 1),
+            padding: 1,
+            ..
+        } = node.op
+        else {
+            continue;
+        };
+        let Some(Value::F(k)) = node.inputs.get(1).and_then(|(i, _)| consts.get(i)) else {
+            continue;
+        };
+        let (3, 3, ci, co) = k.dims4()? else {
+            continue;
+        };
+        // With fewer channels the transforms cost more than the multiplications they save
+        // (measured here: a forward 2–4 ms slower with them on the 16- and 32-channel layers).
+        if ci < WINOGRAD_MIN_CHANNELS || co < WINOGRAD_MIN_CHANNELS {
+            continue;
+        }
+        let k = k.contiguous()?;
+        let u = conv::winograd_filter(F32s::of(&k)?.get()?, ci, co)
+            .ok_or_else(|| bad("filter does not match its shape"))?;
+        out.insert(n, u);
+    }
+    Ok(out)
 }
 
 /// `(transpose, the pad's input, side, PadV2's value)`, see [`pad_before`].
@@ -935,27 +1163,121 @@ mod tests {
             .unwrap_or(f32::INFINITY)
     }
 
+    /// candle's NCHW convolution of NHWC `x` with HWIO `kernel`, then the bias and the
+    /// leaky ReLU, back in NHWC.
+    fn candles(
+        x: &Tensor,
+        kernel: &Tensor,
+        (stride, pad): (usize, usize),
+        bias: &Tensor,
+        alpha: f64,
+    ) -> candle_core::Result<Tensor> {
+        let y = x
+            .permute((0, 3, 1, 2))?
+            .conv2d(&kernel.permute((3, 2, 0, 1))?, pad, stride, 1, 1)?
+            .permute((0, 2, 3, 1))?
+            .broadcast_add(bias)?;
+        y.maximum(&(&y * alpha)?)
+    }
+
     #[test]
     fn the_nhwc_convolution_is_candles_nchw_one() {
+        // Small shapes, then ones whose output is cut into several blocks; and each 3×3
+        // convolution with stride 1 and padding 1 also as Winograd's, on odd sizes too
+        // (edge tiles only partly inside the output).
         for (h, w, ci, co, k, stride, pad) in [
             (9, 7, 3, 5, 3, 2, 1),
             (8, 8, 4, 6, 3, 1, 1),
             (6, 5, 8, 3, 1, 1, 0),
             (7, 7, 2, 2, 3, 2, 0),
+            (41, 37, 8, 12, 3, 1, 1),
+            (40, 40, 16, 8, 1, 1, 0),
+            (33, 30, 5, 7, 3, 2, 1),
+            (9, 7, 5, 6, 3, 1, 1),
         ] {
             let x = ramp(&[1, h, w, ci], 0.01);
             let kernel = ramp(&[k, k, ci, co], 0.02);
-            let ours = conv_nhwc(&x, &kernel, (stride, stride), pad).ok();
-            let theirs = x
-                .permute((0, 3, 1, 2))
-                .and_then(|x| x.conv2d(&kernel.permute((3, 2, 0, 1))?, pad, stride, 1, 1))
-                .and_then(|y| y.permute((0, 2, 3, 1)))
-                .ok();
-            let (Some(ours), Some(theirs)) = (ours, theirs) else {
-                panic!("a convolution failed");
-            };
-            assert_eq!(ours.dims(), theirs.dims());
-            assert!(close(&ours, &theirs) < 1e-4, "{h}×{w}×{ci} → {co}, k {k}");
+            let bias = ramp(&[co], 0.05);
+            let theirs = candles(&x, &kernel, (stride, pad), &bias, 0.1).ok();
+            let mut ways = vec![conv_nhwc(
+                &x,
+                &kernel,
+                Some(&bias),
+                (stride, stride),
+                pad,
+                Some(0.1),
+                None,
+            )
+            .ok()];
+            if (k, stride, pad) == (3, 1, 1) {
+                let u = F32s::of(&kernel)
+                    .and_then(|k| Ok(conv::winograd_filter(k.get()?, ci, co)))
+                    .ok()
+                    .flatten();
+                let way = conv_nhwc(&x, &kernel, Some(&bias), (1, 1), 1, Some(0.1), u.as_deref());
+                ways.push(way.ok());
+            }
+            for (way, ours) in ways.into_iter().enumerate() {
+                let (Some(ours), Some(theirs)) = (ours, theirs.as_ref()) else {
+                    panic!("a convolution failed");
+                };
+                assert_eq!(ours.dims(), theirs.dims());
+                let d = close(&ours, theirs);
+                assert!(d < 1e-4, "{h}×{w}×{ci} → {co}, k {k}, way {way}: {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn additions_resizes_and_sigmoids_agree_with_candle_across_memory_orders() {
+        let nchw = ramp(&[1, 6, 5, 7], 0.1);
+        // NHWC memory seen as NCHW, and NCHW memory: added in the first one's order.
+        let nhwc_view = ramp(&[1, 5, 7, 6], 0.3).permute((0, 3, 1, 2)).unwrap();
+        for (a, b) in [(&nhwc_view, &nchw), (&nchw, &nhwc_view)] {
+            let ours = eval_op(Op::Add, &[a, b]);
+            let theirs = (a + b).unwrap();
+            assert_eq!(close(&ours, &theirs), 0.0);
+        }
+        let ours = eval_op(Op::Sigmoid, &[&nhwc_view]);
+        let theirs = candle_nn::ops::sigmoid(&nhwc_view).unwrap();
+        assert!(close(&ours, &theirs) < 1e-6);
+        // A resize of an NHWC view of NCHW memory, as the graph has them.
+        let x = ramp(&[1, 4, 5, 3], 0.2);
+        let view = x.permute((0, 3, 1, 2)).unwrap().contiguous().unwrap();
+        let view = view.permute((0, 2, 3, 1)).unwrap();
+        let size = Value::I(vec![2], vec![8, 10]);
+        let node = Node {
+            name: "resize".into(),
+            op: Op::ResizeBilinear,
+            inputs: vec![],
+        };
+        let ours = match eval(&node, &[&Value::F(view), &size], None)
+            .unwrap()
+            .remove(0)
+        {
+            Value::F(t) => t,
+            Value::I(..) => panic!("integers"),
+        };
+        let theirs = x
+            .permute((0, 3, 1, 2))
+            .and_then(|x| x.upsample_bilinear2d(8, 10, false))
+            .and_then(|y| y.permute((0, 2, 3, 1)))
+            .unwrap();
+        assert_eq!(ours.dims(), theirs.dims());
+        assert!(close(&ours, &theirs) < 1e-5);
+    }
+
+    fn eval_op(op: Op, args: &[&Tensor]) -> Tensor {
+        let node = Node {
+            name: "op".into(),
+            op,
+            inputs: vec![],
+        };
+        let values: Vec<Value> = args.iter().map(|t| Value::F((*t).clone())).collect();
+        let refs: Vec<&Value> = values.iter().collect();
+        match eval(&node, &refs, None).unwrap().remove(0) {
+            Value::F(t) => t,
+            Value::I(..) => panic!("integers"),
         }
     }
 
@@ -971,14 +1293,20 @@ mod tests {
             Ok(p.max_pool2d_with_stride((3, 3), (2, 2))?
                 .permute((0, 2, 3, 1))?)
         });
-        let fused = max_pool_nhwc(&x, (3, 3), (2, 2), Some((1, -1e4)));
+        let max_pool_nhwc = |x: &Tensor, k, st, pad| -> Result<Tensor, DetectError> {
+            let dims = x.dims4()?;
+            let (v, (oh, ow)) = kernels::max_pool(F32s::of(x)?.get()?, dims, k, st, pad)
+                .ok_or_else(|| bad("pooling failed"))?;
+            Ok(Tensor::from_vec(v, (dims.0, oh, ow, dims.3), &Device::Cpu)?)
+        };
+        let fused = max_pool_nhwc(&x, (3, 3), (2, 2), (1, -1e4));
         match (fused, padded) {
             (Ok(a), Ok(b)) => assert_eq!(close(&a, &b), 0.0),
             _ => panic!("pooling failed"),
         }
         // A pad value above every input shows in the windows that reach past an edge: all
         // of the 3×3 output but its centre (input rows and columns 1..=3).
-        let high = max_pool_nhwc(&x, (3, 3), (2, 2), Some((1, 1e4)));
+        let high = max_pool_nhwc(&x, (3, 3), (2, 2), (1, 1e4));
         let v = high
             .and_then(|t| Ok(t.flatten_all()?.to_vec1::<f32>()?))
             .unwrap_or_default();

@@ -9,7 +9,9 @@
 //! box question answers is the engine's business). From the engine it takes only the
 //! [`engine::backend::Detector`] trait, which [`NanoDet`] implements.
 
+mod conv;
 pub mod graph;
+mod kernels;
 pub mod nanodet;
 
 pub use nanodet::{Detection, NanoDet, COCO};

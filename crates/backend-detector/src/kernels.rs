@@ -1,0 +1,151 @@
+//! The detector's operators other than convolution, on plain `f32` slices, each one pass
+//! over memory shared by the threads: candle runs these on strided views element by element
+//! (an addition of two tensors in different memory orders took 2.4 ms of a 50 ms forward).
+
+use rayon::prelude::*;
+
+/// Elements per parallel task in the element-wise loops.
+const CHUNK: usize = 1 << 14;
+
+/// `n` matrices of `rows × cols` (row-major, one after another) transposed: `[n, cols,
+/// rows]`. NCHW to NHWC is `(n, c, h·w)`, NHWC to NCHW `(n, h·w, c)`.
+pub fn transpose(x: &[f32], n: usize, rows: usize, cols: usize) -> Option<Vec<f32>> {
+    if x.len() != n * rows * cols || rows == 0 || cols == 0 {
+        return None;
+    }
+    // Each task writes a band of output rows (input columns) of one matrix, reading the
+    // input a few columns at a time so its lines stay in cache.
+    const BAND: usize = 32;
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(BAND * rows)
+        .enumerate()
+        .for_each(|(i, dst)| {
+            let first = i * BAND;
+            for (r, line) in dst.chunks_exact_mut(rows).enumerate() {
+                let at = first + r;
+                let (b, col) = (at / cols, at % cols);
+                let src = &x[b * rows * cols..(b + 1) * rows * cols];
+                for (row, v) in line.iter_mut().enumerate() {
+                    *v = src[row * cols + col];
+                }
+            }
+        });
+    Some(out)
+}
+
+/// `a + b`, element by element, for slices of one length.
+pub fn add(a: &[f32], b: &[f32]) -> Option<Vec<f32>> {
+    if a.len() != b.len() {
+        return None;
+    }
+    let mut out = vec![0f32; a.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
+        .for_each(|(o, (a, b))| {
+            for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
+                *o = a + b;
+            }
+        });
+    Some(out)
+}
+
+/// `1 / (1 + e^-x)` of each element.
+pub fn sigmoid(x: &[f32]) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(o, x)| {
+            for (o, x) in o.iter_mut().zip(x) {
+                *o = 1.0 / (1.0 + (-x).exp());
+            }
+        });
+    out
+}
+
+/// Max pooling of `[n, h, w, c]` with a `kernel` window moved by `stride`, the input padded
+/// by `pad` on every side with `value`: `[n, oh, ow, c]`, and `(oh, ow)`.
+pub fn max_pool(
+    x: &[f32],
+    (n, h, w, c): (usize, usize, usize, usize),
+    kernel: (usize, usize),
+    stride: (usize, usize),
+    (pad, value): (usize, f32),
+) -> Option<(Vec<f32>, (usize, usize))> {
+    let ((kh, kw), (sh, sw)) = (kernel, stride);
+    if x.len() != n * h * w * c
+        || c == 0
+        || [kh, kw, sh, sw].contains(&0)
+        || h + 2 * pad < kh
+        || w + 2 * pad < kw
+    {
+        return None;
+    }
+    let (oh, ow) = ((h + 2 * pad - kh) / sh + 1, (w + 2 * pad - kw) / sw + 1);
+    let mut out = vec![f32::NEG_INFINITY; n * oh * ow * c];
+    out.par_chunks_mut(ow * c)
+        .enumerate()
+        .for_each(|(r, line)| {
+            let (b, oy) = (r / oh, r % oh);
+            for (ox, dst) in line.chunks_exact_mut(c).enumerate() {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let iy = (oy * sh + ky) as isize - pad as isize;
+                        let ix = (ox * sw + kx) as isize - pad as isize;
+                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                            dst.iter_mut().for_each(|d| *d = d.max(value));
+                            continue;
+                        }
+                        let from = ((b * h + iy as usize) * w + ix as usize) * c;
+                        for (d, &v) in dst.iter_mut().zip(&x[from..from + c]) {
+                            *d = d.max(v);
+                        }
+                    }
+                }
+            }
+        });
+    Some((out, (oh, ow)))
+}
+
+/// Bilinear resize of `[n, h, w, c]` to `[n, oh, ow, c]` with half-pixel centres, as
+/// PyTorch's `align_corners = false` (and candle's `upsample_bilinear2d`): a source
+/// coordinate `(d + ½)·in/out − ½`, clamped at zero, between its floor and the next pixel
+/// (or the last).
+pub fn resize_bilinear(
+    x: &[f32],
+    (n, h, w, c): (usize, usize, usize, usize),
+    (oh, ow): (usize, usize),
+) -> Option<Vec<f32>> {
+    if x.len() != n * h * w * c || [h, w, c, oh, ow].contains(&0) {
+        return None;
+    }
+    let taps = |out: usize, inp: usize| -> Vec<(usize, usize, f32)> {
+        let scale = inp as f32 / out as f32;
+        (0..out)
+            .map(|d| {
+                let src = (scale * (d as f32 + 0.5) - 0.5).max(0.0);
+                let i0 = (src as usize).min(inp - 1);
+                let i1 = (i0 + 1).min(inp - 1);
+                (i0, i1, src - i0 as f32)
+            })
+            .collect()
+    };
+    let (ys, xs) = (taps(oh, h), taps(ow, w));
+    let mut out = vec![0f32; n * oh * ow * c];
+    out.par_chunks_mut(ow * c)
+        .enumerate()
+        .for_each(|(r, line)| {
+            let (b, oy) = (r / oh, r % oh);
+            let (y0, y1, ly) = ys[oy];
+            let image = &x[b * h * w * c..(b + 1) * h * w * c];
+            let px = |y: usize, xx: usize| &image[(y * w + xx) * c..(y * w + xx + 1) * c];
+            for (dst, &(x0, x1, lx)) in line.chunks_exact_mut(c).zip(&xs) {
+                let (a, bb, cc, d) = (px(y0, x0), px(y0, x1), px(y1, x0), px(y1, x1));
+                for i in 0..c {
+                    let top = a[i] * (1.0 - lx) + bb[i] * lx;
+                    let bottom = cc[i] * (1.0 - lx) + d[i] * lx;
+                    dst[i] = top * (1.0 - ly) + bottom * ly;
+                }
+            }
+        });
+    Some(out)
+}
