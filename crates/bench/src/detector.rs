@@ -55,7 +55,7 @@ pub async fn detector(runs: usize) -> Result<(), String> {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let ours = ms(median(forward));
     println!(
-        "ours (candle, {} threads): forward p50 {ours:.1} ms; decode + resize + forward + boxes p50 {:.1} ms",
+        "ours (backend-detector, {} threads): forward p50 {ours:.1} ms; decode + resize + forward + boxes p50 {:.1} ms",
         crate::common::raw_threads(),
         ms(median(whole))
     );
