@@ -80,18 +80,12 @@ pub fn conv2d(x: &[f32], filter: &[f32], s: Shape, epi: Epilogue<'_>) -> Option<
             let first = i * rows;
             let count = dst.len() / s.co;
             if direct {
-                product(
-                    &x[first * row..(first + count) * row],
-                    filter,
-                    dst,
-                    count,
-                    row,
-                    s.co,
-                );
+                let lhs = &x[first * row..(first + count) * row];
+                product(lhs, row, filter, dst, (count, row, s.co));
             } else {
                 with_scratch(|(col, _)| {
                     im2col(x, s, (oh, ow), first, count, col);
-                    product(col, filter, dst, count, row, s.co);
+                    product(col, row, filter, dst, (count, row, s.co));
                 });
             }
             finish(dst, s.co, epi);
@@ -141,41 +135,6 @@ fn im2col(
                 }
             }
         }
-    }
-}
-
-/// `dst[m, n] = lhs[m, k] · rhs[k, n]`, all row-major, on the calling thread.
-fn product(lhs: &[f32], rhs: &[f32], dst: &mut [f32], m: usize, k: usize, n: usize) {
-    if lhs.len() < m * k || rhs.len() < k * n || dst.len() < m * n {
-        // `conv2d` checked the shapes; this guard keeps the unsafe call below sound on its own.
-        debug_assert!(false, "matrix product on slices shorter than its shape");
-        return;
-    }
-    // SAFETY: the three slices hold at least the m×k, k×n and m×n row-major matrices the
-    // strides describe (checked above), and `dst` does not overlap the inputs (it is a
-    // unique borrow).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            lhs.as_ptr(),
-            1,
-            k as isize,
-            rhs.as_ptr(),
-            1,
-            n as isize,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
     }
 }
 
@@ -289,7 +248,7 @@ fn winograd_images(
         m.par_chunks_mut(tiles * co)
             .enumerate()
             .for_each(|(xi, dst)| {
-                product_strided(
+                product(
                     &v[xi * ci..],
                     16 * ci,
                     &u[xi * ci * co..(xi + 1) * ci * co],
@@ -411,7 +370,7 @@ fn tile_out(
 
 /// `dst[m, n] = lhs[m, k] · rhs[k, n]` where `lhs`'s rows are `lhs_rs` apart, on the calling
 /// thread.
-fn product_strided(
+fn product(
     lhs: &[f32],
     lhs_rs: usize,
     rhs: &[f32],
