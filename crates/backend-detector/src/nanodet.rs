@@ -16,6 +16,7 @@ use candle_core::{Device, Tensor};
 
 use crate::graph::Graph;
 use crate::{DetectError, Rgb};
+use engine::backend::iou;
 
 /// COCO's 80 object kinds, in the model's class order.
 pub const COCO: [&str; 80] = [
@@ -254,19 +255,6 @@ fn expectation(logits: &[f32]) -> f32 {
     }
     if sum > 0.0 {
         weighted / sum
-    } else {
-        0.0
-    }
-}
-
-/// Intersection over union of two `[left, top, right, bottom]` boxes.
-pub fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
-    let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
-    let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
-    let inter = w * h;
-    let union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter;
-    if union > 0.0 {
-        inter / union
     } else {
         0.0
     }

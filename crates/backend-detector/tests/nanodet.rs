@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use backend_detector::nanodet::iou;
 use backend_detector::{Detection, NanoDet, Rgb};
+use engine::backend::iou;
 use serde::Deserialize;
 
 /// Where Debian's `darknet` package installs its test photographs (`VLLM_SRUN_TEST_PHOTOS`

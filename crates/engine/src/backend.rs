@@ -329,6 +329,20 @@ pub struct Found {
     pub edges: [f32; 4],
 }
 
+/// The overlap of two `[left, top, right, bottom]` boxes: their intersection's area over
+/// their union's (0 where the union is empty).
+pub fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
+    let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
+    let union = area(a) + area(b) - w * h;
+    if union > 0.0 {
+        w * h / union
+    } else {
+        0.0
+    }
+}
+
 /// An object detector a decision model may carry to answer box questions: RGB pixels in,
 /// boxes out. It knows nothing of questions; matching a target to its kinds, choosing among
 /// the boxes and the confidence are the engine's (`decision::locate`).

@@ -3,7 +3,7 @@
 //! choose among several objects of that kind; then the box chosen among a picture's
 //! detections. Pure functions, no model.
 
-use crate::backend::Found;
+use crate::backend::{iou, Found};
 
 /// Other words for a kind (COCO's names), singular and plural forms included.
 const OTHER_WORDS: &[(&str, &str)] = &[
@@ -200,19 +200,6 @@ pub(crate) fn choose(candidates: &[Found], position: Position) -> Option<Found> 
         .iter()
         .min_by(|a, b| key(a).total_cmp(&key(b)))
         .copied()
-}
-
-/// The overlap of two boxes: their intersection's area over their union's.
-pub(crate) fn iou(a: &[f32; 4], b: &[f32; 4]) -> f32 {
-    let w = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
-    let h = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
-    let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
-    let union = area(a) + area(b) - w * h;
-    if union > 0.0 {
-        w * h / union
-    } else {
-        0.0
-    }
 }
 
 /// Least overlap with the target's box at the moment before for a box to be the target now.
