@@ -4,7 +4,8 @@
 //! thread lays out the receptive fields as rows (im2col, zeros where the padding is), runs
 //! one matrix product with the `[kh·kw·cin, cout]` filter matrix (the `gemm` crate, on that
 //! thread alone), and then adds the bias and applies the leaky ReLU while the block is still
-//! in its cache. A 1×1 convolution with stride 1 reads its input rows directly. Nothing here
+//! in its cache. A 1×1 convolution with stride 1 reads its input rows directly; a 3×3 one
+//! with stride 1 and many channels may run as Winograd's instead ([`winograd`]). Nothing here
 //! runs per element of a tensor library: the bias add and the activation that followed each
 //! convolution were two more passes over memory, about a sixth of the forward.
 
