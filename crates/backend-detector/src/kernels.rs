@@ -13,20 +13,24 @@ pub fn transpose(x: &[f32], n: usize, rows: usize, cols: usize) -> Option<Vec<f3
     if x.len() != n * rows * cols || rows == 0 || cols == 0 {
         return None;
     }
-    // Each task writes a band of output rows (input columns) of one matrix, reading the
-    // input a few columns at a time so its lines stay in cache.
-    const BAND: usize = 32;
+    // Each task writes a band of output rows (input columns), reading the input a few
+    // columns at a time so its lines stay in cache; at least a few thousand elements, so
+    // that short rows (an RGB picture's three channels) do not make tasks of a few bytes.
+    let band = (CHUNK / 4 / rows).max(32);
     let mut out = vec![0f32; x.len()];
-    out.par_chunks_mut(BAND * rows)
+    out.par_chunks_mut(band * rows)
         .enumerate()
         .for_each(|(i, dst)| {
-            let first = i * BAND;
-            for (r, line) in dst.chunks_exact_mut(rows).enumerate() {
-                let at = first + r;
-                let (b, col) = (at / cols, at % cols);
+            let first = i * band;
+            let (mut b, mut col) = (first / cols, first % cols);
+            for line in dst.chunks_exact_mut(rows) {
                 let src = &x[b * rows * cols..(b + 1) * rows * cols];
                 for (row, v) in line.iter_mut().enumerate() {
                     *v = src[row * cols + col];
+                }
+                col += 1;
+                if col == cols {
+                    (b, col) = (b + 1, 0);
                 }
             }
         });
