@@ -690,6 +690,10 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
                 let back = bases.first().map(|b| b.1);
                 if let Some(back) = back.filter(|bk| bases.iter().all(|b| b.1 == *bk)) {
                     let tensors: Vec<Tensor> = bases.into_iter().map(|b| b.0).collect();
+                    if back[a] == 3 {
+                        // Joined along the memory's last axis: pixel by pixel.
+                        return f(concat_last(&tensors)?.permute(back)?);
+                    }
                     return f(Tensor::cat(&tensors, back[a])?.permute(back)?);
                 }
             }
@@ -876,6 +880,31 @@ fn arranged(x: &Tensor, to: &[usize]) -> Result<Tensor, DetectError> {
         }
     }
     Ok(want.contiguous()?)
+}
+
+/// Contiguous 4-D tensors of the same first three dimensions joined along the last one by
+/// [`kernels::concat_last`] (candle's `cat` along it copies element by element).
+fn concat_last(parts: &[Tensor]) -> Result<Tensor, DetectError> {
+    let first = parts.first().ok_or_else(|| bad("nothing to join"))?;
+    let (n, h, w, _) = first.dims4()?;
+    let mut widths = Vec::with_capacity(parts.len());
+    for p in parts {
+        let (pn, ph, pw, c) = p.dims4()?;
+        if (pn, ph, pw) != (n, h, w) {
+            return Err(bad("joined tensors differ in shape"));
+        }
+        widths.push(c);
+    }
+    let held = parts.iter().map(F32s::of).collect::<Result<Vec<_>, _>>()?;
+    let slices = held
+        .iter()
+        .zip(&widths)
+        .map(|(s, &c)| Ok((s.get()?, c)))
+        .collect::<Result<Vec<_>, DetectError>>()?;
+    let out = kernels::concat_last(&slices, n * h * w)
+        .ok_or_else(|| bad("joined tensors do not match their shapes"))?;
+    let width = widths.iter().sum::<usize>();
+    Ok(Tensor::from_vec(out, (n, h, w, width), &Device::Cpu)?)
 }
 
 /// The contiguous tensor `x` is a view of, and the permutation that gives `x` back from it
@@ -1229,7 +1258,7 @@ mod tests {
     }
 
     #[test]
-    fn additions_resizes_and_sigmoids_agree_with_candle_across_memory_orders() {
+    fn additions_joins_resizes_and_sigmoids_agree_with_candle_across_memory_orders() {
         let nchw = ramp(&[1, 6, 5, 7], 0.1);
         // NHWC memory seen as NCHW, and NCHW memory: added in the first one's order.
         let nhwc_view = ramp(&[1, 5, 7, 6], 0.3).permute((0, 3, 1, 2)).unwrap();
@@ -1238,6 +1267,25 @@ mod tests {
             let theirs = (a + b).unwrap();
             assert_eq!(close(&ours, &theirs), 0.0);
         }
+        // Two NCHW views of NHWC memory joined along the channels.
+        let other = ramp(&[1, 5, 7, 4], 0.7).permute((0, 3, 1, 2)).unwrap();
+        let node = Node {
+            name: "concat".into(),
+            op: Op::Concat,
+            inputs: vec![],
+        };
+        let (p, q, at) = (
+            Value::F(nhwc_view.clone()),
+            Value::F(other.clone()),
+            Value::I(vec![1], vec![1]),
+        );
+        let ours = match eval(&node, &[&p, &q, &at], None).unwrap().remove(0) {
+            Value::F(t) => t,
+            Value::I(..) => panic!("integers"),
+        };
+        let theirs = Tensor::cat(&[&nhwc_view, &other], 1).unwrap();
+        assert_eq!(ours.dims(), theirs.dims());
+        assert_eq!(close(&ours, &theirs), 0.0);
         let ours = eval_op(Op::Sigmoid, &[&nhwc_view]);
         let theirs = candle_nn::ops::sigmoid(&nhwc_view).unwrap();
         assert!(close(&ours, &theirs) < 1e-6);
