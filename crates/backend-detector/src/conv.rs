@@ -107,9 +107,9 @@ fn im2col(
     let row = s.kh * s.kw * s.ci;
     col.resize(count * row, 0.0);
     let (sh, sw) = s.stride;
-    for (r, out) in col.chunks_exact_mut(row).take(count).enumerate() {
-        let p = first + r;
-        let (b, oy, ox) = (p / (oh * ow), (p / ow) % oh, p % ow);
+    // The first pixel's place by division, the others' by counting on.
+    let (mut b, mut oy, mut ox) = (first / (oh * ow), (first / ow) % oh, first % ow);
+    for out in col.chunks_exact_mut(row).take(count) {
         let image = &x[b * s.h * s.w * s.ci..(b + 1) * s.h * s.w * s.ci];
         for ky in 0..s.kh {
             let iy = (oy * sh + ky) as isize - s.pad as isize;
@@ -134,6 +134,14 @@ fn im2col(
                     let from = ix as usize * s.ci;
                     tap.copy_from_slice(&line[from..from + s.ci]);
                 }
+            }
+        }
+        ox += 1;
+        if ox == ow {
+            ox = 0;
+            oy += 1;
+            if oy == oh {
+                (oy, b) = (0, b + 1);
             }
         }
     }

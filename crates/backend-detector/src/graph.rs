@@ -1214,17 +1214,18 @@ mod tests {
         // Small shapes, then ones whose output is cut into several blocks; and each 3×3
         // convolution with stride 1 and padding 1 also as Winograd's, on odd sizes too
         // (edge tiles only partly inside the output).
-        for (h, w, ci, co, k, stride, pad) in [
-            (9, 7, 3, 5, 3, 2, 1),
-            (8, 8, 4, 6, 3, 1, 1),
-            (6, 5, 8, 3, 1, 1, 0),
-            (7, 7, 2, 2, 3, 2, 0),
-            (41, 37, 8, 12, 3, 1, 1),
-            (40, 40, 16, 8, 1, 1, 0),
-            (33, 30, 5, 7, 3, 2, 1),
-            (9, 7, 5, 6, 3, 1, 1),
+        for (n, h, w, ci, co, k, stride, pad) in [
+            (1, 9, 7, 3, 5, 3, 2, 1),
+            (1, 8, 8, 4, 6, 3, 1, 1),
+            (1, 6, 5, 8, 3, 1, 1, 0),
+            (1, 7, 7, 2, 2, 3, 2, 0),
+            (1, 41, 37, 8, 12, 3, 1, 1),
+            (1, 40, 40, 16, 8, 1, 1, 0),
+            (1, 33, 30, 5, 7, 3, 2, 1),
+            (1, 9, 7, 5, 6, 3, 1, 1),
+            (3, 23, 19, 4, 5, 3, 2, 1),
         ] {
-            let x = ramp(&[1, h, w, ci], 0.01);
+            let x = ramp(&[n, h, w, ci], 0.01);
             let kernel = ramp(&[k, k, ci, co], 0.02);
             let bias = ramp(&[co], 0.05);
             let theirs = candles(&x, &kernel, (stride, pad), &bias, 0.1).ok();
@@ -1252,7 +1253,7 @@ mod tests {
                 };
                 assert_eq!(ours.dims(), theirs.dims());
                 let d = close(&ours, theirs);
-                assert!(d < 1e-4, "{h}×{w}×{ci} → {co}, k {k}, way {way}: {d}");
+                assert!(d < 1e-4, "{n}×{h}×{w}×{ci} → {co}, k {k}, way {way}: {d}");
             }
         }
     }
