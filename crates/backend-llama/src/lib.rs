@@ -158,6 +158,7 @@ impl LlamaBackend {
             micro_batch_tokens: Some(config.ubatch.min(config.context_tokens) as usize),
             flash_attention_probe: None,
             prefix_cache_bytes: Some(config.prefix_cache_tokens * kv_bytes_per_token(&model)),
+            hidden_size: usize::try_from(model.n_embd()).ok(),
         };
         let mut backend = LlamaBackend {
             model,
@@ -194,6 +195,7 @@ impl LlamaBackend {
             micro_batch_tokens: None,
             flash_attention_probe: None,
             prefix_cache_bytes: None,
+            hidden_size: usize::try_from(model.n_embd()).ok(),
         };
         Ok(LlamaBackend {
             model,

@@ -350,6 +350,7 @@ impl SparrowModel {
             micro_batch_tokens: None,
             flash_attention_probe: None,
             prefix_cache_bytes: None,
+            hidden_size: None,
         };
         Ok(SparrowModel {
             config,

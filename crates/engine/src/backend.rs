@@ -112,6 +112,8 @@ pub struct BackendInfo {
     pub flash_attention_probe: Option<FlashProbe>,
     /// Most bytes the decision prefix cache keeps across requests (`None`: no such cache).
     pub prefix_cache_bytes: Option<usize>,
+    /// Width of the model's hidden state (`None` where the engine does not say).
+    pub hidden_size: Option<usize>,
 }
 
 /// One evaluation of the same tokens with flash attention off and on, at load: the setting is

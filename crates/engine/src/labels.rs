@@ -183,10 +183,9 @@ impl Trie {
         temperature: f64,
         out: &mut [f64],
     ) -> Option<()> {
-        let logits = reads.next()?;
-        if logits.len() != self.edges.len() {
-            return None;
-        }
+        // A question's first read may carry more candidates after the labels' (a decision
+        // adapter's features); the labels come first.
+        let logits = reads.next()?.get(..self.edges.len())?;
         let p = softmax(logits, temperature);
         for (e, pe) in self.edges.iter().zip(&p) {
             if let Some(l) = e.label {

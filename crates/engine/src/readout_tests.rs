@@ -178,6 +178,7 @@ fn model(config: DecisionConfig, script: Script) -> DecisionModel {
             micro_batch_tokens: None,
             flash_attention_probe: None,
             prefix_cache_bytes: None,
+            hidden_size: None,
         },
         script,
     };

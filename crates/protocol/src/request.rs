@@ -187,7 +187,8 @@ pub struct Question {
     /// How a state longer than the question's budget is read.
     pub overflow: Overflow,
     pub require_full_input: bool,
-    pub decision_adapter: bool,
+    /// Whether the package's decision adapter answers (`None`: the package's default).
+    pub decision_adapter: Option<bool>,
 }
 
 /// One question slot: its id, its declared type word (if any) and the question or its failure.
@@ -988,7 +989,7 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
     };
     let preset = w.preset;
     let require_full_input = w.require_full_input.unwrap_or(false);
-    let decision_adapter = w.decision_adapter.unwrap_or(false);
+    let decision_adapter = w.decision_adapter;
     let overflow = w.overflow.unwrap_or_default();
     let over = match &w.over {
         None => None,
@@ -1245,7 +1246,7 @@ impl Question {
             over: None,
             overflow,
             require_full_input: false,
-            decision_adapter: false,
+            decision_adapter: None,
         }
     }
 }

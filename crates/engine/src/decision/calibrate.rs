@@ -16,7 +16,8 @@ use std::collections::HashMap;
 
 use protocol::request::{DecisionRequest, Options, Question, QuestionKind, QuestionSlot, Roles};
 
-use super::model::{DecisionModel, Plan, Reading, Remembered};
+use super::adapter::question_key;
+use super::model::{DecisionModel, Plan, Reading, Readout, Remembered};
 
 /// The empty-state answers one body uses: those remembered when it was planned, and the
 /// request that asks the rest (by key, in order).
@@ -73,31 +74,18 @@ pub(crate) fn lower_yes(p: &mut [f64], bias: f64, temperature: f64) {
 }
 
 impl DecisionModel {
-    /// The key of a question whose answer content-free calibration corrects: its type,
-    /// instructions and options (a choice's sorted, as the prompt shows them), which is all
-    /// its empty-state answer depends on.
+    /// The key of a question whose answer content-free calibration corrects (see
+    /// [`question_key`]): none for a type the package does not correct, a question about
+    /// images, or one its decision adapter answers.
     fn content_free_key(&self, q: &Question, images: usize) -> Option<String> {
         let type_name = q.kind.type_name();
         if images > 0 || !self.config.content_free.iter().any(|t| t == type_name) {
             return None;
         }
-        let options = match &q.kind {
-            QuestionKind::Choice { options } => {
-                let mut sorted: Vec<_> = options.iter().collect();
-                sorted.sort();
-                format!("{sorted:?}")
-            }
-            QuestionKind::Score { levels } => format!("{levels:?}"),
-            QuestionKind::Noul {
-                when_false,
-                when_true,
-            } => format!("{when_false:?}{when_true:?}"),
-            _ => return None,
-        };
-        Some(format!(
-            "{type_name}\u{1f}{:?}\u{1f}{options}",
-            q.instructions
-        ))
+        if matches!(self.readout_for(q), Ok(Readout::Adapter(_))) {
+            return None;
+        }
+        question_key(q)
     }
 
     /// Each request's questions' keys (`None` where no correction applies), and the

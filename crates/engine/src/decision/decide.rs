@@ -42,6 +42,38 @@ impl DecisionModel {
             .collect())
     }
 
+    /// The adapter features (`adapter::feature_tokens`' logits) at each choice, noul and score
+    /// question's answer position (its first branch, its first window), by question id, on a
+    /// model recording them ([`DecisionModel::recording_features`]): what `vllm-srun adapt`
+    /// trains heads on. A question that failed, or of another type, has `None`.
+    pub async fn adapter_features(
+        &self,
+        r: &DecisionRequest,
+    ) -> Result<Vec<(String, Option<Vec<f32>>)>, EngineError> {
+        let Engine::Tree(t) = &self.engine else {
+            return Err(EngineError::Forward(
+                "a direct model has no adapter features".into(),
+            ));
+        };
+        let prepared = vec![self.prepare(t, r)];
+        refusal(false, &prepared)?;
+        let mut timings = Timings::default();
+        let logits = self
+            .forward(t, &prepared, None, &mut timings)
+            .await?
+            .map_err(|f| EngineError::Forward(f.message))?;
+        let Some(Ok(p)) = prepared.first() else {
+            return Ok(Vec::new());
+        };
+        let reading = self.read(t, p, per_root(p, &mut logits.iter()));
+        Ok(reading
+            .groups
+            .iter()
+            .zip(reading.features)
+            .map(|((plan, _), h)| (plan.id().to_string(), h))
+            .collect())
+    }
+
     /// Answer a decision body. Request-level failures are errors; question-level failures
     /// are answered in place.
     pub async fn decide(

@@ -17,7 +17,9 @@ use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionBody, DecisionRequest, Question, QuestionKind};
 use protocol::{ProtocolError, Usage};
 
-use super::model::{entries, refusal, Decision, DecisionModel, Engine, Limits, Plan, Timings};
+use super::model::{
+    entries, refusal, Decision, DecisionModel, Engine, Limits, Plan, Readout, Timings,
+};
 use super::readout::combine_windows;
 use super::views::{over_keys, view_index, RootKey, Views};
 use crate::backend::{DirectBackend, DirectKind, DirectQuestion, Token};
@@ -50,6 +52,8 @@ impl DecisionModel {
             cutter,
             engine: Engine::Direct(backend.clone()),
             detector: None,
+            adapters: None,
+            record_features: false,
         };
         model.numerics = measure_numerics(&*backend)?;
         Ok(model)
@@ -371,6 +375,7 @@ fn direct_question(
                 shown: vec![(0..options.len()).collect()],
                 temperature,
                 complete,
+                readout: Readout::Base,
             },
             options
                 .iter()
@@ -388,6 +393,7 @@ fn direct_question(
                     id,
                     temperature,
                     complete,
+                    readout: Readout::Base,
                 },
                 vec![
                     option("true", Some(when_true.as_deref().unwrap_or(yes)))?,
@@ -402,6 +408,7 @@ fn direct_question(
                 legend: levels.clone(),
                 temperature,
                 complete,
+                readout: Readout::Base,
             },
             levels
                 .iter()

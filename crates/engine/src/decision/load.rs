@@ -109,6 +109,10 @@ impl DecisionModel {
             None => config.question_types.retain(|t| t != "span"),
         }
         let worker = Worker::start(&meta.name, backend.clone(), prefix.clone(), scheduler)?;
+        let features = super::adapter::feature_tokens(
+            backend.vocab_size(),
+            backend.info().hidden_size.unwrap_or(0),
+        );
         let tree = Tree {
             backend,
             worker,
@@ -122,6 +126,7 @@ impl DecisionModel {
             sep,
             spans,
             remembered: Default::default(),
+            features,
         };
         let mut model = DecisionModel {
             meta,
@@ -131,6 +136,8 @@ impl DecisionModel {
             cutter,
             engine: Engine::Tree(Box::new(tree)),
             detector: None,
+            adapters: None,
+            record_features: false,
         };
         if let Engine::Tree(t) = &model.engine {
             let numerics = model.measure_numerics(t)?;

@@ -8,10 +8,13 @@
 //! - `views` and `prepare`: the state's views read within budget, each question placed on its
 //!   roots (whole, truncated or in windows), the request's token limits;
 //! - `readout`: answers read from the logits, windows combined, spans replayed, the response;
+//! - `adapter`: heads a package trained per question, read from features at the answer
+//!   position (logits of a spread of tokens, a linear image of the hidden state);
 //! - `calibrate`: label-bias corrections a package asks for (empty-state division, noul bias);
 //! - `contest`: places several labels of a span question claim, settled by a short second job;
 //! - `target` and `locate`: box questions answered by the object detector a model carries.
 
+pub mod adapter;
 mod calibrate;
 mod contest;
 mod decide;

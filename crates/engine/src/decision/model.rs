@@ -12,6 +12,7 @@ use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionBody, DecisionRequest};
 use protocol::{Answer, Ordered, ProtocolError, Usage};
 
+use super::adapter::{Adapters, Head};
 use crate::backend::{Backend, BackendInfo, Detector, DirectBackend, Node, RootLogits, Token};
 use crate::budget::Cutter;
 use crate::error::EngineError;
@@ -82,6 +83,26 @@ pub enum Decision {
     Batch(BatchResponse),
 }
 
+/// How a choice, noul or score question's answer is read.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Readout {
+    /// From its label logits (and the package's corrections).
+    #[default]
+    Base,
+    /// By the package's decision adapter for it, from features read at the answer position;
+    /// no correction applies (the head's training calibrated it).
+    Adapter(Arc<Head>),
+    /// From its label logits, the adapter features kept beside them (to train an adapter on).
+    Recorded,
+}
+
+impl Readout {
+    /// Whether the question's first read also reads the adapter features.
+    pub(crate) fn reads_features(&self) -> bool {
+        !matches!(self, Readout::Base)
+    }
+}
+
 /// What one question asks, as its answer is built from its probabilities (shared by every
 /// engine; a causal LM keeps the label trie of a choice or score beside it).
 #[derive(Debug, Clone)]
@@ -99,17 +120,20 @@ pub(crate) enum Plan {
         shown: Vec<Vec<usize>>,
         temperature: f64,
         complete: bool,
+        readout: Readout,
     },
     Noul {
         id: String,
         temperature: f64,
         complete: bool,
+        readout: Readout,
     },
     Score {
         id: String,
         legend: Vec<String>,
         temperature: f64,
         complete: bool,
+        readout: Readout,
     },
     Set {
         id: String,
@@ -133,6 +157,41 @@ pub(crate) enum Plan {
     },
 }
 
+impl Plan {
+    /// The question's id.
+    pub(crate) fn id(&self) -> &str {
+        match self {
+            Plan::Failed { id, .. }
+            | Plan::Choice { id, .. }
+            | Plan::Noul { id, .. }
+            | Plan::Score { id, .. }
+            | Plan::Set { id, .. }
+            | Plan::Span { id, .. } => id,
+        }
+    }
+
+    /// How a choice, noul or score question is read (`None` for other types).
+    pub(crate) fn readout(&self) -> Option<&Readout> {
+        match self {
+            Plan::Choice { readout, .. }
+            | Plan::Noul { readout, .. }
+            | Plan::Score { readout, .. } => Some(readout),
+            _ => None,
+        }
+    }
+
+    /// The classes of its probability group, in order: a choice's keys as the request lists
+    /// them, `yes` and `no`, a score's level indices (as [`super::adapter::classes_of`]).
+    pub(crate) fn classes(&self) -> Vec<String> {
+        match self {
+            Plan::Choice { keys, .. } => keys.clone(),
+            Plan::Noul { .. } => vec!["yes".into(), "no".into()],
+            Plan::Score { legend, .. } => (0..legend.len()).map(|i| i.to_string()).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// One request, rendered and tokenized, ready for the queue.
 #[derive(Debug)]
 pub(super) struct Prepared {
@@ -150,6 +209,9 @@ pub(super) struct Prepared {
 /// are settled.
 pub(super) struct Reading<'p> {
     pub(super) groups: Vec<(&'p Plan, Option<Vec<Vec<f64>>>)>,
+    /// Per plan: the adapter features at its answer position (its first root's), where they
+    /// were read.
+    pub(super) features: Vec<Option<Vec<f32>>>,
     pub(super) spans: Vec<Option<Vec<protocol::SpanFound>>>,
     pub(super) usage: Usage,
 }
@@ -185,6 +247,10 @@ pub struct DecisionModel {
     pub(crate) engine: Engine,
     /// The object detector that answers box questions (`decision::locate`), when attached.
     pub(crate) detector: Option<Arc<dyn Detector>>,
+    /// The package's decision adapters, when it has any.
+    pub(crate) adapters: Option<Adapters>,
+    /// Whether every choice, noul and score question keeps its hidden state (`adapt`).
+    pub(crate) record_features: bool,
 }
 
 /// How a decision model evaluates.
@@ -212,6 +278,8 @@ pub(crate) struct Tree {
     pub(super) spans: Option<Arc<SpanVocab>>,
     /// Empty-state answers of the questions content-free calibration corrects.
     pub(super) remembered: Remembered,
+    /// The tokens whose logits a decision adapter reads (`adapter::feature_tokens`).
+    pub(super) features: Vec<Token>,
 }
 
 /// The requests of a body with their names (a single request's is empty).
@@ -249,6 +317,58 @@ impl DecisionModel {
         }
         self.detector = Some(detector);
         self
+    }
+
+    /// The feature tokens a decision adapter reads on this model (none on a direct model).
+    fn features(&self) -> usize {
+        match &self.engine {
+            Engine::Tree(t) => t.features.len(),
+            Engine::Direct(_) => 0,
+        }
+    }
+
+    /// Attach the package's decision adapters, trained on this model's vocabulary and
+    /// features.
+    pub fn with_adapters(mut self, adapters: Adapters) -> Result<DecisionModel, EngineError> {
+        let vocab = match &self.engine {
+            Engine::Tree(t) => t.backend.vocab_size(),
+            Engine::Direct(_) => 0,
+        };
+        if self.features() == 0
+            || self.features() != adapters.features
+            || vocab != adapters.vocab_size
+        {
+            return Err(EngineError::LoadFailed(
+                self.meta.name.clone(),
+                format!(
+                    "decision adapters read {} features of a {}-token vocabulary; this model \
+                     gives {} of {vocab}",
+                    adapters.features,
+                    adapters.vocab_size,
+                    self.features()
+                ),
+            ));
+        }
+        self.adapters = Some(adapters);
+        Ok(self)
+    }
+
+    /// Keep the adapter features of every choice, noul and score question
+    /// ([`DecisionModel::adapter_features`]), to train adapters on.
+    pub fn recording_features(mut self) -> Result<DecisionModel, EngineError> {
+        if self.features() == 0 {
+            return Err(EngineError::LoadFailed(
+                self.meta.name.clone(),
+                "this model has no hidden width to read adapter features by".into(),
+            ));
+        }
+        self.record_features = true;
+        Ok(self)
+    }
+
+    /// The package's decision adapters, if any.
+    pub fn adapters(&self) -> Option<&Adapters> {
+        self.adapters.as_ref()
     }
 
     /// The attached object detector, if any.

@@ -4,7 +4,7 @@
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{Question, QuestionKind};
 
-use super::model::{DecisionModel, Plan, Tree};
+use super::model::{DecisionModel, Plan, Readout, Tree};
 use crate::backend::{Node, Token};
 use crate::labels::{option_code, Trie};
 
@@ -72,17 +72,36 @@ impl DecisionModel {
                 format!("model {} does not answer {what} questions", self.meta.name),
             ));
         }
-        if q.decision_adapter {
-            return Err(QuestionFailure::new(
-                QuestionErrorKind::InvalidQuestion,
-                reason::DECISION_ADAPTER_UNSUPPORTED,
-                format!(
-                    "decision_adapter: model {} has no decision adapter",
-                    self.meta.name
-                ),
-            ));
-        }
-        Ok(())
+        self.readout_for(q).map(|_| ())
+    }
+
+    /// How a question's answer is read. A question that asks for a decision adapter
+    /// (`decision_adapter: true`, or the package's default when it does not say) is answered
+    /// by the head trained on it, where the package has one; a package with no adapters at
+    /// all refuses an explicit ask, and any other question is read from its label logits.
+    pub(crate) fn readout_for(&self, q: &Question) -> Result<Readout, QuestionFailure> {
+        let Some(adapters) = &self.adapters else {
+            if q.decision_adapter == Some(true) {
+                return Err(QuestionFailure::new(
+                    QuestionErrorKind::InvalidQuestion,
+                    reason::DECISION_ADAPTER_UNSUPPORTED,
+                    format!(
+                        "decision_adapter: model {} has no decision adapter",
+                        self.meta.name
+                    ),
+                ));
+            }
+            return Ok(if self.record_features {
+                Readout::Recorded
+            } else {
+                Readout::Base
+            });
+        };
+        let wants = q.decision_adapter.unwrap_or(adapters.default);
+        Ok(match adapters.find(q) {
+            Some(head) if wants => Readout::Adapter(head),
+            _ => Readout::Base,
+        })
     }
 
     /// Render and tokenize one question; return how to read it and its branch nodes.
@@ -95,6 +114,7 @@ impl DecisionModel {
         limit: usize,
     ) -> Result<(Plan, Vec<Node>, Option<Trie>), QuestionFailure> {
         self.check_type(q)?;
+        let readout = self.readout_for(q)?;
         let type_name = q.kind.type_name();
         let complete = q.require_full_input;
         let temperature = self.temperature(type_name, n_decisions);
@@ -149,6 +169,7 @@ impl DecisionModel {
                     nodes.push(trie.node(self.question_tokens(t, &block, limit)?));
                     shown.push(if by_name { (0..n).collect() } else { order });
                 }
+                read_features(&mut nodes, &readout, &t.features);
                 Ok((
                     Plan::Choice {
                         id,
@@ -156,6 +177,7 @@ impl DecisionModel {
                         shown,
                         temperature,
                         complete,
+                        readout,
                     },
                     nodes,
                     Some(trie),
@@ -176,14 +198,16 @@ impl DecisionModel {
                     block.push_str(&format!("No means: {f}\n"));
                 }
                 block.push_str("Answer Yes or No.");
-                let node = t.yes_no.node(self.question_tokens(t, &block, limit)?);
+                let mut nodes = vec![t.yes_no.node(self.question_tokens(t, &block, limit)?)];
+                read_features(&mut nodes, &readout, &t.features);
                 Ok((
                     Plan::Noul {
                         id,
                         temperature,
                         complete,
+                        readout,
                     },
-                    vec![node],
+                    nodes,
                     None,
                 ))
             }
@@ -198,15 +222,17 @@ impl DecisionModel {
                     block.push_str(&format!("{i}. {l}\n"));
                 }
                 block.push_str("Answer with the number of the level.");
-                let node = trie.node(self.question_tokens(t, &block, limit)?);
+                let mut nodes = vec![trie.node(self.question_tokens(t, &block, limit)?)];
+                read_features(&mut nodes, &readout, &t.features);
                 Ok((
                     Plan::Score {
                         id,
                         legend: levels.clone(),
                         temperature,
                         complete,
+                        readout,
                     },
-                    vec![node],
+                    nodes,
                     Some(trie),
                 ))
             }
@@ -311,6 +337,17 @@ impl DecisionModel {
             paths.push(p);
         }
         Trie::build(&paths).ok()
+    }
+}
+
+/// Read the adapter features at a question's answer position (its first branch's first
+/// read), after its labels' candidates, when its readout needs them.
+fn read_features(nodes: &mut [Node], readout: &Readout, features: &[Token]) {
+    if !readout.reads_features() {
+        return;
+    }
+    if let Some(read) = nodes.first_mut().and_then(|n| n.reads.first_mut()) {
+        read.candidates.extend_from_slice(features);
     }
 }
 

@@ -10,7 +10,7 @@ use protocol::confidence::{argmax, choice_confidence, expected_level, score_conf
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::{Answer, Ordered, Usage};
 
-use super::model::{DecisionModel, Plan, Prepared, Reading, Tree};
+use super::model::{DecisionModel, Plan, Prepared, Reading, Readout, Tree};
 use crate::backend::RootLogits;
 use crate::labels::Trie;
 use crate::span::CopySteer;
@@ -98,19 +98,44 @@ impl DecisionModel {
             .map(|l| l.map(|l| l.iter()).unwrap_or_default())
             .collect();
         let mut groups = Vec::with_capacity(p.plans.len());
+        let mut features = Vec::with_capacity(p.plans.len());
         let mut usage = p.usage;
         for (roots, plan, trie) in &p.plans {
             if matches!(plan, Plan::Span { .. }) {
                 groups.push((plan, None));
+                features.push(None);
                 continue;
             }
             // Every root (window) the question read, then the windows combined.
             let mut per_window = Vec::with_capacity(roots.len());
-            for &at in roots {
+            let mut kept = None;
+            for (w, &at) in roots.iter().enumerate() {
                 let mut none = [].iter();
                 let reads = per_root.get_mut(at).unwrap_or(&mut none);
-                per_window.push(self.read_groups(t, plan, trie.as_ref(), reads));
+                // The adapter features ride after the first read's label logits.
+                let readout = plan.readout();
+                let d = t.features.len();
+                let mine = match readout {
+                    Some(r) if r.reads_features() && d > 0 => reads
+                        .clone()
+                        .next()
+                        .and_then(|e| e.get(e.len().checked_sub(d)?..))
+                        .map(<[f32]>::to_vec),
+                    _ => None,
+                };
+                let mut read = self.read_groups(t, plan, trie.as_ref(), reads);
+                if let Some(Readout::Adapter(head)) = readout {
+                    read = mine
+                        .as_deref()
+                        .and_then(|h| head.answer(h, &plan.classes()))
+                        .map(|p| vec![p]);
+                }
+                if w == 0 {
+                    kept = mine;
+                }
+                per_window.push(read);
             }
+            features.push(kept);
             let read: Option<Vec<Vec<f64>>> = per_window
                 .into_iter()
                 .collect::<Option<Vec<_>>>()
@@ -140,6 +165,7 @@ impl DecisionModel {
         }
         Reading {
             groups,
+            features,
             spans,
             usage,
         }
