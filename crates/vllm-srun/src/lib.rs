@@ -2,6 +2,7 @@
 //! missing), register them, and serve HTTP. `main.rs` is the command line over this; the
 //! integration tests start the same server in-process on a loopback port.
 
+pub mod adapt;
 pub mod models_file;
 
 use std::net::SocketAddr;
@@ -434,6 +435,24 @@ fn router_questions(
     }
 }
 
+/// A package's decision adapters (`decision_adapters.json`, written by `vllm-srun adapt`),
+/// checked against their questions; `None` when it has none.
+pub fn decision_adapters(dir: Option<&Path>) -> Result<Option<engine::adapter::Adapters>, String> {
+    let Some(path) = dir
+        .map(|d| d.join(adapt::ADAPTERS_FILE))
+        .filter(|p| p.is_file())
+    else {
+        return Ok(None);
+    };
+    let file: engine::adapter::AdapterFile = read_json_strict(&path)?;
+    engine::adapter::Adapters::new(file).map(Some)
+}
+
+fn read_json_strict<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     slot.set_state(ModelState::Loading);
     let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
@@ -514,6 +533,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     if meta.sha256.is_none() {
         meta.sha256 = hub::sha256_file(&resolved.weights).ok();
     }
+    let adapters = decision_adapters(resolved.dir.as_deref())?;
     let backend = backend_llama::LlamaBackend::load(
         &resolved.weights,
         backend_llama::LlamaConfig {
@@ -540,6 +560,10 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     slot.set_state(ModelState::Warming);
     let model = DecisionModel::start(meta, config, backend, o.scheduler.clone())
         .map_err(|e| e.to_string())?;
+    let model = match adapters {
+        Some(a) => model.with_adapters(a).map_err(|e| e.to_string())?,
+        None => model,
+    };
     let model = match detector {
         Some(d) => model.with_detector(d),
         None => model,

@@ -35,6 +35,37 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Train decision adapters from labelled cases (sys1bench's manifest format): one small
+    /// head per question on the model's hidden state at the answer position, written into a
+    /// package directory that links the model's GGUF. Serve the directory as a model; a
+    /// question with `decision_adapter: true` is answered by its adapter.
+    Adapt(AdaptArgs),
+}
+
+#[derive(clap::Args)]
+struct AdaptArgs {
+    /// The base decision model: a catalogue id, a GGUF file or a package directory.
+    #[arg(long)]
+    model: String,
+    /// Labelled cases, one JSON object per line (sys1bench's manifest format); repeatable.
+    #[arg(long, required = true)]
+    data: Vec<std::path::PathBuf>,
+    /// The package directory to write.
+    #[arg(long)]
+    out: std::path::PathBuf,
+    /// Folds of the cross-validation that chooses each head's regularisation.
+    #[arg(long, default_value_t = 5)]
+    folds: usize,
+    /// CPU threads; 0 for every core.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Answer a question by its adapter also when it does not ask (`decision_adapter`
+    /// absent); `decision_adapter: false` still asks the base.
+    #[arg(long)]
+    default_on: bool,
+    /// Fetch a catalogue model that is not cached.
+    #[arg(long)]
+    pull: bool,
 }
 
 #[derive(Subcommand)]
@@ -273,8 +304,38 @@ fn main() {
         Command::Router(args) => router_alone(args),
         Command::Gateway(args) => gateway(args),
         Command::Keys { command } => keys(command),
+        Command::Adapt(args) => adapt(args),
     };
     std::process::exit(code);
+}
+
+fn adapt(a: AdaptArgs) -> i32 {
+    let o = vllm_srun::adapt::AdaptOptions {
+        model: a.model,
+        data: a.data,
+        out: a.out,
+        folds: a.folds,
+        threads: a.threads,
+        default_on: a.default_on,
+        pull_missing: a.pull,
+    };
+    match vllm_srun::adapt::adapt(&o) {
+        Ok(fitted) => {
+            println!("question\tcases\tl2\tcv_accuracy\tcv_nll\tcv_ece");
+            for f in &fitted {
+                println!(
+                    "{}\t{}\t{}\t{:.3}\t{:.3}\t{:.3}",
+                    f.id, f.cases, f.l2, f.accuracy, f.nll, f.ece
+                );
+            }
+            println!("{} adapters written to {}", fitted.len(), o.out.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("adapt failed: {e}");
+            1
+        }
+    }
 }
 
 fn models(cmd: ModelsCommand) -> i32 {

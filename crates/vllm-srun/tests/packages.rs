@@ -132,3 +132,162 @@ async fn a_package_config_that_cannot_act_fails_the_load() {
     assert!(err.contains("temperature.noul"), "{m}");
     std::fs::remove_dir_all(bad.parent().unwrap()).unwrap();
 }
+
+/// `sys1bench generate FAMILY` with `n` cases at `seed`, keeping only the questions named.
+fn generated(family: &str, n: usize, seed: u64, keep: &[&str], out: &std::path::Path) {
+    let raw = out.with_extension("raw.jsonl");
+    let status = std::process::Command::new("sys1bench")
+        .args(["generate", family])
+        .arg(&raw)
+        .args(["--n", &n.to_string(), "--seed", &seed.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("sys1bench is installed (scripts/test.sh installs it)");
+    assert!(status.success());
+    let mut lines = String::new();
+    for line in std::fs::read_to_string(&raw).unwrap().lines() {
+        let mut item: serde_json::Value = serde_json::from_str(line).unwrap();
+        item["questions"]
+            .as_object_mut()
+            .unwrap()
+            .retain(|k, _| keep.contains(&k.as_str()));
+        lines.push_str(&item.to_string());
+        lines.push('\n');
+    }
+    std::fs::write(out, lines).unwrap();
+}
+
+/// A manifest question as a 5.0 request asks it, and its truth as the answer names it.
+fn asked(q: &serde_json::Value) -> (serde_json::Value, String) {
+    match q["type"].as_str().unwrap() {
+        "choice" => {
+            let criteria: serde_json::Map<String, serde_json::Value> = q["criteria"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    (
+                        c["key"].as_str().unwrap().to_string(),
+                        c["description"].clone(),
+                    )
+                })
+                .collect();
+            (
+                json!({"type": "choice", "instructions": q["instructions"], "criteria": criteria}),
+                q["ground_truth"].as_str().unwrap().to_string(),
+            )
+        }
+        _ => (
+            json!({"type": "noul", "instructions": q["instructions"]}),
+            q["ground_truth"].as_bool().unwrap().to_string(),
+        ),
+    }
+}
+
+/// `vllm-srun adapt` trains heads on one generated family and writes a package that links the
+/// test model's GGUF; served, a question asked with `decision_adapter: true` is answered by
+/// its head, and on held-out cases of the same family (another seed) the heads beat the base
+/// readout of the same weights, asked in the same requests. A question no head was trained on
+/// is answered by the base.
+#[tokio::test]
+async fn decision_adapters_trained_by_adapt_beat_the_base_on_held_out_cases() {
+    let root = std::env::temp_dir().join(format!("vllm-srun-adapt-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let keep = ["queue", "is_angry"];
+    let (train, held_out) = (root.join("train.jsonl"), root.join("held-out.jsonl"));
+    generated("support_tickets", 48, 101, &keep, &train);
+    generated("support_tickets", 24, 202, &keep, &held_out);
+    let out = root.join("adapted");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_vllm-srun"))
+        .args([
+            "adapt",
+            "--model",
+            &test_model(),
+            "--threads",
+            "2",
+            "--data",
+        ])
+        .arg(&train)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let cached = hub::resolve(&test_model(), true).unwrap();
+    assert_eq!(
+        std::fs::canonicalize(out.join("model.gguf")).unwrap(),
+        std::fs::canonicalize(&cached.weights).unwrap(),
+        "the package links the base's weights"
+    );
+    assert!(
+        std::fs::symlink_metadata(out.join("model.gguf"))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "not a copy"
+    );
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("decision_adapters.json")).unwrap())
+            .unwrap();
+    assert_eq!(file["adapters"].as_array().unwrap().len(), 2);
+
+    let mut o = options();
+    o.models = vec![out.to_string_lossy().into_owned()];
+    o.generate = None;
+    let s = start(o);
+    let mut right = std::collections::BTreeMap::<(&str, bool), usize>::new();
+    let mut n = 0;
+    for line in std::fs::read_to_string(&held_out).unwrap().lines() {
+        let item: serde_json::Value = serde_json::from_str(line).unwrap();
+        let mut questions = serde_json::Map::new();
+        let mut truths = Vec::new();
+        for id in keep {
+            let (q, truth) = asked(&item["questions"][id]);
+            for adapter in [true, false] {
+                let mut q = q.clone();
+                q["decision_adapter"] = json!(adapter);
+                questions.insert(format!("{id}-{adapter}"), q);
+            }
+            truths.push((id, truth));
+        }
+        questions.insert(
+            "untrained".into(),
+            json!({"type": "noul", "instructions": "Does the customer mention an order number?",
+                   "decision_adapter": true}),
+        );
+        let body = json!({"model": "adapted", "state": item["state"], "questions": questions});
+        let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+        assert_eq!(status, 200, "{v}");
+        let untrained = &v["answers"]["untrained"];
+        assert!(untrained["noul"].is_number(), "answered by the base: {v}");
+        for (id, truth) in &truths {
+            for adapter in [true, false] {
+                let a = &v["answers"][format!("{id}-{adapter}")];
+                let said = match a["type"].as_str() {
+                    Some("choice") => a["choice"].as_str().unwrap().to_string(),
+                    _ => (a["noul"].as_f64().unwrap() > 0.5).to_string(),
+                };
+                if let Some(p) = a["probabilities"].as_object() {
+                    let total: f64 = p.values().map(|x| x.as_f64().unwrap()).sum();
+                    assert!((total - 1.0).abs() < 1e-6, "{a}");
+                }
+                *right.entry((id, adapter)).or_default() += usize::from(&said == truth);
+            }
+        }
+        n += 1;
+    }
+    eprintln!("held-out right answers of {n} (question, adapter): {right:?}");
+    let total = |adapter: bool| keep.iter().map(|id| right[&(*id, adapter)]).sum::<usize>();
+    assert!(
+        total(true) > total(false),
+        "the adapters beat the base readout: {right:?} of {n}"
+    );
+    for id in keep {
+        let (adapted, base) = (right[&(id, true)], right[&(id, false)]);
+        assert!(
+            adapted >= base,
+            "{id}: the adapter ({adapted}/{n}) is not worse than the base readout ({base}/{n})"
+        );
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}

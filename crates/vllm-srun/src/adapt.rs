@@ -1,0 +1,481 @@
+//! `vllm-srun adapt`: decision adapters trained from labelled cases (sys1bench's manifest
+//! format), written into a package directory that references the base model's GGUF.
+//!
+//! Each case is asked as one request with every question (as a served model would be asked)
+//! on a model that keeps each question's adapter features (`engine::adapter`: logits at the
+//! answer position, a linear image of the hidden state there). Per distinct question (type,
+//! instructions, options) a softmax layer is fitted on the standardised features, its L2 weight chosen by k-fold cross-validation (the held-out folds' NLL);
+//! the out-of-fold answers at that weight are what the report measures. The head is then
+//! refitted on every case. Fitting runs on candle.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
+use engine::adapter::{classes_of, AdapterFile, Head};
+use engine::DecisionModel;
+use protocol::request::parse_question;
+use protocol::Schema;
+use serde_json::{json, Value};
+
+/// The file a package keeps its adapters in.
+pub const ADAPTERS_FILE: &str = "decision_adapters.json";
+/// L2 weights cross-validation chooses from (on standardised features, per case).
+const L2_GRID: &[f64] = &[1e-3, 1e-2, 3e-2, 1e-1, 3e-1];
+/// Optimiser steps of one fit (full batch).
+const STEPS: usize = 300;
+/// Fewest labelled cases a question needs to get an adapter.
+pub const MIN_CASES: usize = 20;
+
+/// What `adapt` is asked to do.
+pub struct AdaptOptions {
+    pub model: String,
+    pub data: Vec<PathBuf>,
+    pub out: PathBuf,
+    pub folds: usize,
+    pub threads: usize,
+    /// Answer every question by its adapter unless it says otherwise (the card's default).
+    pub default_on: bool,
+    pub pull_missing: bool,
+}
+
+/// One question's labelled features.
+struct Cases {
+    question: Value,
+    classes: Vec<String>,
+    x: Vec<Vec<f32>>,
+    y: Vec<usize>,
+}
+
+/// One fitted head and what cross-validation measured.
+pub struct Fitted {
+    pub id: String,
+    pub cases: usize,
+    pub l2: f64,
+    pub accuracy: f64,
+    pub nll: f64,
+    pub ece: f64,
+}
+
+/// A manifest question as a 5.0 request asks it, and the index of its truth among the
+/// classes its head scores (`None` when the truth is none of them).
+fn wire(q: &Value) -> Option<(Value, Option<Value>)> {
+    let kind = q.get("type")?.as_str()?;
+    let instructions = q.get("instructions")?.clone();
+    let truth = q.get("ground_truth").cloned();
+    let out = match kind {
+        "choice" => {
+            let mut criteria = serde_json::Map::new();
+            for c in q.get("criteria")?.as_array()? {
+                let key = c.get("key")?.as_str()?;
+                let desc = c
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .filter(|d| !d.is_empty())
+                    .unwrap_or(key);
+                criteria.insert(key.into(), Value::String(desc.into()));
+            }
+            json!({"type": "choice", "instructions": instructions, "criteria": criteria})
+        }
+        "score" => {
+            let mut levels: Vec<&Value> = q.get("criteria")?.as_array()?.iter().collect();
+            levels.sort_by_key(|c| c.get("level").and_then(Value::as_i64).unwrap_or(0));
+            let truth = truth.as_ref().and_then(Value::as_i64).and_then(|t| {
+                levels
+                    .iter()
+                    .position(|c| c.get("level").and_then(Value::as_i64) == Some(t))
+            });
+            let criteria: Vec<Value> = levels
+                .iter()
+                .map(|c| c.get("description").cloned().unwrap_or(Value::Null))
+                .collect();
+            let q = json!({"type": "score", "instructions": instructions, "criteria": criteria});
+            return Some((q, truth.map(|t| Value::String(t.to_string()))));
+        }
+        "noul" => json!({"type": "noul", "instructions": instructions}),
+        _ => return None,
+    };
+    let truth = match (kind, truth) {
+        ("noul", Some(Value::Bool(b))) => Some(Value::String(if b { "yes" } else { "no" }.into())),
+        (_, Some(Value::String(s))) => Some(Value::String(s)),
+        _ => None,
+    };
+    Some((out, truth))
+}
+
+/// Read the manifests, ask every case, and group its features by question.
+async fn collect(
+    model: Arc<DecisionModel>,
+    data: &[PathBuf],
+) -> Result<BTreeMap<String, Cases>, String> {
+    let mut items = Vec::new();
+    for path in data {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let item: Value = serde_json::from_str(line)
+                .map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
+            items.push(item);
+        }
+    }
+    let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
+    // A few requests at a time: the model's worker batches them into shared forwards.
+    for chunk in items.chunks(8) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for item in chunk {
+            let mut questions = serde_json::Map::new();
+            let mut truths = BTreeMap::new();
+            for (qid, q) in item
+                .get("questions")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                if let Some((w, Some(truth))) = wire(q) {
+                    questions.insert(qid.clone(), w.clone());
+                    truths.insert(qid.clone(), (w, truth));
+                }
+            }
+            if questions.is_empty() {
+                continue;
+            }
+            let body = json!({"model": "m", "state": item.get("state").cloned().unwrap_or(Value::Null),
+                              "questions": questions});
+            let model = model.clone();
+            tasks.spawn(async move {
+                let body = protocol::request::parse_decision_body(&body, Schema::V5)
+                    .map_err(|e| e.message)?;
+                let protocol::request::DecisionBody::Single(r) = body else {
+                    return Err("a case is one request".to_string());
+                };
+                let features = model
+                    .adapter_features(&r)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((features, truths))
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            let (features, truths) = done.map_err(|e| e.to_string())??;
+            for (qid, h) in features {
+                let (Some(h), Some((w, truth))) = (h, truths.get(&qid)) else {
+                    continue;
+                };
+                let q = parse_question(w, Schema::V5).map_err(|f| f.message)?;
+                let classes = classes_of(&q).unwrap_or_default();
+                let Some(y) = classes
+                    .iter()
+                    .position(|c| Some(c.as_str()) == truth.as_str())
+                else {
+                    continue;
+                };
+                let key = serde_json::to_string(&canonical(w)).map_err(|e| e.to_string())?;
+                let cases = by_question.entry(key).or_insert_with(|| Cases {
+                    question: w.clone(),
+                    classes,
+                    x: Vec::new(),
+                    y: Vec::new(),
+                });
+                cases.x.push(h);
+                cases.y.push(y);
+            }
+        }
+    }
+    Ok(by_question)
+}
+
+/// A question with a choice's options in key order (one head per question, whatever order
+/// a manifest lists them in).
+fn canonical(w: &Value) -> Value {
+    let mut w = w.clone();
+    if let Some(Value::Object(c)) = w.get_mut("criteria") {
+        let sorted: BTreeMap<String, Value> = std::mem::take(c).into_iter().collect();
+        *c = sorted.into_iter().collect();
+    }
+    w
+}
+
+/// Mean and standard deviation of each feature.
+fn standardiser(x: &[Vec<f32>]) -> (Vec<f32>, Vec<f32>) {
+    let d = x.first().map_or(0, Vec::len);
+    let n = x.len().max(1) as f64;
+    let mut mean = vec![0f64; d];
+    for row in x {
+        for (m, v) in mean.iter_mut().zip(row) {
+            *m += f64::from(*v) / n;
+        }
+    }
+    let mut var = vec![0f64; d];
+    for row in x {
+        for ((s, v), m) in var.iter_mut().zip(row).zip(&mean) {
+            *s += (f64::from(*v) - m).powi(2) / n;
+        }
+    }
+    (
+        mean.iter().map(|m| *m as f32).collect(),
+        var.iter().map(|v| (v.sqrt() as f32).max(1e-4)).collect(),
+    )
+}
+
+/// A softmax layer fitted on `x` (rows) against classes `y`: cross-entropy plus `l2`/2 times
+/// the weights' squared norm, full-batch AdamW. Returns the head's weights (class rows),
+/// biases, and the standardiser it was fitted under.
+fn fit(x: &[Vec<f32>], y: &[usize], k: usize, l2: f64) -> candle_core::Result<Head> {
+    let (mean, scale) = standardiser(x);
+    let d = mean.len();
+    let n = x.len();
+    let flat: Vec<f32> = x
+        .iter()
+        .flat_map(|row| {
+            row.iter()
+                .zip(mean.iter().zip(&scale))
+                .map(|(v, (m, s))| (v - m) / s)
+        })
+        .collect();
+    let dev = Device::Cpu;
+    let xs = Tensor::from_vec(flat, (n, d), &dev)?;
+    let ys = Tensor::from_vec(y.iter().map(|c| *c as u32).collect::<Vec<_>>(), n, &dev)?;
+    let w = Var::zeros((d, k), DType::F32, &dev)?;
+    let b = Var::zeros(k, DType::F32, &dev)?;
+    let mut opt = AdamW::new(
+        vec![w.clone(), b.clone()],
+        ParamsAdamW {
+            lr: 0.02,
+            weight_decay: 0.0,
+            ..Default::default()
+        },
+    )?;
+    for _ in 0..STEPS {
+        let logits = xs.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?;
+        let loss = candle_nn::loss::cross_entropy(&logits, &ys)?;
+        let penalty = (w.as_tensor().sqr()?.sum_all()? * (l2 / 2.0))?;
+        opt.backward_step(&(loss + penalty)?)?;
+    }
+    let wt = w.as_tensor().t()?.to_vec2::<f32>()?;
+    let bias = b.as_tensor().to_vec1::<f32>()?;
+    Ok(Head {
+        question: Value::Null,
+        classes: Vec::new(),
+        mean,
+        scale,
+        weights: wt,
+        bias,
+        fit: Value::Null,
+    })
+}
+
+/// Accuracy, mean NLL and ECE (15 bins of the top answer's probability) of answers `p`.
+pub fn scores(p: &[Vec<f64>], y: &[usize]) -> (f64, f64, f64) {
+    let n = p.len().max(1) as f64;
+    let mut right = 0.0;
+    let mut nll = 0.0;
+    let mut bins = [(0.0f64, 0.0f64, 0usize); 15];
+    for (pi, &yi) in p.iter().zip(y) {
+        let top = pi
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, v)| if *v > pi[b] { i } else { b });
+        let hit = f64::from(u8::from(top == yi));
+        right += hit;
+        nll -= pi[yi].max(1e-12).ln();
+        let bin = ((pi[top] * 15.0) as usize).min(14);
+        bins[bin].0 += pi[top];
+        bins[bin].1 += hit;
+        bins[bin].2 += 1;
+    }
+    let ece = bins
+        .iter()
+        .map(|(c, h, m)| (c - h).abs() * (*m as f64 > 0.0) as u8 as f64)
+        .sum::<f64>()
+        / n;
+    (right / n, nll / n, ece)
+}
+
+/// Fit one question's head: the L2 weight by k-fold cross-validation, then on every case.
+fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
+    let n = c.y.len();
+    let k = c.classes.len();
+    let folds = folds.clamp(2, n);
+    let fold_of = |i: usize| i % folds;
+    let mut best: Option<(f64, f64, Vec<Vec<f64>>)> = None;
+    for &l2 in L2_GRID {
+        let mut out = vec![Vec::new(); n];
+        for f in 0..folds {
+            let train: Vec<usize> = (0..n).filter(|&i| fold_of(i) != f).collect();
+            let x: Vec<Vec<f32>> = train.iter().map(|&i| c.x[i].clone()).collect();
+            let y: Vec<usize> = train.iter().map(|&i| c.y[i]).collect();
+            let head = fit(&x, &y, k, l2).map_err(|e| e.to_string())?;
+            for i in (0..n).filter(|&i| fold_of(i) == f) {
+                out[i] = head.probabilities(&c.x[i]).unwrap_or_default();
+            }
+        }
+        let (_, nll, _) = scores(&out, &c.y);
+        if best.as_ref().is_none_or(|(_, b, _)| nll < *b) {
+            best = Some((l2, nll, out));
+        }
+    }
+    let (l2, _, out) = best.ok_or("no L2 weight to try")?;
+    let (accuracy, nll, ece) = scores(&out, &c.y);
+    let mut head = fit(&c.x, &c.y, k, l2).map_err(|e| e.to_string())?;
+    head.question = c.question.clone();
+    head.classes = c.classes.clone();
+    head.fit = json!({
+        "cases": n, "folds": folds, "l2": l2, "steps": STEPS,
+        "cross_validated": {"accuracy": accuracy, "nll": nll, "ece": ece},
+    });
+    Ok((
+        head,
+        Fitted {
+            id: id.to_string(),
+            cases: n,
+            l2,
+            accuracy,
+            nll,
+            ece,
+        },
+    ))
+}
+
+/// Train adapters for every question of the manifests with enough cases, and write the
+/// package: `decision_adapters.json`, the base's `decision_config.json`, a card naming the
+/// base, and `model.gguf` as a link to the base's weights (not a copy).
+pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
+    let resolved = hub::resolve(&o.model, o.pull_missing).map_err(|e| e.to_string())?;
+    if resolved.kind != hub::Kind::Gguf {
+        return Err(format!(
+            "{}: adapters are trained on a GGUF decision model",
+            o.model
+        ));
+    }
+    let own = resolved
+        .dir
+        .as_deref()
+        .map(|d| d.join("decision_config.json"))
+        .filter(|p| p.is_file());
+    let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
+    let config = super::decision_config(&o.model, own.as_deref(), shipped)?;
+    let backend = backend_llama::LlamaBackend::load(
+        &resolved.weights,
+        backend_llama::LlamaConfig {
+            threads: o.threads,
+            probe_cache: Some(hub::cache_dir().join("flash-attention-probes.json")),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let backend: Arc<dyn engine::Backend> = Arc::new(backend);
+    let vocab_size = backend.vocab_size();
+    let features =
+        engine::adapter::feature_tokens(vocab_size, backend.info().hidden_size.unwrap_or(0)).len();
+    let meta = super::plan_meta(&o.model, false, &[]);
+    let base_name = meta.name.clone();
+    let base_sha = meta.sha256.clone();
+    let model = DecisionModel::start(meta, config.clone(), backend, Default::default())
+        .and_then(DecisionModel::recording_features)
+        .map_err(|e| e.to_string())?;
+    let model = Arc::new(model);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let started = std::time::Instant::now();
+    let by_question = rt.block_on(collect(model, &o.data))?;
+    eprintln!(
+        "asked the cases in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let started = std::time::Instant::now();
+    let mut heads = Vec::new();
+    let mut report = Vec::new();
+    for c in by_question.values() {
+        let id = c
+            .question
+            .get("instructions")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let seen = {
+            let mut s = c.y.clone();
+            s.sort_unstable();
+            s.dedup();
+            s.len()
+        };
+        if c.y.len() < MIN_CASES || seen < 2 {
+            eprintln!(
+                "skipped {id:?}: {} cases, {seen} answers seen (an adapter needs {MIN_CASES} and 2)",
+                c.y.len()
+            );
+            continue;
+        }
+        let (head, fitted) = train(&id, c, o.folds)?;
+        heads.push(head);
+        report.push(fitted);
+    }
+    eprintln!(
+        "fitted {} heads in {:.1} s",
+        heads.len(),
+        started.elapsed().as_secs_f64()
+    );
+    write_package(
+        o,
+        &resolved.weights,
+        &config,
+        base_name,
+        base_sha,
+        AdapterFile {
+            vocab_size,
+            features,
+            default: o.default_on,
+            adapters: heads,
+        },
+    )?;
+    Ok(report)
+}
+
+fn write_package(
+    o: &AdaptOptions,
+    weights: &Path,
+    config: &engine::DecisionConfig,
+    base: String,
+    base_sha256: Option<String>,
+    file: AdapterFile,
+) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("{}: {e}", o.out.display());
+    std::fs::create_dir_all(&o.out).map_err(io)?;
+    let link = o.out.join("model.gguf");
+    let target = std::fs::canonicalize(weights).map_err(io)?;
+    if link.symlink_metadata().is_ok() {
+        std::fs::remove_file(&link).map_err(io)?;
+    }
+    std::os::unix::fs::symlink(&target, &link).map_err(io)?;
+    let write = |name: &str, v: &Value| {
+        let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
+        std::fs::write(o.out.join(name), text + "\n").map_err(io)
+    };
+    let n = file.adapters.len();
+    write(
+        ADAPTERS_FILE,
+        &serde_json::to_value(&file).map_err(|e| e.to_string())?,
+    )?;
+    write(
+        "decision_config.json",
+        &serde_json::to_value(config).map_err(|e| e.to_string())?,
+    )?;
+    write(
+        "card.json",
+        &json!({
+            "description": format!("{base} with {n} decision adapters trained by vllm-srun adapt"),
+            "revision": format!("{base}+adapters"),
+            "base": base,
+            "base_sha256": base_sha256,
+            "weights": target.display().to_string(),
+            "decision_adapter_default": o.default_on,
+        }),
+    )
+}
