@@ -352,13 +352,7 @@ pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
             o.model
         ));
     }
-    let own = resolved
-        .dir
-        .as_deref()
-        .map(|d| d.join("decision_config.json"))
-        .filter(|p| p.is_file());
-    let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
-    let config = super::decision_config(&o.model, own.as_deref(), shipped)?;
+    let config = super::package_config(&o.model, &resolved)?;
     let backend = backend_llama::LlamaBackend::load(
         &resolved.weights,
         backend_llama::LlamaConfig {

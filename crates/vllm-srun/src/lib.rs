@@ -420,6 +420,18 @@ fn decision_config(
     Ok(config)
 }
 
+/// A resolved decision model's config: its directory's own `decision_config.json`, else
+/// the catalogue's, else the engine's defaults (see [`decision_config`]).
+fn package_config(spec: &str, resolved: &hub::Resolved) -> Result<DecisionConfig, String> {
+    let own = resolved
+        .dir
+        .as_deref()
+        .map(|d| d.join("decision_config.json"))
+        .filter(|p| p.is_file());
+    let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
+    decision_config(spec, own.as_deref(), shipped)
+}
+
 /// A package's router signals (system-duo-api.txt, "Router signals"): its own
 /// `router_questions.json` (question id to question) wins over what the catalogue ships.
 fn router_questions(
@@ -498,13 +510,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         },
         None => None,
     };
-    let own = resolved
-        .dir
-        .as_deref()
-        .map(|d| d.join("decision_config.json"))
-        .filter(|p| p.is_file());
-    let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
-    let mut config = decision_config(spec, own.as_deref(), shipped)?;
+    let mut config = package_config(spec, &resolved)?;
     config.router_questions = router_questions(
         spec,
         resolved.dir.as_deref(),
