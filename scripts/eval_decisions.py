@@ -11,6 +11,9 @@ ORDERS=k also asks every choice question with its options rotated by 1..k-1 plac
 same request, and prints the option-order sensitivity: per question, the largest change of
 any option's probability between orders; its mean and max over the manifest's questions.
 
+ADAPTER=1 asks every question with `decision_adapter: true` (ADAPTER=0: false), to compare a
+package's decision adapters with its base readout.
+
 T* is the temperature (applied to log-probabilities) that minimises the NLL of the truth, per
 question and pooled per type: what a fitted `temperature` in decision_config.json would be.
 """
@@ -29,6 +32,9 @@ ORDERS = int(os.environ.get("ORDERS", "1"))
 # by name (`__yn`) and by letter (`__ab`), and each score as a choice between `level N` names
 # with the levels' descriptions (`__lv`); they are scored as the question they stand for.
 VARIANTS = os.environ.get("VARIANTS") == "1"
+# ADAPTER=1 (or 0) asks every question with `decision_adapter: true` (or false): on a package
+# `vllm-srun adapt` wrote, its heads answer (or the base readout does).
+ADAPTER = os.environ.get("ADAPTER")
 
 
 def ask(item):
@@ -54,6 +60,9 @@ def ask(item):
             questions[f"{qid}__ab"] = {"type": "choice", "instructions": q["instructions"],
                                        "criteria": {"yes.": None, "no.": None}}
         questions[qid] = out
+    if ADAPTER is not None:
+        for q in questions.values():
+            q["decision_adapter"] = ADAPTER == "1"
     body = {"model": model, "state": item["state"], "questions": questions}
     req = urllib.request.Request(url + "/v1/decisions", data=json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
