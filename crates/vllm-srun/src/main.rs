@@ -63,9 +63,9 @@ struct AdaptArgs {
     /// absent); `decision_adapter: false` still asks the base.
     #[arg(long)]
     default_on: bool,
-    /// Fetch a catalogue model that is not cached.
+    /// Refuse a catalogue model that is not cached instead of fetching it.
     #[arg(long)]
-    pull: bool,
+    no_pull: bool,
 }
 
 #[derive(Subcommand)]
@@ -317,7 +317,7 @@ fn adapt(a: AdaptArgs) -> i32 {
         folds: a.folds,
         threads: a.threads,
         default_on: a.default_on,
-        pull_missing: a.pull,
+        pull_missing: !a.no_pull,
     };
     match vllm_srun::adapt::adapt(&o) {
         Ok(fitted) => {
