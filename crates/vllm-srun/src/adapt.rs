@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
-use engine::adapter::{classes_of, AdapterFile, Head};
+use engine::adapter::{classes_of, question_key, AdapterFile, Head};
 use engine::DecisionModel;
 use protocol::request::parse_question;
 use protocol::Schema;
@@ -167,37 +167,30 @@ async fn collect(
                     continue;
                 };
                 let q = parse_question(w, Schema::V5).map_err(|f| f.message)?;
-                let classes = classes_of(&q).unwrap_or_default();
-                let Some(y) = classes
+                // One head per question, whatever order a case lists a choice's options in:
+                // the classes are the first case's, and each truth is placed among them.
+                let Some(key) = question_key(&q) else {
+                    continue;
+                };
+                let cases = by_question.entry(key).or_insert_with(|| Cases {
+                    question: w.clone(),
+                    classes: classes_of(&q).unwrap_or_default(),
+                    x: Vec::new(),
+                    y: Vec::new(),
+                });
+                let Some(y) = cases
+                    .classes
                     .iter()
                     .position(|c| Some(c.as_str()) == truth.as_str())
                 else {
                     continue;
                 };
-                let key = serde_json::to_string(&canonical(w)).map_err(|e| e.to_string())?;
-                let cases = by_question.entry(key).or_insert_with(|| Cases {
-                    question: w.clone(),
-                    classes,
-                    x: Vec::new(),
-                    y: Vec::new(),
-                });
                 cases.x.push(h);
                 cases.y.push(y);
             }
         }
     }
     Ok(by_question)
-}
-
-/// A question with a choice's options in key order (one head per question, whatever order
-/// a manifest lists them in).
-fn canonical(w: &Value) -> Value {
-    let mut w = w.clone();
-    if let Some(Value::Object(c)) = w.get_mut("criteria") {
-        let sorted: BTreeMap<String, Value> = std::mem::take(c).into_iter().collect();
-        *c = sorted.into_iter().collect();
-    }
-    w
 }
 
 /// Mean and standard deviation of each feature.
