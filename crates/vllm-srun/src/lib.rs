@@ -456,13 +456,8 @@ pub fn decision_adapters(dir: Option<&Path>) -> Result<Option<engine::adapter::A
     else {
         return Ok(None);
     };
-    let file: engine::adapter::AdapterFile = read_json_strict(&path)?;
+    let file: engine::adapter::AdapterFile = read_json(&path)?;
     engine::adapter::Adapters::new(file).map(Some)
-}
-
-fn read_json_strict<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {

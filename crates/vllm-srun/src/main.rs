@@ -36,7 +36,7 @@ enum Command {
         command: KeysCommand,
     },
     /// Train decision adapters from labelled cases (sys1bench's manifest format): one small
-    /// head per question on the model's hidden state at the answer position, written into a
+    /// head per question on the model's state at the answer position, written into a
     /// package directory that links the model's GGUF. Serve the directory as a model; a
     /// question with `decision_adapter: true` is answered by its adapter.
     Adapt(AdaptArgs),

@@ -31,7 +31,7 @@ use crate::backend::Token;
 /// its type, instructions and options (a choice's sorted, as the prompt shows them). Content-
 /// free answers are remembered, and decision adapters found, by it; `None` for types other
 /// than choice, noul and score.
-pub(crate) fn question_key(q: &Question) -> Option<String> {
+pub fn question_key(q: &Question) -> Option<String> {
     let options = match &q.kind {
         QuestionKind::Choice { options } => {
             let mut sorted: Vec<_> = options.iter().collect();
@@ -53,7 +53,7 @@ pub(crate) fn question_key(q: &Question) -> Option<String> {
 }
 
 /// `decision_adapters.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdapterFile {
     /// Vocabulary size of the model the heads were trained on.
@@ -67,7 +67,7 @@ pub struct AdapterFile {
     pub adapters: Vec<Head>,
 }
 
-/// One question's head: standardised hidden state, then a softmax layer over its classes.
+/// One question's head: standardised features, then a softmax layer over its classes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Head {
@@ -193,14 +193,6 @@ impl Adapters {
     pub fn find(&self, q: &Question) -> Option<Arc<Head>> {
         self.heads.get(&question_key(q)?).cloned()
     }
-
-    pub fn len(&self) -> usize {
-        self.heads.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heads.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -240,7 +232,7 @@ mod tests {
         )
         .unwrap();
         let h = a.find(&asked).unwrap();
-        // Hidden state pointing at class 1 (account): the request lists account first.
+        // Features pointing at class 1 (account): the request lists account first.
         let p = h
             .answer(&[0.0, 4.0, 0.0], &["account".into(), "billing".into()])
             .unwrap();

@@ -235,7 +235,7 @@ fn prepare<'r>(
         let question = model
             .image_check(q, slot, r)
             .and_then(|()| model.check_type(q))
-            .and_then(|()| direct_question(model, backend, &slot.id, q, n_decisions));
+            .and_then(|_| direct_question(model, backend, &slot.id, q, n_decisions));
         let (plan, question) = match question {
             Ok(pq) => pq,
             Err(f) => {

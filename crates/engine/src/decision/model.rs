@@ -249,7 +249,7 @@ pub struct DecisionModel {
     pub(crate) detector: Option<Arc<dyn Detector>>,
     /// The package's decision adapters, when it has any.
     pub(crate) adapters: Option<Adapters>,
-    /// Whether every choice, noul and score question keeps its hidden state (`adapt`).
+    /// Whether every choice, noul and score question keeps its adapter features (`adapt`).
     pub(crate) record_features: bool,
 }
 
@@ -364,11 +364,6 @@ impl DecisionModel {
         }
         self.record_features = true;
         Ok(self)
-    }
-
-    /// The package's decision adapters, if any.
-    pub fn adapters(&self) -> Option<&Adapters> {
-        self.adapters.as_ref()
     }
 
     /// The attached object detector, if any.

@@ -55,8 +55,8 @@ impl DecisionModel {
     }
 
     /// A question of a type the model does not answer, or one that asks for an adapter it
-    /// lacks, fails with its reason word.
-    pub(crate) fn check_type(&self, q: &Question) -> Result<(), QuestionFailure> {
+    /// lacks, fails with its reason word; otherwise, how its answer is read.
+    pub(crate) fn check_type(&self, q: &Question) -> Result<Readout, QuestionFailure> {
         let type_name = q.kind.type_name();
         if !self.config.answers(type_name) {
             let (r, what) = match &q.kind {
@@ -72,7 +72,7 @@ impl DecisionModel {
                 format!("model {} does not answer {what} questions", self.meta.name),
             ));
         }
-        self.readout_for(q).map(|_| ())
+        self.readout_for(q)
     }
 
     /// How a question's answer is read. A question that asks for a decision adapter
@@ -113,8 +113,7 @@ impl DecisionModel {
         n_decisions: usize,
         limit: usize,
     ) -> Result<(Plan, Vec<Node>, Option<Trie>), QuestionFailure> {
-        self.check_type(q)?;
-        let readout = self.readout_for(q)?;
+        let readout = self.check_type(q)?;
         let type_name = q.kind.type_name();
         let complete = q.require_full_input;
         let temperature = self.temperature(type_name, n_decisions);

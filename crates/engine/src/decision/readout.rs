@@ -109,12 +109,12 @@ impl DecisionModel {
             // Every root (window) the question read, then the windows combined.
             let mut per_window = Vec::with_capacity(roots.len());
             let mut kept = None;
+            let readout = plan.readout();
+            let d = t.features.len();
             for (w, &at) in roots.iter().enumerate() {
                 let mut none = [].iter();
                 let reads = per_root.get_mut(at).unwrap_or(&mut none);
                 // The adapter features ride after the first read's label logits.
-                let readout = plan.readout();
-                let d = t.features.len();
                 let mine = match readout {
                     Some(r) if r.reads_features() && d > 0 => reads
                         .clone()
