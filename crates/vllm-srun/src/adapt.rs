@@ -124,8 +124,17 @@ async fn collect(
         }
     }
     let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
+    let started = std::time::Instant::now();
     // A few requests at a time: the model's worker batches them into shared forwards.
-    for chunk in items.chunks(8) {
+    for (n, chunk) in items.chunks(8).enumerate() {
+        if n > 0 && n % 4 == 0 {
+            eprintln!(
+                "asked {} of {} cases ({:.0} s)",
+                n * 8,
+                items.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
         let mut tasks = tokio::task::JoinSet::new();
         for item in chunk {
             let mut questions = serde_json::Map::new();
@@ -289,6 +298,36 @@ pub fn scores(p: &[Vec<f64>], y: &[usize]) -> (f64, f64, f64) {
     (right / n, nll / n, ece)
 }
 
+/// A noul head's out-of-fold answers at thresholds on P(yes): the share of "yes" cases at or
+/// above it (caught) and of "no" cases at or above it (flagged), what a router guard's
+/// threshold is chosen from. `None` for other heads.
+fn operating_points(classes: &[String], p: &[Vec<f64>], y: &[usize]) -> Option<Value> {
+    let yes = classes.iter().position(|c| c == "yes")?;
+    if classes.len() != 2 {
+        return None;
+    }
+    let share = |want: bool, t: f64| {
+        let of: Vec<&Vec<f64>> = p
+            .iter()
+            .zip(y)
+            .filter(|(_, &yi)| (yi == yes) == want)
+            .map(|(pi, _)| pi)
+            .collect();
+        let hit = of
+            .iter()
+            .filter(|pi| pi.get(yes).is_some_and(|v| *v >= t))
+            .count();
+        hit as f64 / of.len().max(1) as f64
+    };
+    let points = (1..10)
+        .map(|i| {
+            let t = f64::from(i) / 10.0;
+            json!({"threshold": t, "caught": share(true, t), "flagged": share(false, t)})
+        })
+        .collect();
+    Some(Value::Array(points))
+}
+
 /// Fit one question's head: the L2 weight by k-fold cross-validation, then on every case.
 fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
     let n = c.y.len();
@@ -321,6 +360,9 @@ fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
         "cases": n, "folds": folds, "l2": l2, "steps": STEPS,
         "cross_validated": {"accuracy": accuracy, "nll": nll, "ece": ece},
     });
+    if let Some(points) = operating_points(&c.classes, &out, &c.y) {
+        head.fit["cross_validated"]["thresholds"] = points;
+    }
     Ok((
         head,
         Fitted {
