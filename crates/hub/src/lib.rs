@@ -74,6 +74,9 @@ pub struct Entry {
     /// The package's `router_questions.json` (its router signals, question id to question),
     /// where the catalogue ships one.
     pub router_questions: Option<&'static str>,
+    /// The package's `decision_adapters.json` (heads `vllm-srun adapt` trained for these
+    /// weights), where the catalogue ships one.
+    pub decision_adapters: Option<&'static str>,
 }
 
 /// Every model the catalogue knows.
@@ -102,6 +105,9 @@ pub fn catalog() -> Vec<Entry> {
             router_questions: Some(include_str!(
                 "../catalogue/qwen2.5-1.5b/router_questions.json"
             )),
+            decision_adapters: Some(include_str!(
+                "../catalogue/qwen2.5-1.5b/decision_adapters.json"
+            )),
         },
         Entry {
             id: "qwen2.5-0.5b",
@@ -124,6 +130,7 @@ pub fn catalog() -> Vec<Entry> {
                 "../catalogue/qwen2.5-0.5b/decision_config.json"
             )),
             router_questions: None,
+            decision_adapters: None,
         },
         Entry {
             id: "smollm2-135m",
@@ -140,6 +147,7 @@ pub fn catalog() -> Vec<Entry> {
             size: 98_362_432,
             decision_config: None,
             router_questions: None,
+            decision_adapters: None,
         },
         Entry {
             id: "minilm-l6",
@@ -156,6 +164,7 @@ pub fn catalog() -> Vec<Entry> {
             size: 90_868_376,
             decision_config: None,
             router_questions: None,
+            decision_adapters: None,
         },
         Entry {
             id: "sparrow-nano",
@@ -175,6 +184,7 @@ pub fn catalog() -> Vec<Entry> {
             router_questions: Some(include_str!(
                 "../catalogue/sparrow-nano/router_questions.json"
             )),
+            decision_adapters: None,
         },
         Entry {
             id: "sparrow-nano-robot",
@@ -191,6 +201,7 @@ pub fn catalog() -> Vec<Entry> {
             size: 1_299_700,
             decision_config: None,
             router_questions: None,
+            decision_adapters: None,
         },
         Entry {
             id: "nanodet-coco",
@@ -213,6 +224,7 @@ pub fn catalog() -> Vec<Entry> {
             size: 7_696_162,
             decision_config: None,
             router_questions: None,
+            decision_adapters: None,
         },
     ]
 }

