@@ -740,3 +740,61 @@ pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// Decision adapters (issue 36): the question a model's package has a head for, answered by
+/// the head and by the base readout, one request each about a new ~250-token state (nothing
+/// cached but the system prompt), alternating so that drift hits both alike. The head's
+/// features ride on the same forward as the base readout's labels, so the ratio is its whole
+/// cost.
+pub async fn adapters(model_spec: &str, runs: usize) -> Result<(), String> {
+    let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
+    let own = resolved
+        .dir
+        .as_ref()
+        .map(|d| d.join("decision_adapters.json"))
+        .filter(|p| p.is_file());
+    let text = match own {
+        Some(p) => std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => resolved
+            .entry
+            .as_ref()
+            .and_then(|e| e.decision_adapters)
+            .ok_or(format!("{model_spec} has no decision adapters"))?
+            .to_string(),
+    };
+    let file: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let question = file["adapters"][0]["question"].clone();
+    let o = vllm_srun::ServeOptions {
+        models: vec![model_spec.to_string()],
+        port: 0,
+        generate: None,
+        ..vllm_srun::ServeOptions::default()
+    };
+    let (registry, base) = serve_in_process(o).await?;
+    let model = wait(|| registry.ready(None)).await?;
+    let name = model.meta.name.clone();
+    let url = format!("{base}/v1/decisions");
+    let client = reqwest::Client::new();
+    let ask = |state: String, adapter: bool| {
+        let mut q = question.clone();
+        q["decision_adapter"] = json!(adapter);
+        json!({"model": name, "state": state, "questions": {"q": q}})
+    };
+    // Warm-up: the base's content-free answer and both paths once.
+    time_request(&client, &url, &ask(long_state(8000), false)).await?;
+    time_request(&client, &url, &ask(long_state(8001), true)).await?;
+    let (mut head, mut plain) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        head.push(time_request(&client, &url, &ask(long_state(8100 + 2 * i), true)).await?);
+        plain.push(time_request(&client, &url, &ask(long_state(8101 + 2 * i), false)).await?);
+    }
+    let (head, plain) = (median(head), median(plain));
+    println!(
+        "adapters: {name}, {runs} runs, one question about a new state: head median {:.1} ms, \
+         base readout median {:.1} ms; head/base = {:.3}  [target <= 1.1]",
+        head.as_secs_f64() * 1000.0,
+        plain.as_secs_f64() * 1000.0,
+        head.as_secs_f64() / plain.as_secs_f64()
+    );
+    Ok(())
+}

@@ -56,6 +56,10 @@ struct Args {
     /// same graph (needs Node.js with the packages scripts/nanodet_reference.js names).
     #[arg(long)]
     detector: bool,
+    /// Decision adapters: the question the model's package has a head for, answered by the
+    /// head against the base readout (each about a new state).
+    #[arg(long)]
+    adapters: bool,
 }
 
 fn main() {
@@ -75,11 +79,14 @@ fn main() {
         spans,
         gateway,
         detector,
+        adapters,
     } = Args::parse();
     let code = {
         use ::bench as b;
         if detector {
             run_bench(b::detector(runs.max(1)))
+        } else if adapters {
+            run_bench(b::adapters(&model, runs.max(1)))
         } else if gateway {
             run_bench(b::gateway(&model, requests.max(1)))
         } else if service {
