@@ -76,18 +76,19 @@ def main():
               + ", ".join(sorted({c[2] for c in dropped})))
         cases = kept
     seen_text = set()
+    yes = 0
     with open(out, "w") as f:
         for n, (t, truth, source) in enumerate(cases):
             if t in seen_text:
                 continue
             seen_text.add(t)
+            yes += truth
             q = {"type": "noul", "instructions": signal["instructions"], "criteria": None,
                  "ground_truth": truth}
             f.write(json.dumps({"task_id": f"guard_{n:04d}", "tier": "D", "domain": source,
                                 "language": "en", "state": f"user: {t}",
                                 "questions": {"vsr_jailbreak": q}}) + "\n")
-    yes = sum(1 for c in cases if c[1])
-    print(f"{len(seen_text)} cases ({yes} yes) written to {out}")
+    print(f"{len(seen_text)} distinct cases ({yes} yes) written to {out}")
 
 
 if __name__ == "__main__":

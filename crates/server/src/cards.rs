@@ -49,6 +49,11 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
         if !m.config.router_questions.is_empty() {
             card["router_questions"] = json!(m.config.router_questions);
         }
+        // The questions its decision adapters answer, and whether they answer a question
+        // that does not say (`decision_adapter`).
+        if let Some(a) = m.adapters() {
+            card["decision_adapters"] = json!({"default": a.default, "questions": a.questions()});
+        }
         card["usage"] = json!("state_once");
         card["attention_mode"] = json!(m.config.attention_mode);
         card["numerics"] = json!(m.numerics);

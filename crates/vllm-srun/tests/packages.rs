@@ -235,6 +235,17 @@ async fn decision_adapters_trained_by_adapt_beat_the_base_on_held_out_cases() {
     o.models = vec![out.to_string_lossy().into_owned()];
     o.generate = None;
     let s = start(o);
+    let (_, m) = get(&s.url("/v1/models")).await;
+    let declared = &m["models"][0]["card"]["decision_adapters"];
+    assert_eq!(
+        declared["default"], false,
+        "written without --default-on: {declared}"
+    );
+    assert_eq!(
+        declared["questions"].as_array().map(Vec::len),
+        Some(2),
+        "{declared}"
+    );
     let mut right = std::collections::BTreeMap::<(&str, bool), usize>::new();
     let mut n = 0;
     for line in std::fs::read_to_string(&held_out).unwrap().lines() {

@@ -193,6 +193,15 @@ impl Adapters {
     pub fn find(&self, q: &Question) -> Option<Arc<Head>> {
         self.heads.get(&question_key(q)?).cloned()
     }
+
+    /// The questions the heads were trained on (as the file words them), in key order.
+    pub fn questions(&self) -> Vec<&Value> {
+        let mut keys: Vec<&String> = self.heads.keys().collect();
+        keys.sort();
+        keys.into_iter()
+            .filter_map(|k| self.heads.get(k).map(|h| &h.question))
+            .collect()
+    }
 }
 
 #[cfg(test)]

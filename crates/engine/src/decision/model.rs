@@ -366,6 +366,12 @@ impl DecisionModel {
         Ok(self)
     }
 
+    /// The package's decision adapters, when it has any (the card lists their questions and
+    /// whether they answer by default).
+    pub fn adapters(&self) -> Option<&Adapters> {
+        self.adapters.as_ref()
+    }
+
     /// The attached object detector, if any.
     pub fn detector(&self) -> Option<&dyn Detector> {
         self.detector.as_deref()
