@@ -742,28 +742,23 @@ pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
 }
 
 /// Decision adapters (issue 36): the question a model's package has a head for, answered by
-/// the head and by the base readout, one request each about a new ~250-token state (nothing
-/// cached but the system prompt), alternating so that drift hits both alike. The head's
-/// features ride on the same forward as the base readout's labels, so the ratio is its whole
-/// cost.
+/// the head and by the base readout, one request each about a new state ([`long_state`]:
+/// nothing cached but the system prompt), alternating so that drift hits both alike. The
+/// head's features ride on the same forward as the base readout's labels, so the ratio is its
+/// whole cost.
 pub async fn adapters(model_spec: &str, runs: usize) -> Result<(), String> {
     let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
-    let own = resolved
-        .dir
-        .as_ref()
-        .map(|d| d.join("decision_adapters.json"))
-        .filter(|p| p.is_file());
-    let text = match own {
-        Some(p) => std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?,
-        None => resolved
-            .entry
-            .as_ref()
-            .and_then(|e| e.decision_adapters)
-            .ok_or(format!("{model_spec} has no decision adapters"))?
-            .to_string(),
-    };
-    let file: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    let question = file["adapters"][0]["question"].clone();
+    let heads = vllm_srun::decision_adapters(
+        model_spec,
+        resolved.dir.as_deref(),
+        resolved.entry.as_ref().and_then(|e| e.decision_adapters),
+    )?
+    .ok_or(format!("{model_spec} has no decision adapters"))?;
+    let question = heads
+        .questions()
+        .first()
+        .map(|q| (*q).clone())
+        .ok_or(format!("{model_spec}'s decision adapters have no head"))?;
     let o = vllm_srun::ServeOptions {
         models: vec![model_spec.to_string()],
         port: 0,
