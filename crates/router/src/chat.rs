@@ -408,18 +408,18 @@ async fn ask_signals(rt: &Runtime, req: &Map<String, Value>) -> Signals {
     if rt.signal_groups.is_empty() {
         return Signals::new();
     }
-    let (routing_text, whole_text) = signals::conversation(req);
+    let (routing_text, guarded) = signals::conversation(req);
     let timeout = Duration::from_millis(rt.config.global.model_catalog.signal_timeout_ms);
     let tasks = rt.signal_groups.iter().map(|(di, model, members)| {
         let sigs: Vec<&Signal> = members.iter().map(|i| &rt.config.signals[*i]).collect();
         let routing_text = &routing_text;
-        let whole_text = &whole_text;
+        let guarded = &guarded;
         async move {
             let Some((d, pool)) = rt.deployments.get(*di) else {
                 return Signals::new();
             };
             let dep = &d.name;
-            let calls = signals::calls(d, model, &sigs, routing_text, whole_text, timeout.as_millis() as u64);
+            let calls = signals::calls(d, model, &sigs, routing_text, guarded, timeout.as_millis() as u64);
             let started = Instant::now();
             let answers = futures_util::future::join_all(calls.iter().map(|c| async {
                 let lease = pool.pick_checked().await.ok()?;

@@ -200,7 +200,7 @@ pub enum SignalUse {
     /// The bounded routing view: head and tail within the deployment's `routing_view`.
     #[default]
     Routing,
-    /// The whole text, in windows.
+    /// What the client wrote, turn by turn (`signals::conversation`), each in windows.
     Guard,
 }
 

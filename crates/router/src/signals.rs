@@ -1,7 +1,8 @@
 //! Signals: the decision questions the rules read, asked of their deployments in one
 //! request per deployment and model (state-once: every question branches from one read of
-//! the text). Routing signals read a bounded view (head and tail); guard signals read the
-//! whole text in windows, answered together in the same batch.
+//! the text). Routing signals read a bounded view (head and tail) of the last user message;
+//! guard signals read every message the client wrote, each in windows, answered together in
+//! the same batch.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,33 +15,44 @@ use crate::rules::{SignalValue, Signals};
 /// on what was read).
 pub const MAX_WINDOWS: usize = 64;
 
-/// The text of a chat request: its last user message (what routing reads) and every
-/// message as `role: content` (what guards read).
-pub fn conversation(body: &Map<String, Value>) -> (String, String) {
+/// The texts of a chat request: its last user message (what routing reads) and the texts a
+/// guard reads, oldest first. A guard reads what the client wrote, not the assistant's
+/// replies (the model's output), in turns: each user message with the messages that came
+/// just before it (a system prompt, tool results), as `role: content` lines. A turn reads
+/// the same on every later request that carries it, so the worker's prefix cache answers it
+/// again without a forward and only the new turn costs (the spec's history-aware rule: one
+/// batch entry per earlier message). A system prompt is read with the message it frames, as
+/// a whole conversation was read before.
+pub fn conversation(body: &Map<String, Value>) -> (String, Vec<String>) {
     let mut last_user = String::new();
-    let mut whole = String::new();
+    let mut turns = Vec::new();
+    let mut turn = String::new();
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         for m in messages {
             let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
             let text = content_text(m.get("content"));
-            if text.is_empty() {
+            if text.is_empty() || role == "assistant" {
                 continue;
             }
+            if !turn.is_empty() {
+                turn.push_str("\n\n");
+            }
+            turn.push_str(role);
+            turn.push_str(": ");
+            turn.push_str(&text);
             if role == "user" {
-                last_user.clone_from(&text);
+                last_user = text;
+                turns.push(std::mem::take(&mut turn));
             }
-            if !whole.is_empty() {
-                whole.push_str("\n\n");
-            }
-            whole.push_str(role);
-            whole.push_str(": ");
-            whole.push_str(&text);
         }
     }
-    if last_user.is_empty() {
-        last_user.clone_from(&whole);
+    if !turn.is_empty() {
+        turns.push(turn);
     }
-    (last_user, whole)
+    if last_user.is_empty() {
+        last_user = turns.last().cloned().unwrap_or_default();
+    }
+    (last_user, turns)
 }
 
 /// A message's text: a string, or the `text` parts of a list.
@@ -68,12 +80,18 @@ pub fn routing_view(text: &str, max: usize) -> String {
     format!("{head}\n…\n{tail}")
 }
 
-/// The text in windows of `size` characters (at most [`MAX_WINDOWS`]); whether it was all.
-pub fn windows(text: &str, size: usize) -> (Vec<String>, bool) {
-    let chars: Vec<char> = text.chars().collect();
-    let all: Vec<String> = chars
-        .chunks(size.max(1))
-        .map(|c| c.iter().collect())
+/// Texts in windows of `size` characters, each text's windows from its own start, at most
+/// [`MAX_WINDOWS`] in all (the earliest); whether they were all.
+pub fn windows(texts: &[String], size: usize) -> (Vec<String>, bool) {
+    let all: Vec<String> = texts
+        .iter()
+        .flat_map(|t| {
+            let chars: Vec<char> = t.chars().collect();
+            chars
+                .chunks(size.max(1))
+                .map(|c| c.iter().collect::<String>())
+                .collect::<Vec<_>>()
+        })
         .collect();
     let complete = all.len() <= MAX_WINDOWS;
     (all.into_iter().take(MAX_WINDOWS).collect(), complete)
@@ -120,7 +138,8 @@ pub struct Call {
     pub whole: bool,
 }
 
-/// The calls that ask `signals` (all of one deployment and model) about a conversation:
+/// The calls that ask `signals` (all of one deployment and model) about a conversation
+/// (`guarded`: the messages guards read, see [`conversation`]):
 /// one `/v1/decisions` (a batch when guards read windows) on vllm-sr/5.0, one
 /// `/v1/systemone` per text on systemone/0.2 (which has no batch).
 pub fn calls(
@@ -128,7 +147,7 @@ pub fn calls(
     model: &str,
     signals: &[&Signal],
     routing_text: &str,
-    whole_text: &str,
+    guarded: &[String],
     timeout_ms: u64,
 ) -> Vec<Call> {
     let mut entries: Vec<(String, String, Map<String, Value>)> = Vec::new();
@@ -152,7 +171,7 @@ pub fn calls(
     let mut whole = true;
     let mut count = 0;
     if !guard.is_empty() {
-        let (ws, complete) = windows(whole_text, dep.scan_window);
+        let (ws, complete) = windows(guarded, dep.scan_window);
         whole = complete;
         count = ws.len();
         for (i, w) in ws.into_iter().enumerate() {
@@ -330,10 +349,10 @@ default_decision: default
         assert_eq!(routing_view("héllo", 10), "héllo");
         let v = routing_view(&"é".repeat(30), 10);
         assert_eq!(v, format!("{}\n…\n{}", "é".repeat(5), "é".repeat(5)));
-        let (w, all) = windows(&"ab".repeat(5), 3);
-        assert_eq!(w, ["aba", "bab", "aba", "b"]);
+        let (w, all) = windows(&["ab".repeat(5), "cd".into()], 3);
+        assert_eq!(w, ["aba", "bab", "aba", "b", "cd"]);
         assert!(all);
-        let (w, all) = windows(&"x".repeat(MAX_WINDOWS * 2 + 1), 2);
+        let (w, all) = windows(&["x".repeat(MAX_WINDOWS * 2 + 1)], 2);
         assert_eq!(w.len(), MAX_WINDOWS);
         assert!(!all);
     }
@@ -346,19 +365,37 @@ default_decision: default
             {"role": "assistant", "content": "ok"},
             {"role": "user", "content": "second"}
         ]});
-        let (last, whole) = conversation(body.as_object().unwrap());
+        let (last, guarded) = conversation(body.as_object().unwrap());
         assert_eq!(last, "second");
         assert_eq!(
-            whole,
-            "system: Be brief.\n\nuser: first\n\nassistant: ok\n\nuser: second"
+            guarded,
+            ["system: Be brief.\n\nuser: first", "user: second"]
         );
+        // A message reads the same on the next turn: earlier texts are unchanged.
+        let mut next = body.clone();
+        next["messages"].as_array_mut().unwrap().extend([
+            json!({"role": "assistant", "content": "sure"}),
+            json!({"role": "user", "content": "third"}),
+        ]);
+        let (last, more) = conversation(next.as_object().unwrap());
+        assert_eq!(last, "third");
+        assert_eq!(more[..2], guarded[..]);
+        assert_eq!(more[2], "user: third");
+        // Tool results after the last user message are a turn of their own.
+        next["messages"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "tool", "content": "42"}));
+        let (last, more) = conversation(next.as_object().unwrap());
+        assert_eq!(last, "third");
+        assert_eq!(more.last().map(String::as_str), Some("tool: 42"));
     }
 
     #[test]
     fn one_batch_per_v5_deployment_and_split_requests_for_the_standard() {
         let c = RouterConfig::from_yaml(CONFIG, "t.yaml").unwrap();
         let d: Vec<&Signal> = c.signals.iter().filter(|s| s.deployment == "d").collect();
-        let text = "y".repeat(100);
+        let text = ["y".repeat(100)];
         let calls_d = calls(&c.deployments[0], "m", &d, "route me", &text, 500);
         assert_eq!(calls_d.len(), 1);
         let b = &calls_d[0].body;
@@ -380,7 +417,14 @@ default_decision: default
         assert_eq!(b["options"]["deadline_ms"], 500);
 
         let s: Vec<&Signal> = c.signals.iter().filter(|s| s.deployment == "s").collect();
-        let calls_s = calls(&c.deployments[1], "m2", &s, "route me", "short", 500);
+        let calls_s = calls(
+            &c.deployments[1],
+            "m2",
+            &s,
+            "route me",
+            &["short".into()],
+            500,
+        );
         assert_eq!(calls_s.len(), 2);
         assert!(calls_s
             .iter()
