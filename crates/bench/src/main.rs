@@ -60,6 +60,10 @@ struct Args {
     /// head against the base readout (each about a new state).
     #[arg(long)]
     adapters: bool,
+    /// System Two: the guard's signals on a conversation's second turn against its first
+    /// (--model answers the guard; --runs conversations).
+    #[arg(long)]
+    turns: bool,
 }
 
 fn main() {
@@ -80,11 +84,14 @@ fn main() {
         gateway,
         detector,
         adapters,
+        turns,
     } = Args::parse();
     let code = {
         use ::bench as b;
         if detector {
             run_bench(b::detector(runs.max(1)))
+        } else if turns {
+            run_bench(b::turns(&model, runs.max(1)))
         } else if adapters {
             run_bench(b::adapters(&model, runs.max(1)))
         } else if gateway {
