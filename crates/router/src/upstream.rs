@@ -147,11 +147,9 @@ impl Upstream for LocalUpstream {
 mod tests {
     use super::*;
 
-    /// A body the router built whole reaches this process's worker with its length, so the
-    /// worker does not take it for a large body of unknown length.
-    #[tokio::test]
-    async fn an_in_process_call_says_how_long_its_body_is() {
-        let app = axum::Router::new().route(
+    /// A worker that answers with the `Content-Length` its request came with.
+    fn echo_length() -> axum::Router {
+        axum::Router::new().route(
             "/v1/decisions",
             axum::routing::post(|h: HeaderMap| async move {
                 h.get(header::CONTENT_LENGTH)
@@ -159,8 +157,29 @@ mod tests {
                     .unwrap_or("none")
                     .to_string()
             }),
-        );
-        let local = LocalUpstream::new(app);
+        )
+    }
+
+    /// Over HTTP too, a body the router holds whole goes with its length (not chunked).
+    #[tokio::test]
+    async fn an_http_call_says_how_long_its_body_is() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(l, echo_length()).await });
+        let up = HttpUpstream::new(&format!("http://{addr}"), reqwest::Client::new(), None);
+        let req = Request::post("/v1/decisions")
+            .body(Body::from(r#"{"model":"m"}"#))
+            .unwrap();
+        let resp = up.call(req).await.unwrap();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1024).await.unwrap();
+        assert_eq!(&bytes[..], b"13");
+    }
+
+    /// A body the router built whole reaches this process's worker with its length, so the
+    /// worker does not take it for a large body of unknown length.
+    #[tokio::test]
+    async fn an_in_process_call_says_how_long_its_body_is() {
+        let local = LocalUpstream::new(echo_length());
         let req = Request::post("/v1/decisions")
             .body(Body::from(r#"{"model":"m"}"#))
             .unwrap();
