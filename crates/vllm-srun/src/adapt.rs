@@ -306,23 +306,22 @@ fn operating_points(classes: &[String], p: &[Vec<f64>], y: &[usize]) -> Option<V
     if classes.len() != 2 {
         return None;
     }
-    let share = |want: bool, t: f64| {
-        let of: Vec<&Vec<f64>> = p
-            .iter()
-            .zip(y)
-            .filter(|(_, &yi)| (yi == yes) == want)
-            .map(|(pi, _)| pi)
-            .collect();
-        let hit = of
-            .iter()
-            .filter(|pi| pi.get(yes).is_some_and(|v| *v >= t))
-            .count();
-        hit as f64 / of.len().max(1) as f64
-    };
+    // P(yes) of the "yes" cases and of the others, each read once.
+    let (mut pos, mut neg) = (Vec::new(), Vec::new());
+    for (pi, &yi) in p.iter().zip(y) {
+        let v = pi.get(yes).copied().unwrap_or(0.0);
+        if yi == yes {
+            pos.push(v);
+        } else {
+            neg.push(v);
+        }
+    }
+    let share =
+        |of: &[f64], t: f64| of.iter().filter(|v| **v >= t).count() as f64 / of.len().max(1) as f64;
     let points = (1..10)
         .map(|i| {
             let t = f64::from(i) / 10.0;
-            json!({"threshold": t, "caught": share(true, t), "flagged": share(false, t)})
+            json!({"threshold": t, "caught": share(&pos, t), "flagged": share(&neg, t)})
         })
         .collect();
     Some(Value::Array(points))
@@ -507,4 +506,30 @@ fn write_package(
             "decision_adapter_default": o.default_on,
         }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// At each threshold, the shares of "yes" cases caught and of the others flagged.
+    #[test]
+    fn operating_points_count_caught_and_flagged_at_each_threshold() {
+        let classes = vec!["no".to_string(), "yes".to_string()];
+        let p = |yes: f64| vec![1.0 - yes, yes];
+        let probs = [p(0.95), p(0.55), p(0.05), p(0.35), p(0.65), p(0.15)];
+        let truth = [1, 1, 1, 0, 0, 0];
+        let points = operating_points(&classes, &probs, &truth).unwrap_or_default();
+        let at = |t: usize| &points[t - 1];
+        assert_eq!(at(1)["caught"], json!(2.0 / 3.0));
+        assert_eq!(at(1)["flagged"], json!(1.0));
+        assert_eq!(at(5)["caught"], json!(2.0 / 3.0));
+        assert_eq!(at(5)["flagged"], json!(1.0 / 3.0));
+        assert_eq!(at(9)["caught"], json!(1.0 / 3.0));
+        assert_eq!(at(9)["flagged"], json!(0.0));
+        assert_eq!(at(9)["threshold"], json!(0.9));
+        // Only a yes/no head has operating points.
+        let three = vec!["a".to_string(), "b".to_string(), "yes".to_string()];
+        assert!(operating_points(&three, &[], &[]).is_none());
+    }
 }

@@ -196,11 +196,9 @@ impl Adapters {
 
     /// The questions the heads were trained on (as the file words them), in key order.
     pub fn questions(&self) -> Vec<&Value> {
-        let mut keys: Vec<&String> = self.heads.keys().collect();
-        keys.sort();
-        keys.into_iter()
-            .filter_map(|k| self.heads.get(k).map(|h| &h.question))
-            .collect()
+        let mut heads: Vec<_> = self.heads.iter().collect();
+        heads.sort_by_key(|(k, _)| *k);
+        heads.into_iter().map(|(_, h)| &h.question).collect()
     }
 }
 
