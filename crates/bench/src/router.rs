@@ -96,6 +96,41 @@ pub(crate) async fn paced(
     Ok((lat, own, sig))
 }
 
+/// A worker in this process serving decision `model` alone, and a backend that answers at
+/// once: their base URLs.
+async fn decider_and_backend(model: &str) -> Result<(String, String), String> {
+    let (_, worker) = serve_in_process(vllm_srun::ServeOptions {
+        models: vec![model.to_string()],
+        port: 0,
+        generate: None,
+        ..vllm_srun::ServeOptions::default()
+    })
+    .await?;
+    Ok((worker, canned_backend().await?))
+}
+
+/// A router serving `config` in this process; its base URL once its health checks have seen
+/// its workers (or after a minute).
+async fn start_router(config: &str) -> Result<String, String> {
+    let cfg = router::RouterConfig::from_yaml(config, "bench").map_err(|e| e.to_string())?;
+    let bound = vllm_srun::bind_router(cfg, None, false, "127.0.0.1", 0).await?;
+    let base = format!("http://{}", bound.addr);
+    tokio::spawn(bound.run());
+    let client = reqwest::Client::new();
+    for _ in 0..600 {
+        let ok = client
+            .get(format!("{base}/health"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if ok {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(base)
+}
+
 pub(crate) fn pct_f(mut v: Vec<f64>, p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -110,14 +145,7 @@ pub(crate) fn pct_f(mut v: Vec<f64>, p: f64) -> f64 {
 /// worker's decisions count per routed request; stream bytes through the router and direct.
 pub async fn router_overhead(seconds: usize, rate: usize) -> Result<(), String> {
     use sha2::Digest;
-    let (_, worker) = serve_in_process(vllm_srun::ServeOptions {
-        models: vec!["sparrow-nano".into()],
-        port: 0,
-        generate: None,
-        ..vllm_srun::ServeOptions::default()
-    })
-    .await?;
-    let backend = canned_backend().await?;
+    let (worker, backend) = decider_and_backend("sparrow-nano").await?;
     let config = format!(
         r#"
 deployments:
@@ -137,23 +165,8 @@ decisions:
 default_decision: other
 "#
     );
-    let cfg = router::RouterConfig::from_yaml(&config, "bench").map_err(|e| e.to_string())?;
-    let bound = vllm_srun::bind_router(cfg, None, false, "127.0.0.1", 0).await?;
-    let router = format!("http://{}", bound.addr);
-    tokio::spawn(bound.run());
+    let router = start_router(&config).await?;
     let client = reqwest::Client::new();
-    // Ready: the worker's model and the router's view of it.
-    for _ in 0..600 {
-        let ok = client
-            .get(format!("{router}/health"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ok {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let body = |model: &str| {
         json!({"model": model, "max_tokens": 8,
             "messages": [{"role": "user", "content": "What is the derivative of x^3 + 2x? Show the steps."}]})
@@ -282,14 +295,7 @@ default_decision: other
 /// in-process worker; the backend answers at once. Prints `vsr-signals` per turn and their
 /// ratio (p50s), the prefix cache on as served.
 pub async fn turns(model: &str, runs: usize) -> Result<(), String> {
-    let (_, worker) = serve_in_process(vllm_srun::ServeOptions {
-        models: vec![model.to_string()],
-        port: 0,
-        generate: None,
-        ..vllm_srun::ServeOptions::default()
-    })
-    .await?;
-    let backend = canned_backend().await?;
+    let (worker, backend) = decider_and_backend(model).await?;
     let config = format!(
         r#"
 global: {{model_catalog: {{signal_timeout_ms: 120000}}}}
@@ -305,23 +311,7 @@ decisions:
 default_decision: chat
 "#
     );
-    let cfg = router::RouterConfig::from_yaml(&config, "bench").map_err(|e| e.to_string())?;
-    let bound = vllm_srun::bind_router(cfg, None, false, "127.0.0.1", 0).await?;
-    let base = format!("http://{}", bound.addr);
-    tokio::spawn(bound.run());
-    let client = reqwest::Client::new();
-    // Ready: the worker's model and the router's view of it.
-    for _ in 0..600 {
-        let ok = client
-            .get(format!("{base}/health"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success());
-        if ok {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let base = start_router(&config).await?;
     let url = format!("{base}/v1/chat/completions");
     let signals = |messages: Value| {
         let url = url.clone();
