@@ -195,8 +195,7 @@ pub fn winograd(x: &[f32], u: &[f32], s: Shape, epi: Epilogue<'_>) -> Option<Vec
         return None;
     }
     let (h, w, ci, co) = (s.h, s.w, s.ci, s.co);
-    let (th, tw) = (h.div_ceil(2), w.div_ceil(2));
-    let tiles = th * tw;
+    let (_, tiles) = tile_grid(s);
     let mut out = vec![0f32; s.n * h * w * co];
     with_scratch(|(v, m)| {
         // Transformed tiles `[tile][16][ci]`, and the products `[16][tile][co]`; every
@@ -234,6 +233,12 @@ fn grown(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     &mut buf[..len]
 }
 
+/// [`winograd`]'s tiles: 2×2 output blocks across a row, and in all.
+fn tile_grid(s: Shape) -> (usize, usize) {
+    let (th, tw) = (s.h.div_ceil(2), s.w.div_ceil(2));
+    (tw, th * tw)
+}
+
 /// [`winograd`]'s work on checked shapes, with its scratch memory.
 fn winograd_images(
     x: &[f32],
@@ -244,8 +249,7 @@ fn winograd_images(
     out: &mut [f32],
 ) {
     let (h, w, ci, co) = (s.h, s.w, s.ci, s.co);
-    let (th, tw) = (h.div_ceil(2), w.div_ceil(2));
-    let tiles = th * tw;
+    let (tw, tiles) = tile_grid(s);
     for (image, y) in x
         .chunks_exact(h * w * ci)
         .zip(out.chunks_exact_mut(h * w * co))
