@@ -1266,6 +1266,30 @@ mod tests {
         }
     }
 
+    /// The paths NanoDet no longer takes once its biases and activations are folded into its
+    /// convolutions, kept for graphs that do not fold: a per-channel bias added to an NHWC
+    /// view of NCHW memory, and a LeakyRelu on its own.
+    #[test]
+    fn an_unfolded_bias_and_leaky_relu_agree_with_a_plain_computation() {
+        let view = ramp(&[1, 6, 5, 7], 0.1).permute((0, 2, 3, 1)).unwrap();
+        let bias = ramp(&[6], 0.5);
+        let ours = eval_op(Op::Add, &[&view, &bias]);
+        let theirs = view.broadcast_add(&bias).unwrap();
+        assert_eq!(ours.dims(), [1, 5, 7, 6]);
+        assert_eq!(close(&ours, &theirs), 0.0);
+        let ours = eval_op(Op::LeakyRelu(0.1), &[&view]);
+        let plain: Vec<f32> = view
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(|v| if v > 0.0 { v } else { 0.1 * v })
+            .collect();
+        let theirs = Tensor::from_vec(plain, view.dims(), &Device::Cpu).unwrap();
+        assert!(close(&ours, &theirs) < 1e-6);
+    }
+
     #[test]
     fn additions_joins_resizes_and_sigmoids_agree_with_candle_across_memory_orders() {
         let nchw = ramp(&[1, 6, 5, 7], 0.1);
