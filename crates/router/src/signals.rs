@@ -1,8 +1,8 @@
 //! Signals: the decision questions the rules read, asked of their deployments in one
 //! request per deployment and model (state-once: every question branches from one read of
 //! the text). Routing signals read a bounded view (head and tail) of the last user message;
-//! guard signals read every message the client wrote, each in windows, answered together in
-//! the same batch.
+//! guard signals read what the client wrote, turn by turn ([`conversation`]), each turn in
+//! windows, answered together in the same batch.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -139,7 +139,7 @@ pub struct Call {
 }
 
 /// The calls that ask `signals` (all of one deployment and model) about a conversation
-/// (`guarded`: the messages guards read, see [`conversation`]):
+/// (`guarded`: the turns guards read, see [`conversation`]):
 /// one `/v1/decisions` (a batch when guards read windows) on vllm-sr/5.0, one
 /// `/v1/systemone` per text on systemone/0.2 (which has no batch).
 pub fn calls(
