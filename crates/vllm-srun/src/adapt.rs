@@ -136,7 +136,7 @@ async fn collect(
             );
         }
         let mut tasks = tokio::task::JoinSet::new();
-        for item in chunk {
+        for (at, item) in chunk.iter().enumerate() {
             let mut questions = serde_json::Map::new();
             let mut truths = BTreeMap::new();
             for (qid, q) in item
@@ -166,11 +166,18 @@ async fn collect(
                     .adapter_features(&r)
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok::<_, String>((features, truths))
+                Ok::<_, String>((at, features, truths))
             });
         }
+        // In the manifest's order, not as the answers come back: the folds, the classes'
+        // order and every sum of the fit follow the cases' order, so the same data trains
+        // the same heads.
+        let mut answered = Vec::with_capacity(chunk.len());
         while let Some(done) = tasks.join_next().await {
-            let (features, truths) = done.map_err(|e| e.to_string())??;
+            answered.push(done.map_err(|e| e.to_string())??);
+        }
+        answered.sort_by_key(|(at, _, _)| *at);
+        for (_, features, truths) in answered {
             for (qid, h) in features {
                 let (Some(h), Some((w, truth))) = (h, truths.get(&qid)) else {
                     continue;
