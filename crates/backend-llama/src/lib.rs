@@ -16,6 +16,7 @@
 
 pub mod encoder;
 mod prefix;
+mod schema;
 pub use encoder::{LlamaEncoder, LlamaEncoderConfig};
 
 use std::collections::HashMap;
@@ -37,6 +38,7 @@ use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
+use schema::Schemas;
 
 static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
 
@@ -94,6 +96,7 @@ pub struct LlamaBackend {
     model: LlamaModel,
     info: BackendInfo,
     config: LlamaConfig,
+    schemas: Schemas,
 }
 
 fn file_type_name(ft: &str) -> String {
@@ -164,6 +167,7 @@ impl LlamaBackend {
             model,
             info,
             config,
+            schemas: Schemas::default(),
         };
         if backend.config.flash_attention.is_none() {
             let probe = backend.remembered_probe(path)?;
@@ -201,6 +205,7 @@ impl LlamaBackend {
             model,
             info,
             config: LlamaConfig::default(),
+            schemas: Schemas::default(),
         })
     }
 
@@ -453,6 +458,7 @@ impl Backend for LlamaBackend {
         let (ctx, n_batch) = self.generation_context(slots, slots * slot_tokens)?;
         Ok(Box::new(LlamaGenerator {
             model: &self.model,
+            schemas: &self.schemas,
             ctx,
             batch: LlamaBatch::new(n_batch as usize, 1),
             batch_capacity: n_batch as usize,
@@ -482,7 +488,8 @@ impl Backend for LlamaBackend {
     }
 
     fn schema_grammar(&self, schema: &str) -> Result<String, BackendError> {
-        llama_cpp_2::json_schema_to_grammar(schema)
+        self.schemas
+            .grammar(&self.model, schema)
             .map_err(|e| BackendError::Tokenize(format!("the JSON schema cannot be used: {e}")))
     }
 
@@ -1047,6 +1054,7 @@ const GENERATION_BATCH: u32 = 2048;
 /// A generation context: one KV stream per slot, a sampler chain per running slot.
 pub struct LlamaGenerator<'m> {
     model: &'m LlamaModel,
+    schemas: &'m Schemas,
     ctx: LlamaContext<'m>,
     batch: LlamaBatch<'static>,
     batch_capacity: usize,
@@ -1061,7 +1069,8 @@ impl LlamaGenerator<'_> {
         let mut parts = Vec::new();
         if let Some(g) = &s.grammar {
             parts.push(
-                LlamaSampler::grammar(self.model, g, "root")
+                self.schemas
+                    .sampler(self.model, g)
                     .map_err(|e| BackendError::Tokenize(format!("the grammar is invalid: {e}")))?,
             );
         }

@@ -216,7 +216,7 @@ pub struct Sampling {
     /// Nucleus cut-off in (0, 1].
     pub top_p: f32,
     pub seed: u32,
-    /// A grammar the output must follow (from [`Backend::schema_grammar`]), root rule `root`.
+    /// A grammar the output must follow (from [`Backend::schema_grammar`], in its notation).
     pub grammar: Option<String>,
     /// Report the chosen token's log-probability.
     pub logprobs: bool,
