@@ -50,6 +50,11 @@ if [ -n "${CI:-}" ] && [ -z "${VSR_TEST_POSTGRES_URL:-}" ]; then
     echo "CI: VSR_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)"; exit 1
 fi
 # The workspace has no doc tests (`--lib --bins --tests` skips rustdoc's empty runs).
+# One test at a time in each binary: the tests' servers each run llama.cpp on every core, and
+# two tests at once on a 2-core machine left their thread pools spinning against each other
+# (decisions 110 s -> 66 s, spans 99 s -> 77 s with one; whole runs of the other binaries
+# moved within their noise). RUST_TEST_THREADS set by the caller wins.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}"
 cargo test --workspace --exclude bench --lib --bins --tests
 
 # Conformance: the System One suite must pass every MUST.
