@@ -21,7 +21,7 @@ pub enum StoreError {
 }
 
 /// A key as stored.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx_macros::FromRow)]
 pub struct KeyRow {
     pub id: String,
     pub hash: String,
@@ -34,7 +34,7 @@ pub struct KeyRow {
 }
 
 /// One day's counts of a key on a model.
-#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx_macros::FromRow)]
 pub struct DayRow {
     pub day: i64,
     pub model: String,
@@ -46,7 +46,7 @@ pub struct DayRow {
 }
 
 /// One logged request.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx_macros::FromRow)]
 pub struct RequestRow {
     pub at: Millis,
     pub model: String,
@@ -85,7 +85,7 @@ pub struct Store {
     pub postgres: bool,
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+static MIGRATOR: sqlx::migrate::Migrator = sqlx_macros::migrate!("./migrations");
 
 impl Store {
     /// Open (creating a SQLite file if needed) and migrate.
