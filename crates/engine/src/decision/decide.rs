@@ -12,6 +12,7 @@ use protocol::ProtocolError;
 use super::contest;
 use super::direct;
 use super::locate;
+use super::merge;
 use super::model::{
     entries, per_root, refusal, Decision, DecisionModel, Engine, Plan, Prepared, Reading, Timings,
     Tree,
@@ -345,6 +346,7 @@ impl DecisionModel {
         if roots.is_empty() {
             return Ok(Ok(Vec::new()));
         }
+        let (roots, merged) = merge::merge(roots);
         match t.worker.submit(roots, deadline).await {
             Ok(out) => {
                 timings.queue += out.queue;
@@ -352,7 +354,13 @@ impl DecisionModel {
                 timings.batch_jobs = timings.batch_jobs.max(out.batch_jobs);
                 timings.batch_tokens += out.batch_tokens;
                 timings.cached_tokens += out.cached_tokens;
-                Ok(Ok(out.logits))
+                Ok(Ok(match merged {
+                    Some(m) => {
+                        timings.cached_tokens += m.saved_tokens;
+                        m.expand(out.logits)
+                    }
+                    None => out.logits,
+                }))
             }
             Err(JobError::DeadlineExceeded) => Ok(Err(QuestionFailure::new(
                 QuestionErrorKind::DeadlineExceeded,

@@ -7,6 +7,8 @@
 //! - `plan`: one question's type checked, its block rendered and tokenized, its label trie;
 //! - `views` and `prepare`: the state's views read within budget, each question placed on its
 //!   roots (whole, truncated or in windows), the request's token limits;
+//! - `merge`: branches asked twice in one forward (same tokens under the same parent)
+//!   evaluated once, each read given its own candidates back;
 //! - `readout`: answers read from the logits, windows combined, spans replayed, the response;
 //! - `adapter`: heads a package trained per question, read from features at the answer
 //!   position (logits of a spread of tokens, a linear image of the hidden state);
@@ -21,6 +23,7 @@ mod decide;
 pub(crate) mod direct;
 mod load;
 mod locate;
+mod merge;
 mod model;
 mod plan;
 mod prepare;

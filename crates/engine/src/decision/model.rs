@@ -72,7 +72,8 @@ pub struct Timings {
     /// Requests and tokens of the forward this request shared (0 when none ran).
     pub batch_jobs: usize,
     pub batch_tokens: usize,
-    /// Tokens of this request the prefix cache answered (not evaluated).
+    /// Tokens of this request not evaluated: the prefix cache answered them, or they repeat a
+    /// branch of the same forward (a question asked twice is evaluated once).
     pub cached_tokens: usize,
 }
 
