@@ -7,7 +7,7 @@
 //! slot that samples it. The parser factory (the model's vocabulary as a token trie, a walk of
 //! every token) is built once per model, on first use.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 /// One model's JSON-schema samplers.
 #[derive(Default)]
 pub(crate) struct Schemas {
-    factory: OnceLock<Result<Arc<ParserFactory>, String>>,
+    factory: OnceLock<Result<ParserFactory, String>>,
 }
 
 /// The layout of an output: JSON on one line, with a space after each separator (as
@@ -42,10 +42,9 @@ impl Schemas {
                 let env = LlamaSampler::llguidance_tok_env(model);
                 let mut f = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
                 f.quiet();
-                Ok(Arc::new(f))
+                Ok(f)
             })
             .as_ref()
-            .map(|f| f.as_ref())
             .map_err(Clone::clone)
     }
 
