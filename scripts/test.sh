@@ -103,13 +103,7 @@ log="$(mktemp)"
 ./target/debug/vllm-srun serve --model "$MODEL" --model minilm-l6 --model sparrow-nano --port 0 \
     --detector "$MODEL=nanodet-coco" --no-pull >"$log" 2>&1 &
 server=$!
-# README's first command, the default `serve` (the whole service on embedded defaults, port
-# 8000), with its data in a fresh directory: started now, its models load while the checks
-# below run (README's examples run against it last).
-readme_log="$(mktemp)"
-XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 &
-readme=$!
-trap 'kill "$server" "$readme" 2>/dev/null || true' EXIT
+trap 'kill "$server" 2>/dev/null || true' EXIT
 url="$(wait_listening "$log" 1500)" || { echo "server did not start"; exit 1; }
 report="$(mktemp --suffix=.json)"
 # Every MUST against the causal LM and against the Sparrow model.
@@ -189,7 +183,7 @@ router_log="$(mktemp)"
 router_data="$(mktemp -d)"
 public_router "$router_data" "$router_log"
 router=$!
-trap 'kill "$server" "$router" "$readme" 2>/dev/null || true' EXIT
+trap 'kill "$server" "$router" 2>/dev/null || true' EXIT
 rurl="$(wait_listening "$router_log" 100)" || { echo "router did not start"; exit 1; }
 # Keys: the spec's terminal recipe, usage, limits' headers, revoke; the key it prints last
 # is the one the SDK checks use.
@@ -197,7 +191,12 @@ VLLM_SR_API_KEY="$(python3 scripts/keys_check.py "$rurl" sparrow-nano "$router_d
 export VLLM_SR_API_KEY
 python3 scripts/router_check.py "$rurl" "$MODEL"
 
-# README's examples, verbatim, against README's own first command (started above).
+# README's examples, verbatim, against README's own first command: the default `serve` (the
+# whole service on embedded defaults, port 8000), with its data in a fresh directory.
+readme_log="$(mktemp)"
+XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 &
+readme=$!
+trap 'kill "$server" "$router" "$readme" 2>/dev/null || true' EXIT
 wait_listening "$readme_log" 1500 >/dev/null || { echo "the default serve did not start"; exit 1; }
 python3 scripts/readme_check.py README.md
 kill "$readme" 2>/dev/null || true
