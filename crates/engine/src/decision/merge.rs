@@ -40,15 +40,10 @@ pub(super) fn merge(roots: Vec<Node>) -> (Vec<Node>, Option<Merged>) {
     for root in &roots {
         let mut b = Builder::default();
         let node = b.group(&[root]);
-        // Each merged node's first read in the merged root's depth-first read order (the order
-        // the backend returns them in: a node's reads, then its children's).
-        let mut bases = vec![0; b.next_id];
-        let mut total = 0;
-        number(&node, &mut 0, &mut total, &mut bases);
         let mut asked = Vec::new();
-        collect(root, &b.of, &bases, &mut asked);
+        collect(root, &b.of, &mut asked);
         maps.push(RootMap {
-            merged_reads: total,
+            merged_reads: b.reads,
             asked,
         });
         merged.push(node);
@@ -135,18 +130,21 @@ fn has_duplicates(node: &Node) -> bool {
 
 #[derive(Default)]
 struct Builder {
-    /// Merged nodes are numbered in depth-first order as they are built.
-    next_id: usize,
-    /// Each asked node: its merged node, and per read its candidates' places there.
+    /// Reads of the merged nodes built so far. Nodes are built in the order the backend
+    /// returns their reads (a node's reads, then its children's), so this is the next node's
+    /// first read.
+    reads: usize,
+    /// Each asked node: its merged node's first read, and per read its candidates' places
+    /// there.
     of: HashMap<*const Node, (usize, Vec<Vec<usize>>)>,
 }
 
 impl Builder {
     /// One merged node for branches of the same shape.
     fn group(&mut self, members: &[&Node]) -> Node {
-        let id = self.next_id;
-        self.next_id += 1;
         let lead = members[0];
+        let base = self.reads;
+        self.reads += lead.reads.len();
         let mut reads = Vec::with_capacity(lead.reads.len());
         let mut places: Vec<Vec<Vec<usize>>> = vec![Vec::new(); members.len()];
         for (i, r) in lead.reads.iter().enumerate() {
@@ -171,7 +169,7 @@ impl Builder {
             });
         }
         for (member, own) in members.iter().zip(places) {
-            self.of.insert(*member as *const Node, (id, own));
+            self.of.insert(*member as *const Node, (base, own));
         }
         let positional = (0..lead.children.len())
             .map(|k| members.iter().map(|m| &m.children[k]).collect::<Vec<_>>());
@@ -185,33 +183,19 @@ impl Builder {
     }
 }
 
-/// Each merged node's first read, numbering nodes in the order `Builder::group` did.
-fn number(node: &Node, id: &mut usize, total: &mut usize, bases: &mut [usize]) {
-    if let Some(b) = bases.get_mut(*id) {
-        *b = *total;
-    }
-    *id += 1;
-    *total += node.reads.len();
-    for c in &node.children {
-        number(c, id, total, bases);
-    }
-}
-
 /// Each asked read, in the asked tree's depth-first order: where it comes from.
 fn collect(
     node: &Node,
     of: &HashMap<*const Node, (usize, Vec<Vec<usize>>)>,
-    bases: &[usize],
     out: &mut Vec<(usize, Vec<usize>)>,
 ) {
-    if let Some((id, places)) = of.get(&(node as *const Node)) {
-        let base = bases.get(*id).copied().unwrap_or(0);
+    if let Some((base, places)) = of.get(&(node as *const Node)) {
         for (i, p) in places.iter().enumerate() {
             out.push((base + i, p.clone()));
         }
     }
     for c in &node.children {
-        collect(c, of, bases, out);
+        collect(c, of, out);
     }
 }
 
