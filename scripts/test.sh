@@ -45,10 +45,11 @@ pull_models() {
 # stdout; diagnostics still go to the terminal) and download beside the rest of the build.
 # The pulls after the build then find everything cached, or fetch what failed.
 shopt -s lastpipe
-pulls="" pulls_log="$(mktemp)"
+pulls="" pulls_log="$(mktemp)" artifacts="$(mktemp)"
 bin_re='"executable":"([^"]*/vllm-srun)"'
 cargo test --workspace --all-targets --no-run --message-format=json-render-diagnostics |
     while IFS= read -r line; do
+        printf '%s\n' "$line" >>"$artifacts"
         if [ -z "$pulls" ] && [[ $line =~ $bin_re ]]; then
             pull_models "${BASH_REMATCH[1]}" >"$pulls_log" 2>&1 &
             pulls=$!
@@ -71,13 +72,18 @@ command -v sys1bench >/dev/null \
 if [ -n "${CI:-}" ] && [ -z "${VSR_TEST_POSTGRES_URL:-}" ]; then
     echo "CI: VSR_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)"; exit 1
 fi
-# The workspace has no doc tests (`--lib --bins --tests` skips rustdoc's empty runs).
-# One test at a time in each binary: the tests' servers each run llama.cpp on every core, and
-# two tests at once on a 2-core machine left their thread pools spinning against each other
-# (decisions 110 s -> 66 s, spans 99 s -> 77 s with one; whole runs of the other binaries
-# moved within their noise). RUST_TEST_THREADS set by the caller wins.
+# The test binaries just built (the workspace has no doc tests). One test at a time in each
+# binary: two tests in one binary share its server, and on a 2-core machine their llama.cpp
+# thread pools spun against each other (decisions 110 s -> 66 s, spans 99 s -> 77 s with one).
+# Two binaries at a time instead, each model on one thread (VLLM_SRUN_TEST_THREADS): a test
+# binary also spends time off the model (starting servers, clients, waits), which the other
+# lane fills. The longest binaries start first, so the lanes end close together.
+# RUST_TEST_THREADS, VLLM_SRUN_TEST_LANES and VLLM_SRUN_TEST_THREADS set by the caller win.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}"
-cargo test --workspace --exclude bench --lib --bins --tests
+lanes="${VLLM_SRUN_TEST_LANES:-2}"
+[ "$lanes" -gt 1 ] && export VLLM_SRUN_TEST_THREADS="${VLLM_SRUN_TEST_THREADS:-1}"
+python3 scripts/lanes.py "$artifacts" "$lanes" spans packages decisions calibration limits \
+    encoders router long_inputs abuse answers boxes budget cluster generate
 
 # Conformance: the System One suite must pass every MUST.
 if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator, openai, msgpack' 2>/dev/null; then

@@ -85,7 +85,8 @@ fn start() -> Server {
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_vllm-srun").to_string());
     let mut child = Command::new(bin)
         .args(["serve", "--model", &common::test_model(), "--port", "0"])
-        .args(["--no-pull", "--threads", "2", "--max-connections", "8192"])
+        .args(["--no-pull", "--max-connections", "8192"])
+        .args(["--threads", &common::test_threads().to_string()])
         .args(["--header-timeout-ms", &HEADER_TIMEOUT_MS.to_string()])
         .args(["--body-timeout-ms", &BODY_TIMEOUT_MS.to_string()])
         .stdout(Stdio::piped())

@@ -204,7 +204,7 @@ async fn decision_adapters_trained_by_adapt_beat_the_base_on_held_out_cases() {
             "--model",
             &test_model(),
             "--threads",
-            "2",
+            &test_threads().to_string(),
             "--data",
         ])
         .arg(&train)

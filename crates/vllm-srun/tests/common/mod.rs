@@ -12,6 +12,16 @@ pub fn test_model() -> String {
     std::env::var("VLLM_SRUN_TEST_MODEL").unwrap_or_else(|_| "smollm2-135m".into())
 }
 
+/// The threads a test's model runs on: `$VLLM_SRUN_TEST_THREADS`, by default 2 (this project's
+/// machines have two cores). `scripts/test.sh` sets 1 when it runs two test binaries at once.
+pub fn test_threads() -> usize {
+    std::env::var("VLLM_SRUN_TEST_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .filter(|&t| t > 0)
+        .unwrap_or(2)
+}
+
 pub struct TestServer {
     pub base: String,
     pub registry: std::sync::Arc<engine::Registry>,
@@ -28,7 +38,7 @@ pub fn options() -> ServeOptions {
     ServeOptions {
         models: vec![test_model()],
         port: 0,
-        threads: 2,
+        threads: test_threads(),
         ..ServeOptions::default()
     }
 }
