@@ -140,14 +140,6 @@ from openapi_spec_validator import validate
 validate(yaml.safe_load(open(sys.argv[1])))
 print("openapi: document valid")
 PY
-# README's first command, the default `serve` (the whole service on embedded defaults, port
-# 8000, its data in a fresh directory), starts now for README's examples below: its models load
-# (and on a fresh machine measure their attention path: about 30 s of both cores for the two
-# Qwen backbones) while schemathesis runs for its fixed time.
-readme_log="$(mktemp)"
-XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 &
-readme=$!
-trap 'kill "$server" "$readme" 2>/dev/null || true' EXIT
 # Bodies the document describes exactly are valid and reach the model (a score body of ten
 # items asks ten relevance questions, about 2 s alone here); with two workers' requests queued
 # one can take longer than schemathesis's 10 s default, which is latency, not a failure.
@@ -197,7 +189,7 @@ router_log="$(mktemp)"
 router_data="$(mktemp -d)"
 public_router "$router_data" "$router_log"
 router=$!
-trap 'kill "$server" "$readme" "$router" 2>/dev/null || true' EXIT
+trap 'kill "$server" "$router" 2>/dev/null || true' EXIT
 rurl="$(wait_listening "$router_log" 100)" || { echo "router did not start"; exit 1; }
 # Keys: the spec's terminal recipe, usage, limits' headers, revoke; the key it prints last
 # is the one the SDK checks use.
@@ -205,7 +197,12 @@ VLLM_SR_API_KEY="$(python3 scripts/keys_check.py "$rurl" sparrow-nano "$router_d
 export VLLM_SR_API_KEY
 python3 scripts/router_check.py "$rurl" "$MODEL"
 
-# README's examples, verbatim, against README's own first command (started above).
+# README's examples, verbatim, against README's own first command: the default `serve` (the
+# whole service on embedded defaults, port 8000), with its data in a fresh directory.
+readme_log="$(mktemp)"
+XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 &
+readme=$!
+trap 'kill "$server" "$router" "$readme" 2>/dev/null || true' EXIT
 wait_listening "$readme_log" 1500 >/dev/null || { echo "the default serve did not start"; exit 1; }
 python3 scripts/readme_check.py README.md
 kill "$readme" 2>/dev/null || true
@@ -223,7 +220,7 @@ pages_log="$(mktemp)"
 pages_data="$(mktemp -d)"
 public_router "$pages_data" "$pages_log"
 pages=$!
-trap 'kill "$server" "$readme" "$router" "$pages" 2>/dev/null || true' EXIT
+trap 'kill "$server" "$router" "$pages" 2>/dev/null || true' EXIT
 purl="$(wait_listening "$pages_log" 100)" || { echo "router for the pages did not start"; exit 1; }
 # An older System Two key, as an operator moving an older site's keys imports it.
 OLD_KEY="sk-pt-$(python3 -c 'import secrets; print(secrets.token_urlsafe(21))')"
