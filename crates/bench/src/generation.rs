@@ -214,12 +214,13 @@ async fn answering(base: &str, path: &str) -> bool {
 /// Generation: one stream's decode rate against raw llama.cpp in this process; four
 /// concurrent streams against llama-cpp-python's server on the same GGUF; time to first token;
 /// and how long running streams stall while a 1,000-token prompt joins them.
-pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Result<(), String> {
+pub async fn generation(
+    model_spec: &str,
+    runs: usize,
+    max_tokens: usize,
+    reference_only: bool,
+) -> Result<(), String> {
     let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
-    let raw =
-        backend_llama::LlamaBackend::load(&resolved.weights, backend_llama::LlamaConfig::default())
-            .map_err(|e| e.to_string())?;
-    let mut plain = crate::plain::PlainEvaluator::new(&raw, 4096).map_err(|e| e.to_string())?;
     // Room for four running streams and a fifth that joins them.
     let o = vllm_srun::ServeOptions {
         models: vec![model_spec.to_string()],
@@ -241,6 +242,13 @@ pub async fn generation(model_spec: &str, runs: usize, max_tokens: usize) -> Res
         "bench generate: model {name}, {} threads, runs {runs}, {max_tokens} tokens per stream",
         raw_threads()
     );
+    if reference_only {
+        return against_llama_server(&base, &name, &resolved.weights, runs, max_tokens).await;
+    }
+    let raw =
+        backend_llama::LlamaBackend::load(&resolved.weights, backend_llama::LlamaConfig::default())
+            .map_err(|e| e.to_string())?;
+    let mut plain = crate::plain::PlainEvaluator::new(&raw, 4096).map_err(|e| e.to_string())?;
     let prompt = engine::Backend::tokenize(&raw, STORY, false).map_err(|e| e.to_string())?;
     // Warm both.
     stream_completion(&client, &base, &name, STORY, 8).await?;
@@ -440,9 +448,12 @@ async fn four_at_once(
     Ok((rate, median(all.iter().map(Streamed::ttft).collect())))
 }
 
+/// The pause before each run of (f).
+const SETTLE: Duration = Duration::from_secs(1);
+
 /// (f) Four concurrent streams against llama.cpp's own `llama-server -np 4` (whose slots keep
 /// their prompts' cells): the same four prompts sent again (the runs after the first), then
-/// four fresh prompts each run.
+/// four fresh prompts each run; each run goes to both servers, in turn.
 async fn against_llama_server(
     base: &str,
     name: &str,
@@ -465,34 +476,86 @@ async fn against_llama_server(
         .build()
         .map_err(|e| e.to_string())?;
     let again: Vec<String> = (0..4).map(story).collect();
-    let mut lines = Vec::new();
-    for (who, url) in [("ours", base), ("llama-server", lbase.as_str())] {
+    let urls = [base, lbase.as_str()];
+    // Runs alternate between the two servers, each run starting with the other one, so that a
+    // drift in the machine's speed (or a neighbour's load) falls on both alike. The prompts
+    // sent again come first: a fresh run would replace them in the slots. Each run starts a
+    // second after the last one ended, so that whatever a server still does after its last
+    // token does not land on the other's run (run back to back, our p50 first token was 307 ms
+    // against 121-141 ms measured alone).
+    let order = |run: usize| {
+        if run.is_multiple_of(2) {
+            [0, 1]
+        } else {
+            [1, 0]
+        }
+    };
+    let (mut rates, mut ttfts) = ([vec![], vec![]], [vec![], vec![]]);
+    for url in urls {
         four_at_once(client, url, name, &again, max_tokens).await?;
-        let (mut rates, mut ttfts) = (Vec::new(), Vec::new());
-        for _ in 0..runs {
-            let (r, t) = four_at_once(client, url, name, &again, max_tokens).await?;
-            rates.push(r);
-            ttfts.push(t);
-        }
-        let (mut fresh_rates, mut fresh_ttfts) = (Vec::new(), Vec::new());
-        for run in 0..runs {
-            let fresh: Vec<String> = (0..4).map(|i| story(1000 + 10 * run + i)).collect();
-            let (r, t) = four_at_once(client, url, name, &fresh, max_tokens).await?;
-            fresh_rates.push(r);
-            fresh_ttfts.push(t);
-        }
-        let med = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        lines.push((
-            who,
-            med(rates),
-            median(ttfts),
-            med(fresh_rates),
-            median(fresh_ttfts),
-        ));
     }
+    for run in 0..runs {
+        for w in order(run) {
+            tokio::time::sleep(SETTLE).await;
+            let (r, t) = four_at_once(client, urls[w], name, &again, max_tokens).await?;
+            rates[w].push(r);
+            ttfts[w].push(t);
+        }
+    }
+    let (mut fresh_rates, mut fresh_ttfts) = ([vec![], vec![]], [vec![], vec![]]);
+    for run in 0..runs {
+        let fresh: Vec<String> = (0..4).map(|i| story(1000 + 10 * run + i)).collect();
+        for w in order(run) {
+            tokio::time::sleep(SETTLE).await;
+            let (r, t) = four_at_once(client, urls[w], name, &fresh, max_tokens).await?;
+            fresh_rates[w].push(r);
+            fresh_ttfts[w].push(t);
+        }
+    }
+    let each = |v: &[f64]| {
+        v.iter()
+            .map(|r| format!("{r:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "(f) each run, tokens/s: sent again ours {} / llama-server {}; fresh ours {} / llama-server {}",
+        each(&rates[0]),
+        each(&rates[1]),
+        each(&fresh_rates[0]),
+        each(&fresh_rates[1])
+    );
+    let each_ms = |v: &[Duration]| {
+        v.iter()
+            .map(|t| format!("{:.0}", t.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "(f) each run, first token p50 in ms: sent again ours {} / llama-server {}; fresh ours {} / llama-server {}",
+        each_ms(&ttfts[0]),
+        each_ms(&ttfts[1]),
+        each_ms(&fresh_ttfts[0]),
+        each_ms(&fresh_ttfts[1])
+    );
+    let med = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let lines: Vec<_> = ["ours", "llama-server"]
+        .into_iter()
+        .enumerate()
+        .map(|(w, who)| {
+            (
+                who,
+                med(&rates[w]),
+                median(ttfts[w].clone()),
+                med(&fresh_rates[w]),
+                median(fresh_ttfts[w].clone()),
+            )
+        })
+        .collect();
     let _ = child.kill().await;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     for (who, r, t, fr, ft) in &lines {

@@ -30,6 +30,10 @@ struct Args {
     /// llama-cpp-python's server, time to first token, a long prompt joining streams.
     #[arg(long)]
     generate: bool,
+    /// With --generate: only its line (f), four concurrent streams against llama.cpp's own
+    /// `llama-server -np 4`.
+    #[arg(long)]
+    against_llama_server: bool,
     /// The router's own cost at --rate requests/s against a backend that answers at once
     /// (each phase --runs seconds).
     #[arg(long)]
@@ -76,6 +80,7 @@ fn main() {
         long,
         embeddings,
         generate,
+        against_llama_server,
         max_tokens,
         router,
         service,
@@ -101,7 +106,12 @@ fn main() {
         } else if router {
             run_bench(b::router_overhead(runs.clamp(1, 600), rate.max(1)))
         } else if generate {
-            run_bench(b::generation(&model, runs.max(1), max_tokens.max(2)))
+            run_bench(b::generation(
+                &model,
+                runs.max(1),
+                max_tokens.max(2),
+                against_llama_server,
+            ))
         } else if embeddings {
             run_bench(b::embeddings(&model, runs.max(1)))
         } else if long {
