@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ProtocolError;
-use crate::wire::{decode, malformed, BODY};
+use crate::wire::{decode, decode_owned, malformed, BODY};
 
 /// `params.options.overflow_policy`: what a text longer than the model reads at once gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, ToSchema)]
@@ -248,9 +248,10 @@ impl SieItem {
         })
     }
 
-    /// An item's text; images, audio, video and documents are not read by these models.
-    pub fn parse(v: &Value, what: &str) -> Result<SieItem, ProtocolError> {
-        SieItem::checked(decode(v, what)?, what)
+    /// An item's text; images, audio, video and documents are not read by these models. The
+    /// value is consumed: its text moves into the item.
+    pub fn parse(v: Value, what: &str) -> Result<SieItem, ProtocolError> {
+        SieItem::checked(decode_owned(v, what)?, what)
     }
 }
 
@@ -320,23 +321,19 @@ impl TryFrom<ExtractRequestWire> for ExtractRequest {
             ));
         }
         let o = p.options.unwrap_or_default();
+        let n = w.items.len();
+        let (mut items, mut ids) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for (i, it) in w.items.into_iter().enumerate() {
+            ids.push(
+                it.get("id")
+                    .cloned()
+                    .unwrap_or_else(|| Value::String(format!("item-{i}"))),
+            );
+            items.push(SieItem::parse(it, &format!("items[{i}]")));
+        }
         Ok(ExtractRequest {
-            items: w
-                .items
-                .iter()
-                .enumerate()
-                .map(|(i, it)| SieItem::parse(it, &format!("items[{i}]")))
-                .collect(),
-            ids: w
-                .items
-                .iter()
-                .enumerate()
-                .map(|(i, it)| {
-                    it.get("id")
-                        .cloned()
-                        .unwrap_or_else(|| Value::String(format!("item-{i}")))
-                })
-                .collect(),
+            items,
+            ids,
             labels: p.labels,
             output_schema: p.output_schema.is_some(),
             instruction: p.instruction,

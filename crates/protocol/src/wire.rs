@@ -20,27 +20,41 @@ use crate::error::{reason, ProtocolError};
 /// members in order from an array, which no client means).
 pub fn decode<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, ProtocolError> {
     if !v.is_object() {
-        let what = if what == BODY {
-            "the request body must be a JSON object".to_string()
-        } else {
-            format!("{what} must be an object")
-        };
-        return Err(malformed(what));
+        return Err(not_object(what));
     }
-    serde_path_to_error::deserialize(v).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let at = match (path.as_str(), what) {
-            (".", w) => w.to_string(),
-            (p, BODY) => p.to_string(),
-            (p, w) if p.starts_with('[') => format!("{w}{p}"),
-            (p, w) => format!("{w}.{p}"),
-        };
-        match fault(&at, &inner) {
-            Fault::Unknown(m) => ProtocolError::invalid(m).with_reason(reason::UNKNOWN_MEMBER),
-            Fault::Other(m) => malformed(m),
-        }
-    })
+    serde_path_to_error::deserialize(v).map_err(|e| wire_error(e, what))
+}
+
+/// [`decode`] of a value the caller owns: its strings move into `T` instead of being copied.
+pub fn decode_owned<T: DeserializeOwned>(v: Value, what: &str) -> Result<T, ProtocolError> {
+    if !v.is_object() {
+        return Err(not_object(what));
+    }
+    serde_path_to_error::deserialize(v).map_err(|e| wire_error(e, what))
+}
+
+fn not_object(what: &str) -> ProtocolError {
+    if what == BODY {
+        malformed("the request body must be a JSON object")
+    } else {
+        malformed(format!("{what} must be an object"))
+    }
+}
+
+/// serde's error at its path under `what`, as the protocol's error.
+fn wire_error(e: serde_path_to_error::Error<serde_json::Error>, what: &str) -> ProtocolError {
+    let path = e.path().to_string();
+    let inner = e.into_inner().to_string();
+    let at = match (path.as_str(), what) {
+        (".", w) => w.to_string(),
+        (p, BODY) => p.to_string(),
+        (p, w) if p.starts_with('[') => format!("{w}{p}"),
+        (p, w) => format!("{w}.{p}"),
+    };
+    match fault(&at, &inner) {
+        Fault::Unknown(m) => ProtocolError::invalid(m).with_reason(reason::UNKNOWN_MEMBER),
+        Fault::Other(m) => malformed(m),
+    }
 }
 
 /// Decode a decision body's value `v`, found at `loc` in the body, into `T`: an unknown member
