@@ -512,32 +512,33 @@ async fn against_llama_server(
             fresh_ttfts[w].push(t);
         }
     }
-    let each = |v: &[f64]| {
+    let ms = |v: &[Duration]| -> Vec<f64> { v.iter().map(|t| t.as_secs_f64() * 1e3).collect() };
+    let each = |v: &[f64], digits: usize| {
         v.iter()
-            .map(|r| format!("{r:.1}"))
+            .map(|r| format!("{r:.digits$}"))
             .collect::<Vec<_>>()
             .join(" ")
     };
-    println!(
-        "(f) each run, tokens/s: sent again ours {} / llama-server {}; fresh ours {} / llama-server {}",
-        each(&rates[0]),
-        each(&rates[1]),
-        each(&fresh_rates[0]),
-        each(&fresh_rates[1])
-    );
-    let each_ms = |v: &[Duration]| {
-        v.iter()
-            .map(|t| format!("{:.0}", t.as_secs_f64() * 1e3))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    println!(
-        "(f) each run, first token p50 in ms: sent again ours {} / llama-server {}; fresh ours {} / llama-server {}",
-        each_ms(&ttfts[0]),
-        each_ms(&ttfts[1]),
-        each_ms(&fresh_ttfts[0]),
-        each_ms(&fresh_ttfts[1])
-    );
+    for (what, digits, [again_ours, again_theirs, fresh_ours, fresh_theirs]) in [
+        (
+            "tokens/s",
+            1,
+            [&rates[0], &rates[1], &fresh_rates[0], &fresh_rates[1]].map(|v| v.to_vec()),
+        ),
+        (
+            "first token p50 in ms",
+            0,
+            [&ttfts[0], &ttfts[1], &fresh_ttfts[0], &fresh_ttfts[1]].map(|v| ms(v)),
+        ),
+    ] {
+        println!(
+            "(f) each run, {what}: sent again ours {} / llama-server {}; fresh ours {} / llama-server {}",
+            each(&again_ours, digits),
+            each(&again_theirs, digits),
+            each(&fresh_ours, digits),
+            each(&fresh_theirs, digits)
+        );
+    }
     let med = |v: &[f64]| {
         let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
