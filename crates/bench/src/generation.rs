@@ -490,53 +490,48 @@ async fn against_llama_server(
             [1, 0]
         }
     };
-    let (mut rates, mut ttfts) = ([vec![], vec![]], [vec![], vec![]]);
     for url in urls {
         four_at_once(client, url, name, &again, max_tokens).await?;
     }
-    for run in 0..runs {
-        for w in order(run) {
-            tokio::time::sleep(SETTLE).await;
-            let (r, t) = four_at_once(client, urls[w], name, &again, max_tokens).await?;
-            rates[w].push(r);
-            ttfts[w].push(t);
+    // [phase][server], phase 0 the prompts sent again and 1 fresh ones; first tokens in ms.
+    let (mut rates, mut ttfts) = (
+        [[vec![], vec![]], [vec![], vec![]]],
+        [[vec![], vec![]], [vec![], vec![]]],
+    );
+    for phase in 0..2 {
+        for run in 0..runs {
+            let fresh: Vec<String>;
+            let prompts = if phase == 0 {
+                &again
+            } else {
+                fresh = (0..4).map(|i| story(1000 + 10 * run + i)).collect();
+                &fresh
+            };
+            for w in order(run) {
+                tokio::time::sleep(SETTLE).await;
+                let (r, t) = four_at_once(client, urls[w], name, prompts, max_tokens).await?;
+                rates[phase][w].push(r);
+                ttfts[phase][w].push(t.as_secs_f64() * 1e3);
+            }
         }
     }
-    let (mut fresh_rates, mut fresh_ttfts) = ([vec![], vec![]], [vec![], vec![]]);
-    for run in 0..runs {
-        let fresh: Vec<String> = (0..4).map(|i| story(1000 + 10 * run + i)).collect();
-        for w in order(run) {
-            tokio::time::sleep(SETTLE).await;
-            let (r, t) = four_at_once(client, urls[w], name, &fresh, max_tokens).await?;
-            fresh_rates[w].push(r);
-            fresh_ttfts[w].push(t);
-        }
-    }
-    let ms = |v: &[Duration]| -> Vec<f64> { v.iter().map(|t| t.as_secs_f64() * 1e3).collect() };
+    let _ = child.kill().await;
     let each = |v: &[f64], digits: usize| {
         v.iter()
             .map(|r| format!("{r:.digits$}"))
             .collect::<Vec<_>>()
             .join(" ")
     };
-    for (what, digits, [again_ours, again_theirs, fresh_ours, fresh_theirs]) in [
-        (
-            "tokens/s",
-            1,
-            [&rates[0], &rates[1], &fresh_rates[0], &fresh_rates[1]].map(|v| v.to_vec()),
-        ),
-        (
-            "first token p50 in ms",
-            0,
-            [&ttfts[0], &ttfts[1], &fresh_ttfts[0], &fresh_ttfts[1]].map(|v| ms(v)),
-        ),
+    for (what, digits, series) in [
+        ("tokens/s", 1, &rates),
+        ("first token p50 in ms", 0, &ttfts),
     ] {
         println!(
             "(f) each run, {what}: sent again ours {} / llama-server {}; fresh ours {} / llama-server {}",
-            each(&again_ours, digits),
-            each(&again_theirs, digits),
-            each(&fresh_ours, digits),
-            each(&fresh_theirs, digits)
+            each(&series[0][0], digits),
+            each(&series[0][1], digits),
+            each(&series[1][0], digits),
+            each(&series[1][1], digits)
         );
     }
     let med = |v: &[f64]| {
@@ -544,34 +539,22 @@ async fn against_llama_server(
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let lines: Vec<_> = ["ours", "llama-server"]
-        .into_iter()
-        .enumerate()
-        .map(|(w, who)| {
-            (
-                who,
-                med(&rates[w]),
-                median(ttfts[w].clone()),
-                med(&fresh_rates[w]),
-                median(fresh_ttfts[w].clone()),
-            )
-        })
-        .collect();
-    let _ = child.kill().await;
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    for (who, r, t, fr, ft) in &lines {
+    for (w, who) in ["ours", "llama-server"].into_iter().enumerate() {
         println!(
-            "(f) {who:>12}: four streams sent again {r:.1} tokens/s, first token p50 {:.0} ms; four fresh {fr:.1} tokens/s, p50 {:.0} ms",
-            ms(*t),
-            ms(*ft)
+            "(f) {who:>12}: four streams sent again {:.1} tokens/s, first token p50 {:.0} ms; four fresh {:.1} tokens/s, p50 {:.0} ms",
+            med(&rates[0][w]),
+            med(&ttfts[0][w]),
+            med(&rates[1][w]),
+            med(&ttfts[1][w])
         );
     }
-    let (o, l) = (&lines[0], &lines[1]);
+    let ratio =
+        |series: &[[Vec<f64>; 2]; 2], phase: usize| med(&series[phase][0]) / med(&series[phase][1]);
     println!(
         "    ours/llama-server: sent again {:.2} tokens/s [target >= 1.0], first token {:.2} [target <= 1.5]; fresh {:.2} tokens/s [target >= 1.0]",
-        o.1 / l.1,
-        o.2.as_secs_f64() / l.2.as_secs_f64(),
-        o.3 / l.3
+        ratio(&rates, 0),
+        ratio(&ttfts, 0),
+        ratio(&rates, 1)
     );
     Ok(())
 }
