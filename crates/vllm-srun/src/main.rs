@@ -321,11 +321,11 @@ fn adapt(a: AdaptArgs) -> i32 {
     };
     match vllm_srun::adapt::adapt(&o) {
         Ok(fitted) => {
-            println!("question\tcases\tl2\tcv_accuracy\tcv_nll\tcv_ece");
+            println!("question\tcases\tl2\ttemperature\tcv_accuracy\tcv_nll\tcv_ece");
             for f in &fitted {
                 println!(
-                    "{}\t{}\t{}\t{:.3}\t{:.3}\t{:.3}",
-                    f.id, f.cases, f.l2, f.accuracy, f.nll, f.ece
+                    "{}\t{}\t{}\t{:.2}\t{:.3}\t{:.3}\t{:.3}",
+                    f.id, f.cases, f.l2, f.temperature, f.accuracy, f.nll, f.ece
                 );
             }
             println!("{} adapters written to {}", fitted.len(), o.out.display());
