@@ -17,8 +17,10 @@ with temperature T, a choice or score divided by its empty-state answer with wei
 (p / q^a)^(1/T) renormalised; a noul with bias b reads its log-odds as (z - b) / T. A
 candidate ships only if, fitted elsewhere, it lowers the mean held-out NLL and lowers no
 domain's held-out accuracy by more than 0.02 against the raw readout. SHIPPED_CONFIG (a
-decision_config.json) is scored as it is, not refitted. The last lines print the config the
-accepted candidate fits on every domain.
+decision_config.json) is scored as it is, not refitted. Then it prints the config the best
+accepted candidate fits on every domain, and last each family's ECE/floor fitted on the very
+domain it is scored on (not held out): how low it gets when nothing has to transfer, which
+tells whether a domain's miscalibration is one a correction of that form can mend at all.
 
 Develop on your own manifests (`sys1bench generate` with a seed other than 9001, and
 `scripts/devsuite.py`); sys1bench's packaged canary is held out.
@@ -209,6 +211,12 @@ def judge(raw, shipped=None):
         print(f"\nbest passing: {best}; fitted on every domain: {json.dumps(fit(rs, FAMILIES[best]))}")
     else:
         print("\nno correction passes: ship the raw readout")
+    # Not a held-out figure: each family fitted (by NLL) on the domain it is scored on.
+    print("\nfitted on the domain itself (not held out), ECE/floor:")
+    print(f"{'domain':<24} " + " ".join(f"{n:>13}" for n in FAMILIES if n != "raw"))
+    for d in domains:
+        cells = " ".join(f"{summary(by[d], fit(by[d], fam))['ece_floor']:>13.2f}" for n, fam in FAMILIES.items() if n != "raw")
+        print(f"{d:<24} {cells}")
 
 
 if __name__ == "__main__":
