@@ -10,6 +10,13 @@ pub(crate) fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// [`median`] of rates and other figures: the middle value, the upper one of an even count.
+pub(crate) fn median_of(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 pub(crate) fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;

@@ -263,11 +263,7 @@ pub async fn generation(
             tokio::task::block_in_place(|| plain.greedy(&prompt, n)).map_err(|e| e.to_string())?;
         raw_rates.push((n - 1) as f64 / t.as_secs_f64());
     }
-    let med = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (r, o1) = (med(raw_rates), med(ours.clone()));
+    let (r, o1) = (median_of(&raw_rates), median_of(&ours));
     println!("(a) raw llama.cpp greedy decode, one sequence: median {r:.1} tokens/s");
     println!("(b) one stream over HTTP (/v1/completions):    median {o1:.1} tokens/s");
     println!("    (b)/(a) = {:.3}  [target >= 0.95]", o1 / r);
@@ -278,7 +274,7 @@ pub async fn generation(
         four.push(rate);
         ttfts.extend(t);
     }
-    let o4 = med(four);
+    let o4 = median_of(&four);
     println!("(c) four concurrent streams, total decode:     median {o4:.1} tokens/s ({:.2}x one stream)", o4 / o1);
     // The ceiling: the same four prompts decoded raw, one llama.cpp decode per step for all.
     let prompts = (0..4)
@@ -295,7 +291,7 @@ pub async fn generation(
         raw4.push((4 * (max_tokens - 1)) as f64 / t.as_secs_f64());
     }
     drop(batched);
-    let r4 = med(raw4);
+    let r4 = median_of(&raw4);
     println!(
         "    raw llama.cpp, the same four prompts batched: median {r4:.1} tokens/s ({:.2}x raw one sequence); (c)/raw = {:.3}",
         r4 / r,
@@ -395,7 +391,7 @@ pub async fn generation(
                 one.push(stream_completion(&client, &lbase, &name, STORY, max_tokens).await?.decode_rate());
                 four.push(concurrent(&client, &lbase, &name, 4, max_tokens).await?.0);
             }
-            let (l1, l4) = (med(one), med(four));
+            let (l1, l4) = (median_of(&one), median_of(&four));
             println!("(e) llama-cpp-python server: one stream {l1:.1} tokens/s, four concurrent {l4:.1} tokens/s");
             println!("    ours/theirs: one stream {:.2}, four concurrent {:.2}  [target >= 2.0]", o1 / l1, o4 / l4);
             let _ = child.kill().await;
@@ -534,22 +530,18 @@ async fn against_llama_server(
             each(&series[1][1], digits)
         );
     }
-    let med = |v: &[f64]| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     for (w, who) in ["ours", "llama-server"].into_iter().enumerate() {
         println!(
             "(f) {who:>12}: four streams sent again {:.1} tokens/s, first token p50 {:.0} ms; four fresh {:.1} tokens/s, p50 {:.0} ms",
-            med(&rates[0][w]),
-            med(&ttfts[0][w]),
-            med(&rates[1][w]),
-            med(&ttfts[1][w])
+            median_of(&rates[0][w]),
+            median_of(&ttfts[0][w]),
+            median_of(&rates[1][w]),
+            median_of(&ttfts[1][w])
         );
     }
-    let ratio =
-        |series: &[[Vec<f64>; 2]; 2], phase: usize| med(&series[phase][0]) / med(&series[phase][1]);
+    let ratio = |series: &[[Vec<f64>; 2]; 2], phase: usize| {
+        median_of(&series[phase][0]) / median_of(&series[phase][1])
+    };
     println!(
         "    ours/llama-server: sent again {:.2} tokens/s [target >= 1.0], first token {:.2} [target <= 1.5]; fresh {:.2} tokens/s [target >= 1.0]",
         ratio(&rates, 0),
