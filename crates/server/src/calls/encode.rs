@@ -41,7 +41,10 @@ pub(crate) fn vectors_only(m: &EncoderModel) -> Result<(), ApiError> {
 }
 
 /// Run `work` within `deadline_ms`: past it the caller gets 504 `deadline_exceeded`, and the
-/// work is dropped (a queued encoder or decision job whose caller is gone is not run).
+/// work is dropped (a queued encoder or decision job whose caller is gone is not run). Work
+/// found finished only once the deadline has passed is past it too: tokio's `timeout` looks at
+/// the work before the clock, so a forward whose reply and the timer's turn come in the same
+/// wake-up would otherwise be answered late (with `deadline_ms` 0, a fast forward answered 200).
 pub(crate) async fn within(
     deadline_ms: Option<u64>,
     work: impl std::future::Future<Output = CoreResult>,
@@ -49,15 +52,15 @@ pub(crate) async fn within(
     let Some(d) = deadline_ms else {
         return work.await;
     };
-    tokio::time::timeout(Duration::from_millis(d), work)
-        .await
-        .unwrap_or_else(|_| {
-            Err(ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                ErrorCode::DeadlineExceeded,
-                format!("options.deadline_ms ({d} ms) passed before the work was answered"),
-            ))
-        })
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(d);
+    match tokio::time::timeout_at(deadline, work).await {
+        Ok(answer) if tokio::time::Instant::now() < deadline => answer,
+        _ => Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            ErrorCode::DeadlineExceeded,
+            format!("options.deadline_ms ({d} ms) passed before the work was answered"),
+        )),
+    }
 }
 
 /// The width a request asked for (`dimensions`): fewer than the model's, the vector's first
@@ -580,4 +583,25 @@ pub(crate) async fn classify_spans(
     let resp = json!({"model": m.meta.name, "backbone": m.meta.name, "data": data,
         "usage": {"input_tokens": tokens, "output_tokens": 0}});
     Ok((resp, m.meta.name.clone(), timings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered() -> CoreResult {
+        Ok((json!({}), String::new(), Timings::default()))
+    }
+
+    #[tokio::test]
+    async fn work_done_after_the_deadline_is_refused_and_within_it_answered() {
+        let code = |r: CoreResult| r.err().map(|e| e.status);
+        // Finished at once, but a deadline of 0 ms has passed before anything can answer.
+        assert_eq!(
+            code(within(Some(0), async { answered() }).await),
+            Some(StatusCode::GATEWAY_TIMEOUT)
+        );
+        assert_eq!(code(within(Some(60_000), async { answered() }).await), None);
+        assert_eq!(code(within(None, async { answered() }).await), None);
+    }
 }
