@@ -19,9 +19,10 @@
 //! line's first token only says which of them comes first.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use protocol::SpanFound;
+use regex::bytes::Regex;
 
 use crate::backend::{pick, Backend, Steer, Token};
 use crate::error::EngineError;
@@ -463,9 +464,130 @@ pub(crate) fn one_label_per_place(mut spans: Vec<SpanFound>) -> Vec<SpanFound> {
     kept
 }
 
+/// Whether a text may hold a part that a label of the PII preset names, by a form every such
+/// part has: an email address holds an `@`, a card number twelve digits or more, and so on.
+/// A label the text cannot hold is not asked on it: its branch would only copy other words
+/// (and start contests over them). The checks are necessary, never sufficient (the model still
+/// finds the parts), and apply only to a preset label as the preset describes it (its key with
+/// no description, or with the preset's own); any other label, and the preset's names, places
+/// and dates, which have no such form, are always asked.
+pub(crate) fn may_hold(key: &str, description: Option<&str>, text: &[u8]) -> bool {
+    /// The forms, built once; a pattern that failed to build asks its label.
+    struct Forms {
+        email: Option<Regex>,
+        /// An email address as a word, whose domain is not a web address.
+        email_word: Option<Regex>,
+        url: Option<Regex>,
+        ip: Option<Regex>,
+        card: Option<Regex>,
+        iban: Option<Regex>,
+        /// A run of digits each set off by at most two marks, as telephone numbers are
+        /// written; a number has 7 to 15 digits (E.164's longest), its extension after.
+        digit_run: Option<Regex>,
+    }
+    static FORMS: LazyLock<Forms> = LazyLock::new(|| {
+        let re = |pattern: &str| Regex::new(pattern).ok();
+        Forms {
+            email: re(r"[@＠]"),
+            email_word: re(r"[^\s@＠]*[@＠][^\s@＠]*"),
+            // A scheme, a `www.`, or a host name's dot before two letters or more.
+            url: re(r"://|www\.|\w\.[^\W\d_]{2,}"),
+            // Four dotted numbers, or two colons between hex digits (IPv6).
+            ip: re(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}|[0-9A-Fa-f]*:[0-9A-Fa-f]*:"),
+            // Twelve to nineteen digits standing as a word, each group set off by at most one
+            // space, dot or dash (the digits inside an IBAN are not one).
+            card: re(r"\b[0-9](?:[ .\-]?[0-9]){11,18}\b"),
+            // A country code and two check digits, then ten characters or more.
+            iban: re(r"(?i)[a-z]{2}\d{2}(?: ?[a-z0-9]){10,}"),
+            digit_run: re(r"\d(?:[ .\-()/]{0,2}\d)*"),
+        }
+    });
+    let preset = protocol::PII_LABELS.iter().find(|(k, _)| *k == key);
+    let Some((_, preset_description)) = preset else {
+        return true;
+    };
+    if description.is_some_and(|d| d != *preset_description) {
+        return true;
+    }
+    let f = &*FORMS;
+    let has = |form: &Option<Regex>, text: &[u8]| form.as_ref().is_none_or(|r| r.is_match(text));
+    match key {
+        "EMAIL_ADDRESS" => has(&f.email, text),
+        "URL" => match &f.email_word {
+            Some(email) => has(&f.url, &email.replace_all(text, &b" "[..])),
+            None => true,
+        },
+        "IP_ADDRESS" => has(&f.ip, text),
+        "CREDIT_CARD" => has(&f.card, text),
+        "IBAN" => has(&f.iban, text),
+        "PHONE_NUMBER" => f.digit_run.as_ref().is_none_or(|r| {
+            r.find_iter(text).any(|run| {
+                let digits = String::from_utf8_lossy(run.as_bytes())
+                    .chars()
+                    .filter(|c| c.is_numeric())
+                    .count();
+                (7..=15).contains(&digits)
+            })
+        }),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preset_label_is_asked_only_of_a_text_that_has_its_form() {
+        let asked = |key: &str, text: &str| may_hold(key, None, text.as_bytes());
+        // Each form, met and missed.
+        for (key, holds, lacks) in [
+            ("EMAIL_ADDRESS", "write to jane@x.io", "write to jane at x"),
+            (
+                "URL",
+                "see https://x/ or giles.info",
+                "see the site or mail jo@giles.info",
+            ),
+            ("IP_ADDRESS", "from 10.0.0.1 or fe80::1", "from 10.0.1"),
+            (
+                "CREDIT_CARD",
+                "card 4220 0332 2453 8329",
+                "card 4220 0332 245",
+            ),
+            (
+                "CREDIT_CARD",
+                "card 4220-0332-2453-8329.",
+                "IBAN GB49FTTI47460547427019",
+            ),
+            ("IBAN", "to de89 3704 0044 0532 0130 00", "to DE89 3704"),
+            ("PHONE_NUMBER", "call (913) 375-8584", "call 375-858"),
+            (
+                "PHONE_NUMBER",
+                "call 001-447-338-1247x14652",
+                "card 4220033224538329",
+            ),
+        ] {
+            assert!(asked(key, holds), "{key} on {holds:?}");
+            assert!(!asked(key, lacks), "{key} on {lacks:?}");
+        }
+        // Names, places and dates have no such form: always asked.
+        for key in ["PERSON", "LOCATION", "DATE_TIME"] {
+            assert!(asked(key, "nothing here"));
+        }
+        // The preset's description is the preset's label; any other, or another key, is the
+        // client's own and always asked.
+        let email = protocol::PII_LABELS
+            .iter()
+            .find(|(k, _)| *k == "EMAIL_ADDRESS")
+            .map(|(_, d)| *d);
+        assert!(!may_hold("EMAIL_ADDRESS", email, b"no address"));
+        assert!(may_hold(
+            "EMAIL_ADDRESS",
+            Some("a user name or an email address"),
+            b"jane"
+        ));
+        assert!(may_hold("EMAIL", None, b"no address"));
+    }
 
     #[test]
     fn a_copy_is_found_at_code_point_offsets_after_emoji_and_cjk() {

@@ -3,7 +3,8 @@
 //! code-point offsets that hold exactly their text, never outside it; the question's noul is
 //! the best span's probability; thresholds filter and come back; the `pii` preset, the label
 //! list form and refusals; a place two labels claim goes to the label the model names for it;
-//! and a span question beside others changes none of their answers.
+//! a span question beside others changes none of their answers; and a preset label the
+//! text has no form for is not asked.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -33,9 +34,22 @@ fn server() -> &'static TestServer {
 
 async fn decide(body: Value) -> Value {
     let s = tokio::task::spawn_blocking(server).await.expect("server");
+    decide_on(s, body).await
+}
+
+async fn decide_on(s: &TestServer, body: Value) -> Value {
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 200, "{v}");
     v
+}
+
+/// A server of one test's own, for answers compared bit for bit: on qwen2.5-1.5b a job batched
+/// with another request's into one forward can move answers in the last digits (see
+/// ARCHITECTURE.md, Invariants), and the other tests here send requests at the same time.
+async fn own_server() -> TestServer {
+    tokio::task::spawn_blocking(|| start(deciding(MODEL)))
+        .await
+        .expect("server")
 }
 
 /// Every span lies inside `state` and holds exactly the text between its code-point offsets.
@@ -279,22 +293,11 @@ async fn a_span_question_over_an_object_state_counts_offsets_into_the_part_it_re
     }
 }
 
-/// On a server of its own: on qwen2.5-1.5b a job batched with another request's into one
-/// forward can move answers in the last digits (see ARCHITECTURE.md, Invariants), and the
-/// other tests here send requests at the same time.
+/// On a server of its own (`own_server`).
 #[tokio::test]
 async fn a_span_question_beside_others_changes_none_of_their_answers() {
-    let s = tokio::task::spawn_blocking(|| start(deciding(MODEL)))
-        .await
-        .expect("server");
-    let decide = |body: Value| {
-        let url = s.url("/v1/decisions");
-        async move {
-            let (status, _, v) = post(&url, &body).await;
-            assert_eq!(status, 200, "{v}");
-            v
-        }
-    };
+    let s = own_server().await;
+    let decide = |body: Value| decide_on(&s, body);
     let questions = json!({
         "lang": {"type": "choice", "instructions": "Which language is the greeting in?",
                  "criteria": {"japanese": null, "french": null, "english": null}},
@@ -314,6 +317,67 @@ async fn a_span_question_beside_others_changes_none_of_their_answers() {
         tokens(&alone),
         tokens(&beside)
     );
+}
+
+/// A preset label is asked only of a text that has its form (`span::may_hold`): on a text with
+/// an email address, a name and a telephone number, the preset asks 5 of its 9 labels (no
+/// card, IP address, IBAN, or web address outside the email's domain), and answers exactly as
+/// those 5 labels asked alone, tokens included. A label the client describes is always asked.
+/// On a server of its own (`own_server`).
+#[tokio::test]
+async fn a_preset_label_the_text_has_no_form_for_is_not_asked() {
+    let s = own_server().await;
+    let decide = |question: Value| {
+        decide_on(
+            &s,
+            json!({"model": MODEL, "state": STATE, "questions": {"pii": question}}),
+        )
+    };
+    let described = |keys: &[&str]| -> Value {
+        let labels: serde_json::Map<String, Value> = protocol::PII_LABELS
+            .iter()
+            .filter(|(k, _)| keys.contains(k))
+            .map(|(k, d)| (k.to_string(), json!(d)))
+            .collect();
+        json!({"type": "span", "criteria": labels, "threshold": 0.0})
+    };
+    let tokens = |v: &Value| v["usage"]["input_tokens"].as_u64().unwrap();
+    let places = |v: &Value| -> Vec<(String, u64, u64, f64)> {
+        v["spans"]["pii"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["label"].as_str().unwrap().to_string(),
+                    s["start"].as_u64().unwrap(),
+                    s["end"].as_u64().unwrap(),
+                    s["probability"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let preset = decide(json!({"preset": "pii", "threshold": 0.0})).await;
+    let asked = decide(described(&[
+        "PERSON",
+        "EMAIL_ADDRESS",
+        "PHONE_NUMBER",
+        "LOCATION",
+        "DATE_TIME",
+    ]))
+    .await;
+    assert_eq!(places(&preset), places(&asked), "{preset} {asked}");
+    assert_eq!(tokens(&preset), tokens(&asked), "{preset} {asked}");
+    let found: Vec<String> = places(&preset).into_iter().map(|p| p.0).collect();
+    assert!(found.contains(&"EMAIL_ADDRESS".to_string()), "{preset}");
+    // The four the text has no form for: no branch, no span, only the state read.
+    let none = decide(described(&["CREDIT_CARD", "IP_ADDRESS", "IBAN", "URL"])).await;
+    assert_eq!(none["spans"]["pii"], json!([]), "{none}");
+    // The same key described by the client is its label: asked, at a branch's cost.
+    let own = decide(json!({"type": "span", "threshold": 0.0,
+        "criteria": {"URL": "a web address or a domain name"}}))
+    .await;
+    assert!(tokens(&own) > tokens(&none) + 20, "{own} {none}");
 }
 
 #[tokio::test]

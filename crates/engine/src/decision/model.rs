@@ -155,6 +155,9 @@ pub(crate) enum Plan {
         /// Per root: the copy constraint the branches grew under, and where the bytes that
         /// root read start in `text`.
         reads: Vec<(Arc<CopySteer>, usize)>,
+        /// Per root: whether each label was asked there (see [`crate::span::may_hold`]); a
+        /// label not asked has no branch on that root.
+        asked: Vec<Vec<bool>>,
     },
 }
 

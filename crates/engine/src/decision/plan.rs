@@ -285,6 +285,7 @@ impl DecisionModel {
                         complete,
                         text: String::new(),
                         reads: Vec::new(),
+                        asked: Vec::new(),
                     },
                     nodes,
                     None,

@@ -200,15 +200,28 @@ impl DecisionModel {
                 }
             };
             let own: usize = p.nodes.iter().map(|n| n.tokens.len()).sum();
-            usage.input_tokens += (own * at.len()) as u64;
             let mut plan = p.plan;
             match (&mut plan, &t.spans) {
-                (Plan::Span { text, reads, .. }, Some(vocab)) => {
-                    // Each root's span branches copy from the bytes that root read.
+                (
+                    Plan::Span {
+                        labels,
+                        text,
+                        reads,
+                        asked,
+                        ..
+                    },
+                    Some(vocab),
+                ) => {
+                    // Each root's span branches copy from the bytes that root read, one per
+                    // label those bytes may hold.
                     *text = views.texts[p.view].to_string();
                     for (&root, (offset, bytes)) in
                         at.iter().zip(views.root_bytes(&*t.backend, key))
                     {
+                        let mine: Vec<bool> = labels
+                            .iter()
+                            .map(|(key, d)| crate::span::may_hold(key, d.as_deref(), &bytes))
+                            .collect();
                         let steer = steers
                             .entry(root)
                             .or_insert_with(|| {
@@ -216,14 +229,17 @@ impl DecisionModel {
                             })
                             .clone();
                         reads.push((steer.clone(), offset));
-                        for node in &p.nodes {
+                        for (node, _) in p.nodes.iter().zip(&mine).filter(|(_, &a)| a) {
                             let mut node = node.clone();
                             node.grow = Some(Grow(steer.clone()));
+                            usage.input_tokens += node.tokens.len() as u64;
                             roots[root].children.push(node);
                         }
+                        asked.push(mine);
                     }
                 }
                 _ => {
+                    usage.input_tokens += (own * at.len()) as u64;
                     for &root in &at {
                         roots[root].children.extend(p.nodes.iter().cloned());
                     }

@@ -150,6 +150,7 @@ impl DecisionModel {
                 labels,
                 text,
                 reads,
+                asked,
                 ..
             } = plan
             {
@@ -158,6 +159,7 @@ impl DecisionModel {
                     labels,
                     text,
                     reads,
+                    asked,
                     &mut per_root,
                     &mut usage,
                 ));
@@ -337,23 +339,24 @@ impl DecisionModel {
     }
 }
 
-/// Read one span question's spans from the growth steps of its branches (one per label on each
-/// root it read), adding the tokens the growth fed back to `usage`; `None` when the steps do
-/// not fit. Every label's spans, in label order: places several labels claim are settled
-/// after (see `contest`).
+/// Read one span question's spans from the growth steps of its branches (one per label `asked`
+/// on each root it read), adding the tokens the growth fed back to `usage`; `None` when the
+/// steps do not fit. Every label's spans, in label order: places several labels claim are
+/// settled after (see `contest`).
 pub(super) fn read_spans(
     roots: &[usize],
     labels: &[(String, Option<String>)],
     text: &str,
     reads: &[(Arc<CopySteer>, usize)],
+    asked: &[Vec<bool>],
     per_root: &mut [std::slice::Iter<'_, Vec<f32>>],
     usage: &mut Usage,
 ) -> Option<Vec<SpanFound>> {
     let mut per_label: Vec<Vec<(usize, usize, Vec<crate::span::Copied>)>> =
         vec![Vec::new(); labels.len()];
-    for (&at, (steer, offset)) in roots.iter().zip(reads) {
+    for ((&at, (steer, offset)), mine) in roots.iter().zip(reads).zip(asked) {
         let steps = per_root.get_mut(at)?;
-        for found in per_label.iter_mut() {
+        for (found, _) in per_label.iter_mut().zip(mine).filter(|(_, &a)| a) {
             let (copies, picked) = crate::span::replay(steer, steps)?;
             // Every picked token but the last was fed back and read.
             usage.input_tokens += picked.saturating_sub(1) as u64;
