@@ -509,7 +509,8 @@ fn a_span_is_what_the_model_copies_found_where_it_stands() {
     let v = whole(
         &m,
         "mail bob@x.io, ask bob",
-        json!({"e": {"type": "span", "criteria": {"EMAIL": "an email address"}, "threshold": 0.0}}),
+        json!({"e": {"type": "span", "criteria": {"EMAIL": "an email address"}, "threshold": 0.0},
+               "preset": {"type": "span", "criteria": {"EMAIL_ADDRESS": null}, "threshold": 0.0}}),
     );
     let spans = v["spans"]["e"].as_array().expect("spans");
     // Two lines copied: the email, and `bob`, which occurs twice; the `bob` inside the email
@@ -533,6 +534,15 @@ fn a_span_is_what_the_model_copies_found_where_it_stands() {
         .fold(0.0, f64::max);
     assert_eq!(v["answers"]["e"]["noul"], json!(best));
     assert_eq!(v["thresholds"]["e"], json!(0.0));
+    // Under the preset's `EMAIL_ADDRESS` a span must have the label's form
+    // (`span::may_hold`): `bob` is not an email address. Under the client's own label it stays.
+    let texts: Vec<&str> = v["spans"]["preset"]
+        .as_array()
+        .expect("spans")
+        .iter()
+        .map(|s| s["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["bob@x.io"], "{v}");
 }
 
 #[test]

@@ -467,7 +467,8 @@ pub(crate) fn one_label_per_place(mut spans: Vec<SpanFound>) -> Vec<SpanFound> {
 /// Whether a text may hold a part that a label of the PII preset names, by a form every such
 /// part has: an email address holds an `@`, a card number twelve digits or more, and so on.
 /// A label the text cannot hold is not asked on it: its branch would only copy other words
-/// (and start contests over them). The checks are necessary, never sufficient (the model still
+/// (and start contests over them); a span copied under a label without its form is dropped
+/// before any contest. The checks are necessary, never sufficient (the model still
 /// finds the parts), and apply only to a preset label as the preset describes it (its key with
 /// no description, or with the preset's own); any other label, and the preset's names, places
 /// and dates, which have no such form, are always asked.

@@ -341,8 +341,9 @@ impl DecisionModel {
 
 /// Read one span question's spans from the growth steps of its branches (one per label `asked`
 /// on each root it read), adding the tokens the growth fed back to `usage`; `None` when the
-/// steps do not fit. Every label's spans, in label order: places several labels claim are
-/// settled after (see `contest`).
+/// steps do not fit. Every label's spans, in label order, less those without their preset
+/// label's form (`span::may_hold`): places several labels claim are settled after (see
+/// `contest`).
 pub(super) fn read_spans(
     roots: &[usize],
     labels: &[(String, Option<String>)],
@@ -367,7 +368,14 @@ pub(super) fn read_spans(
         labels
             .iter()
             .zip(per_label)
-            .flat_map(|((label, _), found)| crate::span::locate(label, text, &found))
+            .flat_map(|((label, description), found)| {
+                // A place without the form every part of a preset label has is not one.
+                crate::span::locate(label, text, &found)
+                    .into_iter()
+                    .filter(|s| {
+                        crate::span::may_hold(label, description.as_deref(), s.text.as_bytes())
+                    })
+            })
             .collect(),
     )
 }
