@@ -199,7 +199,6 @@ impl DecisionModel {
                     at
                 }
             };
-            let own: usize = p.nodes.iter().map(|n| n.tokens.len()).sum();
             let mut plan = p.plan;
             match (&mut plan, &t.spans) {
                 (
@@ -239,6 +238,7 @@ impl DecisionModel {
                     }
                 }
                 _ => {
+                    let own: usize = p.nodes.iter().map(|n| n.tokens.len()).sum();
                     usage.input_tokens += (own * at.len()) as u64;
                     for &root in &at {
                         roots[root].children.extend(p.nodes.iter().cloned());
