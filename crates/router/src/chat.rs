@@ -41,10 +41,11 @@ pub async fn chat_completions(
     body: Body,
 ) -> Response<Body> {
     let start = Instant::now();
-    let (bytes, mut req) = match crate::read_object(&rt, body, Flavor::OpenAi, None).await {
-        Ok(x) => x,
-        Err(r) => return r,
-    };
+    let (bytes, mut req, _) =
+        match crate::read_object(&rt, &headers, body, Flavor::OpenAi, false, None).await {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
     let Some(model) = req.get("model").and_then(Value::as_str).map(str::to_string) else {
         return RouterError::BadRequest {
             message: "model is required".into(),
@@ -221,6 +222,9 @@ async fn forward(
         for (k, v) in headers {
             if !crate::upstream::hop_by_hop(k)
                 && k != header::CONTENT_LENGTH
+                // The body goes on decoded, as JSON.
+                && k != header::CONTENT_ENCODING
+                && k != header::CONTENT_TYPE
                 && k != header::AUTHORIZATION
                 && k.as_str() != "x-api-key"
                 && !k.as_str().starts_with("x-vsr-")

@@ -1,5 +1,6 @@
 //! The router's own refusals, and the one place they become status codes and bodies.
 
+use ::body::BodyError;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Map, Value};
@@ -14,8 +15,6 @@ pub enum RouterError {
     },
     #[error("model {0:?} is not served here")]
     ModelNotFound(String),
-    #[error("the body is larger than {0} bytes")]
-    TooLarge(usize),
     #[error("every worker of the model is busy; retry shortly")]
     Overloaded,
     #[error("no worker of the model is ready")]
@@ -26,6 +25,9 @@ pub enum RouterError {
     Blocked { decision: String, message: String },
     #[error("no backend of the chosen models answered")]
     BackendUnavailable,
+    /// The body could not be read (limit, coding, multipart, deadline).
+    #[error("{0}")]
+    Body(::body::BodyError),
 }
 
 /// The body shape of the API that answers.
@@ -44,13 +46,18 @@ impl RouterError {
         match self {
             RouterError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             RouterError::ModelNotFound(_) => StatusCode::NOT_FOUND,
-            RouterError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RouterError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
             RouterError::NotReady | RouterError::BackendUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             RouterError::DeadlineExceeded(_) => StatusCode::GATEWAY_TIMEOUT,
             RouterError::Blocked { .. } => StatusCode::FORBIDDEN,
+            RouterError::Body(e) => match e {
+                BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                BodyError::Malformed(_) | BodyError::Multipart(_) => StatusCode::BAD_REQUEST,
+                BodyError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
+            },
         }
     }
 
@@ -58,12 +65,16 @@ impl RouterError {
         match self {
             RouterError::BadRequest { .. } => "invalid_request",
             RouterError::ModelNotFound(_) => "model_not_found",
-            RouterError::TooLarge(_) => "request_too_large",
             RouterError::Overloaded => "overloaded",
             RouterError::NotReady => "not_ready",
             RouterError::DeadlineExceeded(_) => "systemone_deadline_exceeded",
             RouterError::Blocked { .. } => "request_blocked",
             RouterError::BackendUnavailable => "model_unavailable",
+            RouterError::Body(e) => match e {
+                BodyError::TooLarge { .. } => "request_too_large",
+                BodyError::Unsupported(_) => "unsupported_media_type",
+                _ => "invalid_request",
+            },
         }
     }
 
@@ -89,10 +100,18 @@ impl RouterError {
         let message = self.to_string();
         let reason = match self {
             RouterError::BadRequest { reason, .. } => *reason,
+            RouterError::Body(e) => Some(match e {
+                BodyError::TooLarge { .. } => "body_too_large",
+                BodyError::Unsupported(_) => "encoding_unsupported",
+                BodyError::Malformed(_) => "encoding_malformed",
+                BodyError::Multipart(_) => "multipart_malformed",
+                BodyError::TimedOut(_) => "body_timeout",
+            }),
             _ => None,
         };
         let limit = match self {
-            RouterError::TooLarge(n) => Some(*n as u64),
+            RouterError::Body(BodyError::TooLarge { limit, .. }) => Some(*limit as u64),
+            RouterError::Body(BodyError::TimedOut(ms)) => Some(*ms),
             _ => None,
         };
         match flavor {
@@ -169,9 +188,18 @@ mod tests {
         let b = RouterError::ModelNotFound("x".into()).body(Flavor::OpenAi);
         assert_eq!(b["error"]["code"], "model_not_found");
         assert_eq!(b["error"]["param"], "model");
+        let big = RouterError::Body(BodyError::TooLarge {
+            limit: 10,
+            what: "as sent",
+        });
+        assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(big.body(Flavor::Internal)["error"]["limit"], 10);
+        assert_eq!(big.body(Flavor::V5)["reason"], "body_too_large");
+        let coded = RouterError::Body(BodyError::Unsupported("br".into()));
+        assert_eq!(coded.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
         assert_eq!(
-            RouterError::TooLarge(10).body(Flavor::Internal)["error"]["limit"],
-            10
+            coded.body(Flavor::OpenAi)["error"]["code"],
+            "encoding_unsupported"
         );
     }
 }

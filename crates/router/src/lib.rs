@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use config::{Backend, Deployment, ReasoningFamily, AUTO_MODEL, IN_PROCESS};
 pub use config::{ConfigError, RouterConfig};
@@ -57,6 +57,8 @@ pub struct Runtime {
     deadline_ms: u64,
     max_deadline_ms: u64,
     metrics: Option<PrometheusHandle>,
+    /// This process's worker (`serve`), asked for its model listing.
+    local: Option<Arc<dyn Upstream>>,
 }
 
 impl Runtime {
@@ -150,6 +152,7 @@ impl Runtime {
             latency: Mutex::new(HashMap::new()),
             signal_groups,
             metrics,
+            local,
         }))
     }
 
@@ -258,25 +261,36 @@ pub fn app(rt: Arc<Runtime>, standalone: bool) -> Router {
         .with_state(rt)
 }
 
-/// A request body read within the public limit and parsed as a JSON object; otherwise the
-/// error answer in `flavor`'s shape.
+/// A request body read within the public limit by the shared body layer (one layer of gzip
+/// or zstd decoded; with `multipart`, a `multipart/form-data` body split into its `request`
+/// part and its assets) and parsed as a JSON object; otherwise the error answer in `flavor`'s
+/// shape.
 async fn read_object(
     rt: &Runtime,
+    headers: &axum::http::HeaderMap,
     body: axum::body::Body,
     flavor: error::Flavor,
+    multipart: bool,
     reason: Option<&'static str>,
 ) -> Result<
     (
         axum::body::Bytes,
         serde_json::Map<String, serde_json::Value>,
+        ::body::Parts,
     ),
     Response,
 > {
-    let bytes = axum::body::to_bytes(body, rt.max_request_bytes)
+    let refused = |e: ::body::BodyError| error::RouterError::Body(e).response(flavor);
+    let bytes = ::body::read(headers, body, rt.max_request_bytes)
         .await
-        .map_err(|_| error::RouterError::TooLarge(rt.max_request_bytes).response(flavor))?;
+        .map_err(refused)?;
+    let (bytes, parts) = if multipart {
+        ::body::split(headers, bytes).await.map_err(refused)?
+    } else {
+        (bytes, ::body::Parts::new())
+    };
     match serde_json::from_slice(&bytes) {
-        Ok(serde_json::Value::Object(m)) => Ok((bytes, m)),
+        Ok(serde_json::Value::Object(m)) => Ok((bytes, m, parts)),
         _ => Err(error::RouterError::BadRequest {
             message: "the body is not a JSON object".into(),
             param: None,
@@ -295,12 +309,62 @@ fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
     r
 }
 
-/// The OpenAI model list: `vllm-sr/auto`, the backends' models and the published
-/// decision models.
+/// The model list: under `serve`, the worker's own listing (its `models` with their cards,
+/// `classifiers`, `limits`, `api_version`, and an OpenAI entry for every model it serves, each
+/// with the card and features of that model), with the router's entries beside it:
+/// `vllm-sr/auto`, the backends' models and the published decision models. The largest
+/// request body is the public one. A standalone router lists its own entries only.
 async fn models(State(rt): State<Arc<Runtime>>) -> Response {
+    let mut listing = match &rt.local {
+        Some(up) => worker_listing(up.as_ref()).await,
+        None => None,
+    }
+    .unwrap_or_else(|| json!({}));
+    // What the cards say arrives is what the public face lets through.
+    if let Some(models) = listing.get_mut("models").and_then(Value::as_array_mut) {
+        for m in models {
+            if let Some(limits) = m.pointer_mut("/card/limits").and_then(Value::as_object_mut) {
+                public_limits(limits, rt.max_request_bytes);
+            }
+        }
+    }
+    let cards: HashMap<String, (Value, Value)> = listing
+        .get("models")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            let name = m.get("name")?.as_str()?.to_string();
+            let card = m.get("card").cloned().unwrap_or(Value::Null);
+            let features = m.get("features").cloned().unwrap_or(Value::Null);
+            Some((name, (card, features)))
+        })
+        .collect();
     let mut data =
         vec![json!({"id": AUTO_MODEL, "object": "model", "created": 0, "owned_by": "vllm-sr"})];
     let mut seen = std::collections::HashSet::new();
+    seen.insert(AUTO_MODEL.to_string());
+    let worker_data = listing
+        .get_mut("data")
+        .and_then(|d| d.as_array_mut())
+        .map(std::mem::take)
+        .unwrap_or_default();
+    for mut e in worker_data {
+        let Some(id) = e.get("id").and_then(Value::as_str).map(str::to_string) else {
+            continue;
+        };
+        if let (Some((card, features)), Some(o)) = (cards.get(&id), e.as_object_mut()) {
+            if !card.is_null() {
+                o.insert("card".into(), card.clone());
+            }
+            if !features.is_null() {
+                o.insert("features".into(), features.clone());
+            }
+        }
+        if seen.insert(id) {
+            data.push(e);
+        }
+    }
     for b in &rt.config.backends {
         for m in &b.models {
             if seen.insert(m.clone()) {
@@ -315,7 +379,43 @@ async fn models(State(rt): State<Arc<Runtime>>) -> Response {
             }
         }
     }
-    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+    let Some(o) = listing.as_object_mut() else {
+        return json_response(StatusCode::OK, &json!({"object": "list", "data": data}));
+    };
+    o.insert("object".into(), json!("list"));
+    if let Some(limits) = o.get_mut("limits").and_then(Value::as_object_mut) {
+        limits.insert("max_request_bytes".into(), json!(rt.max_request_bytes));
+    }
+    o.insert("data".into(), Value::Array(data));
+    json_response(StatusCode::OK, &listing)
+}
+
+/// A card's limits as the public face reads bodies: no body over `public` bytes arrives, so
+/// neither does a picture or a video larger than that.
+fn public_limits(limits: &mut serde_json::Map<String, Value>, public: usize) {
+    limits.insert("max_request_bytes".into(), json!(public));
+    for k in ["max_image_bytes", "max_video_bytes"] {
+        if let Some(v) = limits.get(k).and_then(Value::as_u64) {
+            limits.insert(k.into(), json!(v.min(public as u64)));
+        }
+    }
+}
+
+/// The in-process worker's `GET /v1/models`, when it answers with a JSON object.
+async fn worker_listing(up: &dyn Upstream) -> Option<Value> {
+    let req = axum::http::Request::get("/v1/models")
+        .body(axum::body::Body::empty())
+        .ok()?;
+    let resp = up.call(req).await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let bytes = axum::body::to_bytes(resp.into_body(), 16 * 1024 * 1024)
+        .await
+        .ok()?;
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .filter(Value::is_object)
 }
 
 /// System Two's limits and what `vllm-sr/auto` routes to.

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ::body::Parts;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
@@ -82,8 +83,8 @@ pub async fn batch(
 
 async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) -> Response<Body> {
     let flavor = ep.flavor();
-    let (bytes, mut req) = match crate::read_object(rt, body, flavor, Some("body_malformed")).await
-    {
+    let read = crate::read_object(rt, headers, body, flavor, true, Some("body_malformed")).await;
+    let (bytes, mut req, parts) = match read {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -97,12 +98,22 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
     };
     let deadline = wait(&req, headers, rt.deadline_ms, rt.max_deadline_ms);
     if dep.schema == Schema::V5 {
+        // The published face speaks system-duo-api.txt: its `images` and `videos` reach a
+        // vllm-sr/5.0 worker as the assets they are.
+        let bytes = match media_as_assets(&mut req) {
+            Ok(false) => bytes,
+            Ok(true) => match serde_json::to_vec(&req) {
+                Ok(b) => Bytes::from(b),
+                Err(_) => return RouterError::NotReady.response(flavor),
+            },
+            Err(e) => return e.response(flavor),
+        };
         return call(
             dep,
             pool,
             ep.path(dep.schema),
             headers,
-            bytes,
+            (bytes, &parts),
             deadline,
             flavor,
         )
@@ -113,7 +124,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
         return e.response(flavor);
     }
     if ep == Endpoint::Batch {
-        return split_batch(dep, pool, headers, req, deadline).await;
+        return split_batch(dep, pool, headers, req, &parts, deadline).await;
     }
     match serde_json::to_vec(&req) {
         Ok(b) => {
@@ -122,7 +133,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
                 pool,
                 ep.path(dep.schema),
                 headers,
-                Bytes::from(b),
+                (Bytes::from(b), &parts),
                 deadline,
                 flavor,
             )
@@ -130,6 +141,97 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
         }
         Err(_) => RouterError::NotReady.response(flavor),
     }
+}
+
+/// The hosted form's media (`images`: data URLs of pictures; `videos`: data URLs of videos) as
+/// vllm-sr/5.0 assets, each placed by a placeholder in front of the state's text, images first
+/// and in their order, as every question of the state sees them. Whether anything moved.
+/// A member that is not a list of `data:<kind>/...;base64,` URLs is refused with the worker's
+/// words (links and paths are never fetched); the worker reads the bytes.
+fn media_as_assets(req: &mut Map<String, Value>) -> Result<bool, RouterError> {
+    if !req.contains_key("images") && !req.contains_key("videos") {
+        return Ok(false);
+    }
+    let malformed = |message: String, param: &str| RouterError::BadRequest {
+        message,
+        param: Some(param.to_string()),
+        reason: Some("encoding_malformed"),
+    };
+    let mut assets = match req.remove("assets") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(malformed("assets must be an object".into(), "assets")),
+    };
+    let mut placed = String::new();
+    for (member, kind) in [("images", "image"), ("videos", "video")] {
+        let list = match req.remove(member) {
+            None | Some(Value::Null) => continue,
+            Some(Value::Array(l)) => l,
+            Some(_) => {
+                return Err(malformed(
+                    format!("{member} must be a list of data URLs"),
+                    member,
+                ))
+            }
+        };
+        for (i, v) in list.iter().enumerate() {
+            let at = format!("{member}[{i}]");
+            let data = v
+                .as_str()
+                .and_then(|s| s.strip_prefix("data:"))
+                .and_then(|rest| rest.split_once(";base64,"))
+                .filter(|(mime, _)| {
+                    mime.strip_prefix(kind)
+                        .is_some_and(|sub| sub.starts_with('/'))
+                })
+                .map(|(_, data)| data)
+                .ok_or_else(|| {
+                    malformed(format!("{at} must be a data:{kind}/...;base64, URL"), &at)
+                })?;
+            let reference = format!("\u{27e6}{kind} {}\u{27e7}", i + 1);
+            if assets.contains_key(&reference) {
+                return Err(malformed(
+                    format!("assets already names {reference}"),
+                    "assets",
+                ));
+            }
+            assets.insert(
+                reference.clone(),
+                json!({"type": kind, "data_base64": data}),
+            );
+            placed.push_str(&reference);
+        }
+    }
+    if !assets.is_empty() {
+        req.insert("assets".into(), Value::Object(assets));
+    }
+    if placed.is_empty() {
+        return Ok(true);
+    }
+    match req.get_mut("state") {
+        Some(Value::String(text)) => text.insert_str(0, &placed),
+        Some(Value::Object(parts)) => {
+            // In front of the first part that is text.
+            let first = parts.values_mut().find_map(|v| match v {
+                Value::String(t) => Some(t),
+                _ => None,
+            });
+            match first {
+                Some(t) => t.insert_str(0, &placed),
+                None => {
+                    return Err(malformed(
+                        "the state has no text to place media in".into(),
+                        "state",
+                    ))
+                }
+            }
+        }
+        None | Some(Value::Null) => {
+            req.insert("state".into(), Value::String(placed));
+        }
+        Some(_) => {}
+    }
+    Ok(true)
 }
 
 /// How long a published request may wait: its own `options.deadline_ms`, else the listener's
@@ -221,6 +323,7 @@ async fn split_batch(
     pool: &Arc<Pool>,
     headers: &HeaderMap,
     mut req: Map<String, Value>,
+    parts: &Parts,
     deadline: Duration,
 ) -> Response<Body> {
     let model = req.get("model").cloned();
@@ -248,7 +351,7 @@ async fn split_batch(
                 pool,
                 "/v1/systemone",
                 headers,
-                Bytes::from(body),
+                (Bytes::from(body), parts),
                 deadline,
                 Flavor::V5,
             )
@@ -287,7 +390,7 @@ async fn call(
     pool: &Arc<Pool>,
     path: &str,
     headers: &HeaderMap,
-    body: Bytes,
+    (body, parts): (Bytes, &Parts),
     deadline: Duration,
     flavor: Flavor,
 ) -> Response<Body> {
@@ -296,7 +399,13 @@ async fn call(
         Err(PickError::Busy) => return RouterError::Overloaded.response(flavor),
         Err(PickError::NotReady) => return RouterError::NotReady.response(flavor),
     };
-    let mut req = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+    // The body goes on decoded: JSON, or with assets the multipart form the worker reads.
+    let (content_type, body) = if parts.is_empty() {
+        ("application/json".to_string(), body)
+    } else {
+        ::body::form(&body, parts)
+    };
+    let mut req = Request::post(path).header(header::CONTENT_TYPE, content_type);
     for name in [
         "x-request-id",
         "typesafe-danger-zone-long-context",
@@ -490,6 +599,56 @@ pub async fn models(State(rt): State<Arc<Runtime>>) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn object(v: Value) -> Map<String, Value> {
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
+    #[test]
+    fn hosted_media_become_assets_in_front_of_the_text() {
+        let mut req = object(json!({"state": "A photo.", "questions": {},
+            "images": ["data:image/png;base64,AAAA", "data:image/jpeg;base64,BBBB"],
+            "videos": ["data:video/webm;base64,CCCC"]}));
+        assert_eq!(media_as_assets(&mut req), Ok(true));
+        assert!(!req.contains_key("images") && !req.contains_key("videos"));
+        let (i1, i2, v1) = (
+            "\u{27e6}image 1\u{27e7}",
+            "\u{27e6}image 2\u{27e7}",
+            "\u{27e6}video 1\u{27e7}",
+        );
+        assert_eq!(req["state"], json!(format!("{i1}{i2}{v1}A photo.")));
+        assert_eq!(
+            req["assets"][i1],
+            json!({"type": "image", "data_base64": "AAAA"})
+        );
+        assert_eq!(req["assets"][i2]["data_base64"], "BBBB");
+        assert_eq!(
+            req["assets"][v1],
+            json!({"type": "video", "data_base64": "CCCC"})
+        );
+        // An object state gets them in front of its first text part; own assets stay.
+        let mut req = object(
+            json!({"state": {"n": 3, "user": "hi"}, "assets": {"<a>": {}},
+            "images": ["data:image/png;base64,AAAA"]}),
+        );
+        assert_eq!(media_as_assets(&mut req), Ok(true));
+        assert_eq!(req["state"]["user"], json!(format!("{i1}hi")));
+        assert!(req["assets"]["<a>"].is_object());
+        // Nothing to move.
+        let mut plain = object(json!({"state": "x"}));
+        assert_eq!(media_as_assets(&mut plain), Ok(false));
+        assert_eq!(plain, object(json!({"state": "x"})));
+        // A link, a picture sent as a video, or not a list: the worker's word.
+        for bad in [
+            json!({"state": "x", "images": ["https://example.com/a.png"]}),
+            json!({"state": "x", "videos": ["data:image/png;base64,AAAA"]}),
+            json!({"state": "x", "images": "data:image/png;base64,AAAA"}),
+        ] {
+            let e = media_as_assets(&mut object(bad.clone())).unwrap_err();
+            assert_eq!(e.status(), StatusCode::BAD_REQUEST, "{bad}");
+            assert_eq!(e.body(Flavor::V5)["reason"], "encoding_malformed", "{bad}");
+        }
+    }
 
     #[test]
     fn standard_targets_get_the_standard_part() {

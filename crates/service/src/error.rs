@@ -1,6 +1,7 @@
 //! The service's refusals and the one place they become status codes and OpenAI-shaped
 //! bodies (`{"error": {message, type, param, code}}`), with Retry-After on every 429.
 
+use ::body::BodyError;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
@@ -29,6 +30,9 @@ pub enum ServiceError {
     BadRequest { message: String, code: &'static str },
     #[error("the storage failed")]
     Store(#[from] StoreError),
+    /// The body could not be read (limit, coding, multipart).
+    #[error("{0}")]
+    Body(::body::BodyError),
 }
 
 impl ServiceError {
@@ -44,6 +48,12 @@ impl ServiceError {
             }
             ServiceError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ServiceError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ServiceError::Body(e) => match e {
+                BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                BodyError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                BodyError::Malformed(_) | BodyError::Multipart(_) => StatusCode::BAD_REQUEST,
+                BodyError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
+            },
         }
     }
 
@@ -58,6 +68,25 @@ impl ServiceError {
             ServiceError::Timeout(_) => "timeout",
             ServiceError::BadRequest { code, .. } => code,
             ServiceError::Store(_) => "internal_error",
+            ServiceError::Body(e) => match e {
+                BodyError::TooLarge { .. } => "request_too_large",
+                BodyError::Unsupported(_) => "unsupported_media_type",
+                _ => "invalid_request",
+            },
+        }
+    }
+
+    /// The fixed reason word beside the code, where the spec gives one.
+    fn reason(&self) -> Option<&'static str> {
+        match self {
+            ServiceError::Body(e) => Some(match e {
+                BodyError::TooLarge { .. } => "body_too_large",
+                BodyError::Unsupported(_) => "encoding_unsupported",
+                BodyError::Malformed(_) => "encoding_malformed",
+                BodyError::Multipart(_) => "multipart_malformed",
+                BodyError::TimedOut(_) => "body_timeout",
+            }),
+            _ => None,
         }
     }
 
@@ -76,7 +105,13 @@ impl ServiceError {
             tracing::error!(error = %e, "service storage");
         }
         let kind = kind_of(self.status().as_u16());
-        let body = json!({"error": {"message": self.to_string(), "type": kind, "param": null, "code": self.code()}});
+        let mut body = json!({"error": {"message": self.to_string(), "type": kind, "param": null, "code": self.code()}});
+        if let Some(r) = self.reason() {
+            body["error"]["reason"] = json!(r);
+        }
+        if let ServiceError::Body(BodyError::TooLarge { limit, .. }) = self {
+            body["error"]["limit"] = json!(limit);
+        }
         let mut r = Response::new(Body::from(body.to_string()));
         *r.status_mut() = self.status();
         r.headers_mut().insert(

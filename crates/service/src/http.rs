@@ -836,21 +836,21 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
             || uuid::Uuid::new_v4().simple().to_string(),
             |s| s.chars().take(128).collect(),
         );
-    let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+    let (mut parts, body) = req.into_parts();
+    // The shared body layer: one layer of gzip or zstd decoded here, once; the request goes
+    // on decoded. A multipart body is read for its JSON `request` part (what the estimate
+    // counts) and goes on as it came.
+    let bytes = match ::body::read(&parts.headers, body, MAX_BODY).await {
         Ok(b) => b,
-        Err(_) => {
-            return bad(
-                format!("the body is larger than {MAX_BODY} bytes"),
-                "request_too_large",
-            )
-            .response()
-        }
+        Err(e) => return ServiceError::Body(e).response(),
     };
-    let obj: Option<Map<String, Value>> = match parts.headers.get(header::CONTENT_ENCODING) {
-        None => serde_json::from_slice(&bytes).ok(),
-        Some(_) => None,
+    parts.headers.remove(header::CONTENT_ENCODING);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let request = match ::body::split(&parts.headers, bytes.clone()).await {
+        Ok((request, _)) => request,
+        Err(e) => return ServiceError::Body(e).response(),
     };
+    let obj: Option<Map<String, Value>> = serde_json::from_slice(&request).ok();
     let model = obj
         .as_ref()
         .and_then(|o| o.get("model"))
@@ -975,6 +975,12 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
         () = deadline => None,
     };
     let resp = match answered {
+        // A System One model call past the router's budget (its 504, whatever the word) is
+        // the published API's 504 timeout, charged its estimate like one cut here.
+        Some(r) if family == Family::One && r.status() == StatusCode::GATEWAY_TIMEOUT => {
+            let e = ServiceError::Timeout(settings.limits.timeout_seconds);
+            return ctx.refuse(e, false).await;
+        }
         Some(r) => r,
         None => {
             // Charged its estimate, as an abandoned request is.

@@ -216,6 +216,9 @@ pub fn default_service_detectors() -> Vec<(String, String)> {
     vec![("qwen2.5-1.5b".into(), "nanodet-coco".into())]
 }
 
+/// The body limit of a worker the router manages (worker-api.txt: 96 MiB).
+pub const MANAGED_WORKER_BYTES: usize = 96 * 1024 * 1024;
+
 /// The built-in router configuration.
 pub fn default_router() -> Result<router::RouterConfig, String> {
     router::RouterConfig::from_yaml(router::DEFAULT_CONFIG, "built-in router config")
@@ -660,7 +663,14 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
     ));
     let config = server::ServerConfig {
         schema: o.schema,
-        max_request_bytes: o.max_request_bytes,
+        // Behind the router, the worker reads what the router passes on: worker-api.txt gives
+        // the workers it manages 96 MiB, so the public face's own limit (48 MiB) is the one a
+        // client meets, never an inner 413.
+        max_request_bytes: if o.router.is_some() {
+            o.max_request_bytes.max(MANAGED_WORKER_BYTES)
+        } else {
+            o.max_request_bytes
+        },
         forward_timeout: o.forward_timeout,
         classifiers: o.classifiers.clone(),
         max_bundle_tasks: o.max_bundle_tasks,

@@ -1,0 +1,252 @@
+//! What `vllm-srun serve` runs (the keys guard, the router and the worker on one port) against
+//! the worker alone: a compressed or multipart body reads the same through every face, and is
+//! answered exactly as the worker alone answers it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::{json, Value};
+
+const SIGNALS: &str = "sparrow-nano";
+
+/// A body as sent: what it is, its bytes, its headers.
+type Sent<'a> = (&'a str, Vec<u8>, Vec<(&'a str, &'a str)>);
+
+fn with_detector(mut o: vllm_srun::ServeOptions) -> vllm_srun::ServeOptions {
+    o.detectors = vec![(test_model(), "nanodet-coco".into())];
+    o
+}
+
+/// The worker alone.
+fn worker() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut o = deciding(&test_model());
+        o.models.push(SIGNALS.into());
+        start(with_detector(o))
+    })
+}
+
+/// The composition `serve` runs: keys service, router (publishing every model through `*`)
+/// and worker on one port, its keys on a SQLite file of its own.
+fn composed() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("vsr-serve-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let small = test_model();
+        let mut o = deciding(&small);
+        o.router = Some(in_process_router(&small, SIGNALS));
+        o.models.push(SIGNALS.into());
+        o.service = Some(vllm_srun::ServiceOptions::in_dir(&dir).expect("service"));
+        start(with_detector(o))
+    })
+}
+
+/// Debian's darknet photograph of a dog and a bicycle (`VLLM_SRUN_TEST_PHOTOS` overrides).
+fn dog() -> Vec<u8> {
+    let dir = std::env::var_os("VLLM_SRUN_TEST_PHOTOS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/share/darknet/data"));
+    std::fs::read(dir.join("dog.jpg")).expect("dog.jpg (Debian's darknet package holds it)")
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// The router sees its worker's health every two seconds: wait until it routes.
+async fn routed(s: &TestServer) {
+    for _ in 0..300 {
+        let (status, v) = get(&s.url("/api/status")).await;
+        if status == 200 && v["status"] == "ready" {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the router never became ready");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_and_multipart_bodies_read_through_serve_as_through_the_worker() {
+    let (alone, serve) = (worker(), composed());
+    routed(serve).await;
+    let text = json!({"model": test_model(), "state": TICKET, "questions": {
+        "refund": {"type": "noul", "instructions": "Is the customer asking for money back?"},
+        "team": {"type": "choice", "instructions": "Which team should handle this?",
+                 "criteria": {"Billing": "Payments and refunds", "Technical": "Bugs"}}}});
+    let plain = text.to_string().into_bytes();
+    let photo = json!({"model": test_model(), "state": "<photo> Someone's pet.",
+        "assets": {"<photo>": {"type": "image", "part": "photo"}},
+        "questions": {"where": {"type": "box", "instructions": "the dog"}}});
+    let (form, form_type) = multipart(&photo, &[("photo", &dog())]);
+    let bodies: [Sent; 4] = [
+        ("json", plain.clone(), vec![]),
+        ("gzip", gzip(&plain), vec![("content-encoding", "gzip")]),
+        (
+            "zstd",
+            zstd::encode_all(&plain[..], 3).unwrap(),
+            vec![("content-encoding", "zstd")],
+        ),
+        (
+            "multipart",
+            form,
+            vec![("content-type", form_type.as_str())],
+        ),
+    ];
+    for path in ["/v1/systemone", "/v1/decisions"] {
+        for (what, body, headers) in &bodies {
+            let a = post_raw(&alone.url(path), body.clone(), headers).await;
+            let s = post_raw(&serve.url(path), body.clone(), headers).await;
+            assert_eq!(a.0, 200, "{path} {what}, the worker alone: {}", a.2);
+            assert_eq!(s.0, 200, "{path} {what}, serve: {}", s.2);
+            assert!(a.2["answers"].is_object(), "{path} {what}: {}", a.2);
+            assert_eq!(s.2["answers"], a.2["answers"], "{path} {what}");
+        }
+    }
+    // The photo reached the detector through every face: the dog's box, on its left half.
+    let (_, _, v) = post_raw(
+        &serve.url("/v1/decisions"),
+        bodies[3].1.clone(),
+        &bodies[3].2,
+    )
+    .await;
+    let right = v["answers"]["where"]["box"]["right"].as_f64();
+    assert!(right.is_some_and(|r| r < 0.6), "{v}");
+    // A body in a coding the layer does not read, or one that does not decode, is refused by
+    // serve with the worker's words.
+    for (enc, status, reason) in [
+        ("br", 415, "encoding_unsupported"),
+        ("gzip", 400, "encoding_malformed"),
+    ] {
+        for path in ["/v1/systemone", "/v1/decisions"] {
+            let h = [("content-encoding", enc)];
+            let a = post_raw(&alone.url(path), plain.clone(), &h).await;
+            let s = post_raw(&serve.url(path), plain.clone(), &h).await;
+            assert_eq!(
+                (a.0, s.0),
+                (status, status),
+                "{path} {enc}: {} / {}",
+                a.2,
+                s.2
+            );
+            let word = |v: &Value| {
+                v["reason"]
+                    .as_str()
+                    .or(v["error"]["reason"].as_str())
+                    .map(str::to_string)
+            };
+            assert_eq!(word(&a.2).as_deref(), Some(reason), "{path} {enc}: {}", a.2);
+            assert_eq!(word(&s.2).as_deref(), Some(reason), "{path} {enc}: {}", s.2);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_listing_of_serve_carries_the_workers_cards() {
+    let (alone, serve) = (worker(), composed());
+    routed(serve).await;
+    let (status, w) = get(&alone.url("/v1/models")).await;
+    assert_eq!(status, 200, "{w}");
+    let (status, v) = get(&serve.url("/v1/models")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["api_version"], w["api_version"], "{v}");
+    // The System One SDKs' shape, as the worker lists it, but for the body limits: behind
+    // the router what arrives is what the public face lets through.
+    let public = v["limits"]["max_request_bytes"].as_u64().unwrap();
+    assert!(public > 0 && public < 96 << 20, "{v}");
+    let mut cards = v["models"].clone();
+    let own = w["models"].as_array().unwrap();
+    for (m, own) in cards.as_array_mut().unwrap().iter_mut().zip(own) {
+        let (limits, alone) = (&mut m["card"]["limits"], &own["card"]["limits"]);
+        assert_eq!(limits["max_request_bytes"], public, "{limits}");
+        for k in ["max_image_bytes", "max_video_bytes"] {
+            let want = alone[k].as_u64().unwrap().min(public);
+            assert_eq!(limits[k], want, "{k}");
+        }
+        for k in ["max_request_bytes", "max_image_bytes", "max_video_bytes"] {
+            limits[k] = alone[k].clone();
+        }
+    }
+    assert_eq!(cards, w["models"]);
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    let model = test_model();
+    for id in ["vllm-sr/auto", model.as_str(), SIGNALS] {
+        assert!(ids.contains(&id), "{id} is not listed: {ids:?}");
+    }
+    // Each served model's OpenAI entry carries its card and features.
+    let entry = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == SIGNALS)
+        .unwrap();
+    assert_eq!(entry["card"]["id"], SIGNALS, "{entry}");
+    assert!(entry["card"]["question_types"].is_array(), "{entry}");
+    assert!(entry["features"].is_array(), "{entry}");
+    assert!(entry["surfaces"].is_array(), "{entry}");
+    // The largest body is what the public face reads.
+    assert!(
+        v["limits"]["max_request_bytes"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_call_past_its_deadline_is_the_published_504_timeout() {
+    let serve = composed();
+    routed(serve).await;
+    let body = json!({"model": test_model(), "state": TICKET, "options": {"deadline_ms": 1},
+        "questions": {"refund": {"type": "noul", "instructions": "Is the customer asking for money back?"}}});
+    for path in ["/v1/systemone", "/v1/decisions"] {
+        let (status, _, v) = post(&serve.url(path), &body).await;
+        assert_eq!(status, 504, "{path}: {v}");
+        assert_eq!(v["error"]["code"], "timeout", "{path}: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosted_images_member_reaches_the_worker_as_an_asset() {
+    use base64::Engine as _;
+    let serve = composed();
+    routed(serve).await;
+    let url = format!(
+        "data:image/jpeg;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(dog())
+    );
+    // system-duo-api.txt's box example: the state's only image in `images`.
+    let body = json!({"model": test_model(), "state": "Someone's pet.", "images": [url],
+        "questions": {"where": {"type": "box", "instructions": "the dog"}}});
+    let (status, _, v) = post(&serve.url("/v1/systemone"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    let right = v["answers"]["where"]["box"]["right"].as_f64();
+    assert!(right.is_some_and(|r| r < 0.6), "{v}");
+    // The same picture by asset, straight to the worker, answers the same.
+    let b64 = url.split_once(',').unwrap().1;
+    let direct = json!({"model": test_model(), "state": "<p>Someone's pet.",
+        "assets": {"<p>": {"type": "image", "data_base64": b64}},
+        "questions": {"where": {"type": "box", "instructions": "the dog"}}});
+    let (status, _, w) = post(&worker().url("/v1/systemone"), &direct).await;
+    assert_eq!(status, 200, "{w}");
+    assert_eq!(v["answers"], w["answers"]);
+    // A link is never fetched: the worker's word for it.
+    let link = json!({"model": test_model(), "state": "x", "images": ["https://example.com/a.png"],
+        "questions": {"q": {"type": "noul", "instructions": "Is it a dog?"}}});
+    let (status, _, v) = post(&serve.url("/v1/systemone"), &link).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["reason"], "encoding_malformed", "{v}");
+}
