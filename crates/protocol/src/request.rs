@@ -12,7 +12,7 @@ use utoipa::openapi::{ObjectBuilder, RefOr};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::assets::{self, Asset, AssetDoc, AssetKind, Assets, Clip, Parts, Picture};
-use crate::error::{reason, ProtocolError, QuestionFailure};
+use crate::error::{reason, ProtocolError, QuestionErrorKind, QuestionFailure};
 use crate::text::render;
 use crate::wire::{decode_at, decode_message};
 use crate::{MAX_LEVELS, MAX_OPTIONS, PII_PRESET};
@@ -604,6 +604,7 @@ fn parse_requests(
         }
         crate::limits::check_counts(states.len(), 0, 0, 0)?;
         let mut entries = Vec::with_capacity(states.len());
+        let mut refusals = Vec::new();
         for (name, entry) in states {
             let raw = entry.as_object().ok_or_else(|| {
                 ProtocolError::schema(
@@ -615,10 +616,19 @@ fn parse_requests(
             if e.roles.is_none() {
                 e.roles = top.roles.clone();
             }
-            let mut req = parse_single(e, raw, schema, &["states", name], assets, used)?;
+            let (mut req, refused) = parse_single(e, raw, schema, &["states", name], assets, used)?;
+            if let Some(e) = refused {
+                refusals.push(e);
+            }
             req.model = model.clone();
             req.options = options.clone();
             entries.push((name.clone(), req));
+        }
+        // A batch every entry of which is refused is answered with the first refusal.
+        if refusals.len() == entries.len() {
+            if let Some(first) = refusals.into_iter().next() {
+                return Err(first);
+            }
         }
         let sum = |f: fn(&DecisionRequest) -> usize| entries.iter().map(|(_, r)| f(r)).sum();
         crate::limits::check_counts(
@@ -633,7 +643,7 @@ fn parse_requests(
             entries,
         });
     }
-    let mut req = parse_single(top, obj, schema, &[], assets, used)?;
+    let (mut req, _) = parse_single(top, obj, schema, &[], assets, used)?;
     crate::limits::check_counts(1, req.questions.len(), req.all_images(), req.videos.len())?;
     req.model = model;
     req.options = options;
@@ -742,7 +752,7 @@ fn parse_single(
     at: &[&str],
     assets: &Assets,
     used: &mut [usize],
-) -> Result<DecisionRequest, ProtocolError> {
+) -> Result<(DecisionRequest, Option<ProtocolError>), ProtocolError> {
     fn join<'a>(at: &[&'a str], k: &'a str) -> Vec<&'a str> {
         at.iter().copied().chain(std::iter::once(k)).collect()
     }
@@ -834,30 +844,54 @@ fn parse_single(
             )),
         }
     };
-    let mut images = list("images")?
-        .iter()
-        .enumerate()
-        .map(|(i, v)| assets::read_data_url(v, &format!("images[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
+    // The state's asset uses are counted before its own media are read, so that a refused
+    // entry of a batch still counts the assets it names.
     let mut uses = Vec::new();
     assets::list_uses(&state, assets, &mut uses);
     let (in_state, videos_used) = add_uses(used, &uses, assets);
-    images.extend(in_state);
-    let mut videos = list("videos")?
-        .iter()
-        .enumerate()
-        .map(|(i, v)| assets::read_video_data_url(v, &format!("videos[{i}]")))
-        .collect::<Result<Vec<_>, _>>()?;
-    videos.extend(videos_used);
-    Ok(DecisionRequest {
-        model: None,
-        state,
-        roles,
-        questions: slots,
-        options: Options::default(),
-        images,
-        videos,
-    })
+    let media = || -> Result<(Vec<Picture>, Vec<Clip>), ProtocolError> {
+        let mut images = list("images")?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| assets::read_data_url(v, &format!("images[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        images.extend(in_state);
+        let mut videos = list("videos")?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| assets::read_video_data_url(v, &format!("videos[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        videos.extend(videos_used);
+        Ok((images, videos))
+    };
+    let (images, videos, refused) = match media() {
+        Ok((images, videos)) => (images, videos, None),
+        // An entry of a batch whose media are refused fails each of its own questions with
+        // the refusal (worker-api.txt); the other entries are answered.
+        Err(e) if !at.is_empty() => {
+            for slot in &mut slots {
+                slot.question = Err(QuestionFailure::new(
+                    QuestionErrorKind::InvalidInput,
+                    reason::INPUT_MALFORMED,
+                    e.message.clone(),
+                ));
+            }
+            (Vec::new(), Vec::new(), Some(e))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok((
+        DecisionRequest {
+            model: None,
+            state,
+            roles,
+            questions: slots,
+            options: Options::default(),
+            images,
+            videos,
+        },
+        refused,
+    ))
 }
 
 /// `over` must name keys of an object state.
@@ -1581,6 +1615,39 @@ mod tests {
         mixed["state"] = json!("z");
         let e = parse_decision_body(&mixed, Schema::Internal).unwrap_err();
         assert_eq!(e.reason, Some(reason::FORMS_MIXED));
+    }
+
+    #[test]
+    fn a_refused_entry_of_a_batch_fails_only_its_own_questions() {
+        let entry = |image: &str| {
+            json!({"state": "x", "images": [image],
+                   "questions": {"q": {"type": "noul", "instructions": "?"}, "r": {"type": "noul", "instructions": "?"}}})
+        };
+        let link = "https://example.com/a.png";
+        let body = json!({"states": {
+            "bad": entry(link),
+            "good": {"state": "y", "questions": {"q": {"type": "noul", "instructions": "?"}}}}});
+        match parse_decision_body(&body, Schema::Internal).unwrap() {
+            DecisionBody::Batch { entries, .. } => {
+                let bad = &entries[0].1;
+                assert_eq!(bad.questions.len(), 2);
+                for slot in &bad.questions {
+                    let f = slot.question.as_ref().unwrap_err();
+                    assert_eq!(f.kind, QuestionErrorKind::InvalidInput);
+                    assert_eq!(f.reason, reason::INPUT_MALFORMED);
+                    assert!(f.message.contains("images[0]"), "{}", f.message);
+                }
+                assert!(entries[1].1.questions[0].question.is_ok());
+            }
+            _ => panic!("batch"),
+        }
+        // Every entry refused: the first refusal answers the body.
+        let all = json!({"states": {"a": entry(link), "b": entry(link)}});
+        let e = parse_decision_body(&all, Schema::Internal).unwrap_err();
+        assert_eq!(e.reason, Some(reason::ENCODING_MALFORMED));
+        // A single request is refused whole, as before.
+        let e = parse_decision_body(&entry(link), Schema::Internal).unwrap_err();
+        assert_eq!(e.reason, Some(reason::ENCODING_MALFORMED));
     }
 
     /// `options.window` is an internal option: endpoints that take a window set it; a V5 body
