@@ -40,6 +40,14 @@ def check(name, ok, detail=""):
         print(f"FAIL  {name}: {detail}", file=sys.stderr)
 
 
+def broken_images(page):
+    """The images a person would see that show nothing: no source, or one that did not load."""
+    return page.evaluate("""() => [...document.querySelectorAll('img')]
+        .filter(i => i.getClientRects().length > 0
+                     && (!i.getAttribute('src') || (i.complete && i.naturalWidth === 0)))
+        .map(i => i.id || i.alt || i.src)""")
+
+
 def wait_text(page, selector, pattern, timeout=120_000):
     """Wait until the element's text matches `pattern`; return the text."""
     page.wait_for_function(
@@ -112,6 +120,7 @@ with sync_playwright() as p:
     page.select_option("#try-key", key)
     page.select_option("#s1-model", MODEL)
     page.select_option("#example", index=1)
+    check("home: a text example shows no broken image", not broken_images(page), broken_images(page))
     page.get_by_role("button", name="Send").first.click()
     s1 = wait_text(page, "#s1-status", "^\\d{3}")
     answer = json.loads(page.text_content("#s1-raw") or "{}")
@@ -156,6 +165,7 @@ with sync_playwright() as p:
         want = tuple(where["box"][k] for k in ("left", "top", "right", "bottom"))
         check("try it: the drawn box is where the answer says",
               all(abs(x - y) < 0.02 for x, y in zip(drawn, want)), (drawn, want))
+    check("home: the chosen photo is shown whole", not broken_images(page), broken_images(page))
     page.screenshot(path=os.path.join(SHOTS, "home-box.png"), full_page=True)
 
     # --- Try it: System Two ------------------------------------------------------------
