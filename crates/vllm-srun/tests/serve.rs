@@ -250,3 +250,23 @@ async fn the_hosted_images_member_reaches_the_worker_as_an_asset() {
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["reason"], "encoding_malformed", "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_image_in_one_entry_of_states_fails_only_that_entry() {
+    let serve = composed();
+    routed(serve).await;
+    let q =
+        json!({"q": {"type": "noul", "instructions": "Is the customer asking for money back?"}});
+    let body = json!({"model": test_model(), "states": {
+        "bad": {"state": "x", "images": ["https://example.com/a.png"], "questions": q},
+        "good": {"state": TICKET, "questions": q}}});
+    let (status, _, v) = post(&serve.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    let bad = &v["states"]["bad"]["answers"]["q"];
+    assert_eq!(bad["error"], "invalid_input", "{v}");
+    assert_eq!(bad["reason"], "input_malformed", "{v}");
+    assert!(
+        v["states"]["good"]["answers"]["q"]["noul"].is_number(),
+        "{v}"
+    );
+}
