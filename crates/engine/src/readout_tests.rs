@@ -341,13 +341,20 @@ fn names_what_it_reads() -> Script {
     })
 }
 
+/// A meaning longer than the model answers with by name: its options are read by letter.
+fn long(name: &str) -> String {
+    format!("{name}{}", " and more".repeat(12))
+}
+
 #[test]
 fn a_choice_is_answered_with_the_option_the_model_names() {
     let m = model(DecisionConfig::default(), names_what_it_reads());
-    // Word-like names are read by name; names with other characters by letter.
+    // Short meanings are read by name (punctuation and all); long ones by letter.
+    let (s, c, f) = (long("sports"), long("cooking"), long("finance"));
     for criteria in [
         json!({"sports": null, "cooking": null, "finance": null}),
         json!({"sports!": null, "cooking!": null, "finance!": null}),
+        json!({s: null, c: null, f: null}),
     ] {
         let keys: Vec<String> = criteria.as_object().expect("map").keys().cloned().collect();
         for (i, key) in keys.iter().enumerate() {
@@ -365,26 +372,111 @@ fn a_choice_is_answered_with_the_option_the_model_names() {
 }
 
 #[test]
-fn score_levels_keep_their_order() {
-    let m = model(
-        DecisionConfig::default(),
-        table(&[("0", 0.0), ("1", 1.0), ("2", 3.0)]),
-    );
-    let a = ask(
+fn renaming_keys_does_not_move_a_choice() {
+    // The model reads and answers with each option's meaning (its description, or its key
+    // where it has none): keys spelled as words, letters, digits or ids, in any order, give
+    // the same distribution bit for bit, read by name or by letter.
+    let m = model(DecisionConfig::default(), names_what_it_reads());
+    for [s, c, f] in [
+        ["sports", "cooking", "finance"].map(String::from),
+        [long("sports"), long("cooking"), long("finance")],
+    ] {
+        let by_meaning = |criteria: Value| -> Vec<(String, f64)> {
+            let a = ask(
+                &m,
+                &format!("a text about {c}"),
+                json!({"t": {"type": "choice", "instructions": "Topic?", "criteria": criteria.clone()}}),
+            );
+            let p = &a["t"]["probabilities"];
+            let keyed = criteria.as_object().expect("map");
+            let mut out: Vec<(String, f64)> = keyed
+                .iter()
+                .map(|(k, d)| {
+                    let meaning = d.as_str().unwrap_or(k).to_string();
+                    (meaning, p[k].as_f64().expect("p"))
+                })
+                .collect();
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+            out
+        };
+        let words = by_meaning(json!({&s: null, &c: null, &f: null}));
+        assert!(words.iter().any(|(k, p)| k == &c && *p > 0.9), "{words:?}");
+        for renamed in [
+            json!({"a": s, "b": c, "c": f}),
+            json!({"1": s, "2": c, "3": f}),
+            json!({"zz9": s, "k2": c, "a0f": f}),
+            json!({"x": f, "y": s, "z": c}),
+            json!({"sports": f, "cooking": s, "finance": c}),
+        ] {
+            assert_eq!(by_meaning(renamed.clone()), words, "{renamed}");
+        }
+    }
+}
+
+#[test]
+fn a_set_label_is_read_by_its_meaning() {
+    // A label's key is not shown: a set answers alike whatever its labels are called.
+    let said = |context: &str, candidates: &[String]| -> Vec<f32> {
+        let label = context.rsplit("Label: ").next().unwrap_or("");
+        let yes = label.starts_with("refund");
+        candidates
+            .iter()
+            .map(|c| match (c.as_str(), yes) {
+                ("Yes", true) | ("No", false) => 2.0,
+                _ => 0.0,
+            })
+            .collect()
+    };
+    let m = model(DecisionConfig::default(), Arc::new(said));
+    let a = whole(
         &m,
         "x",
-        json!({"s": {"type": "score", "instructions": "How much?", "criteria": ["low", "mid", "high"]}}),
+        json!({"s": {"type": "set", "criteria": {"refund": null, "late": null}}}),
     );
-    let p = &a["s"]["probabilities"];
-    let z = 1.0 + 1f64.exp() + 3f64.exp();
-    for (level, logit) in [("0", 0.0f64), ("1", 1.0), ("2", 3.0)] {
-        assert!(close(p[level].as_f64().expect("p"), logit.exp() / z), "{a}");
+    let b = whole(
+        &m,
+        "x",
+        json!({"s": {"type": "set", "criteria": {"L1": "refund", "L2": "late"}}}),
+    );
+    let (pa, pb) = (
+        &a["sets"]["s"]["probabilities"],
+        &b["sets"]["s"]["probabilities"],
+    );
+    assert!(pa["refund"].as_f64().expect("p") > 0.5, "{a}");
+    assert!(pa["late"].as_f64().expect("p") < 0.5, "{a}");
+    assert_eq!(pa["refund"], pb["L1"], "{a} {b}");
+    assert_eq!(pa["late"], pb["L2"], "{a} {b}");
+}
+
+#[test]
+fn score_levels_keep_their_order() {
+    // Short levels are read by what they say (here their first letters), long ones by their
+    // number; either way level i is the i-th level the client listed.
+    let (low, mid, high) = (long("low"), long("mid"), long("high"));
+    for (levels, tokens) in [
+        (["low", "mid", "high"], ["l", "m", "h"]),
+        ([low.as_str(), mid.as_str(), high.as_str()], ["0", "1", "2"]),
+    ] {
+        let m = model(
+            DecisionConfig::default(),
+            table(&[(tokens[0], 0.0), (tokens[1], 1.0), (tokens[2], 3.0)]),
+        );
+        let a = ask(
+            &m,
+            "x",
+            json!({"s": {"type": "score", "instructions": "How much?", "criteria": levels}}),
+        );
+        let p = &a["s"]["probabilities"];
+        let z = 1.0 + 1f64.exp() + 3f64.exp();
+        for (level, logit) in [("0", 0.0f64), ("1", 1.0), ("2", 3.0)] {
+            assert!(close(p[level].as_f64().expect("p"), logit.exp() / z), "{a}");
+        }
+        let expected = (1f64.exp() + 2.0 * 3f64.exp()) / z;
+        assert!(
+            close(a["s"]["score"].as_f64().expect("score"), expected),
+            "{a}"
+        );
     }
-    let expected = (1f64.exp() + 2.0 * 3f64.exp()) / z;
-    assert!(
-        close(a["s"]["score"].as_f64().expect("score"), expected),
-        "{a}"
-    );
 }
 
 /// A model that knows nothing but the places of a list: the option shown first gets logit 3,
@@ -429,7 +521,11 @@ fn choice_probabilities(m: &DecisionModel, criteria: Value) -> Vec<(String, f64)
 #[test]
 fn the_order_options_come_in_does_not_move_a_choice() {
     let m = model(DecisionConfig::default(), favours_places());
-    for names in [["cat", "dog", "eel"], ["cat!", "dog!", "eel!"]] {
+    let (lc, ld, le) = (long("cat"), long("dog"), long("eel"));
+    for names in [
+        ["cat", "dog", "eel"],
+        [lc.as_str(), ld.as_str(), le.as_str()],
+    ] {
         let [a, b, c] = names;
         let one = choice_probabilities(&m, json!({a: null, b: null, c: null}));
         for other in [
@@ -589,7 +685,9 @@ fn level(a: &Value) -> String {
 
 #[test]
 fn content_free_calibration_divides_out_what_the_empty_state_says() {
-    let q = json!({"s": {"type": "score", "instructions": "Which level?", "criteria": ["a", "b", "c"]}});
+    // Levels long enough to be read by number (`leans_to_two` reads digits).
+    let levels = [long("a"), long("b"), long("c")];
+    let q = json!({"s": {"type": "score", "instructions": "Which level?", "criteria": levels}});
     let plain = model(DecisionConfig::default(), leans_to_two());
     assert_eq!(level(&ask(&plain, "this is level 0", q.clone())["s"]), "2");
     let mut config = DecisionConfig {
@@ -611,14 +709,14 @@ fn content_free_calibration_divides_out_what_the_empty_state_says() {
         &m,
         "this is level 0",
         json!({"n": {"type": "noul", "instructions": "Any?"},
-               "t": {"type": "score", "instructions": "Which level?", "criteria": ["a", "b", "c"]}}),
+               "t": {"type": "score", "instructions": "Which level?", "criteria": levels}}),
     );
     assert_eq!(two["t"], first["s"], "{two}");
     // Another question's empty state is its own.
     let other = ask(
         &m,
         "this is level 1",
-        json!({"s": {"type": "score", "instructions": "Which one?", "criteria": ["a", "b", "c"]}}),
+        json!({"s": {"type": "score", "instructions": "Which one?", "criteria": levels}}),
     );
     assert_eq!(level(&other["s"]), "1", "{other}");
     // Nouls are not corrected this way: content_free names score only.

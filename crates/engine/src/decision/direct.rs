@@ -377,9 +377,10 @@ fn direct_question(
                 complete,
                 readout: Readout::Base,
             },
+            // An option is read by its meaning alone: its key is the client's id for it.
             options
                 .iter()
-                .map(|(k, d)| option(k, d.as_deref()))
+                .map(|(k, d)| tokenize(super::plan::meaning(k, d)))
                 .collect::<Result<Vec<_>, _>>()?,
         ),
         QuestionKind::Noul {

@@ -123,10 +123,15 @@ impl DecisionModel {
             QuestionKind::Choice { options } => {
                 let n = options.len();
                 let question = instr.unwrap_or("Which option describes the text best?");
-                // The model answers with an option's own name where the names can be read
-                // apart (a small model maps meaning to a word far better than to a letter);
-                // otherwise with its letter or code.
-                let named = self.named_options(t, options);
+                // What the model reads and answers with is each option's meaning (its
+                // description, or its key where it has none), never the key itself: a key is
+                // the client's id for the option, and an id the model must echo (`a`, `1`,
+                // `o3`) means nothing to it. So renaming keys cannot move the answer.
+                let meanings: Vec<&str> = options.iter().map(|(k, d)| meaning(k, d)).collect();
+                // The model answers with the meaning itself where the meanings can be read
+                // apart (a small model maps meaning to words far better than to a letter);
+                // otherwise with a letter or code.
+                let named = self.named_options(t, &meanings);
                 let by_name = named.is_some();
                 let (trie, ask) = match named {
                     Some(trie) => (trie, "Answer with the name of the best option."),
@@ -139,12 +144,11 @@ impl DecisionModel {
                         "Answer with the code of the best option.",
                     ),
                 };
-                // The options are shown in one order, sorted by name, whatever order the
+                // The options are shown in one order, sorted by meaning, whatever order the
                 // client listed them in, so that order cannot move the answer; and in
                 // `choice_orders` turns of it, so that no option keeps a place the model
                 // favours. The answer is the geometric mean of the turns' distributions.
-                let mut canonical: Vec<usize> = (0..n).collect();
-                canonical.sort_by(|&a, &b| options[a].0.cmp(&options[b].0));
+                let canonical = canonical_order(options, &meanings);
                 let turns = self.config.choice_orders.clamp(1, n.max(1));
                 let mut nodes = Vec::with_capacity(turns);
                 let mut shown = Vec::with_capacity(turns);
@@ -153,16 +157,12 @@ impl DecisionModel {
                     let order: Vec<usize> = (0..n).map(|i| canonical[(i + shift) % n]).collect();
                     let mut block = format!("Question: {question}\nOptions:\n");
                     for (place, &i) in order.iter().enumerate() {
-                        let (key, desc) = &options[i];
                         let mark = if by_name {
                             "-".to_string()
                         } else {
                             format!("{}.", option_code(place, n))
                         };
-                        match desc {
-                            Some(d) => block.push_str(&format!("{mark} {key}: {d}\n")),
-                            None => block.push_str(&format!("{mark} {key}\n")),
-                        }
+                        block.push_str(&format!("{mark} {}\n", meanings[i]));
                     }
                     block.push_str(ask);
                     nodes.push(trie.node(self.question_tokens(t, &block, limit)?));
@@ -212,15 +212,32 @@ impl DecisionModel {
             }
             QuestionKind::Score { levels } => {
                 let n = levels.len();
-                let trie = label_trie(&t.digits[..n])?;
+                // Levels are read by what they say, as a choice's options are, where their
+                // texts can be read apart; otherwise by their number. They are shown in their
+                // order either way.
+                let said: Vec<&str> = levels.iter().map(|l| l.trim()).collect();
+                let named = self.named_options(t, &said);
+                let by_name = named.is_some();
+                let trie = match named {
+                    Some(trie) => trie,
+                    None => label_trie(&t.digits[..n])?,
+                };
                 let mut block = format!(
                     "Question: {}\nLevels:\n",
                     instr.unwrap_or("Which level describes the text best?")
                 );
-                for (i, l) in levels.iter().enumerate() {
-                    block.push_str(&format!("{i}. {l}\n"));
+                for (i, l) in said.iter().enumerate() {
+                    if by_name {
+                        block.push_str(&format!("- {l}\n"));
+                    } else {
+                        block.push_str(&format!("{i}. {l}\n"));
+                    }
                 }
-                block.push_str("Answer with the number of the level.");
+                block.push_str(if by_name {
+                    "Answer with the best level, as it is written."
+                } else {
+                    "Answer with the number of the level."
+                });
                 let mut nodes = vec![trie.node(self.question_tokens(t, &block, limit)?)];
                 read_features(&mut nodes, &readout, &t.features);
                 Ok((
@@ -238,10 +255,7 @@ impl DecisionModel {
             QuestionKind::Set { labels, threshold } => {
                 let mut nodes = Vec::with_capacity(labels.len());
                 for (key, desc) in labels {
-                    let label = match desc {
-                        Some(d) => format!("{key}: {d}"),
-                        None => key.clone(),
-                    };
+                    let label = meaning(key, desc);
                     let block = format!(
                         "Question: {}\nLabel: {label}\nDoes this label apply to the text? Answer Yes or No.",
                         instr.unwrap_or("Which labels apply to the text?")
@@ -309,35 +323,54 @@ impl DecisionModel {
         }
     }
 
-    /// The trie of a choice's option names, when the model can answer with them: every name
-    /// a short word-like key (letters, digits, `_`, `-`, spaces; at most 32 bytes and 8
-    /// tokens), and no name's tokens a prefix of another's.
-    pub(super) fn named_options(
-        &self,
-        t: &Tree,
-        options: &[(String, Option<String>)],
-    ) -> Option<Trie> {
-        let word_like = |k: &str| {
-            !k.is_empty()
-                && k.len() <= 32
-                && k.trim() == k
-                && k.chars().any(char::is_alphabetic)
-                && k.chars()
-                    .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+    /// The trie of a choice's option meanings, when the model can answer with them: every
+    /// meaning one short line (at most [`NAME_BYTES`] bytes and [`NAME_TOKENS`] tokens) with a
+    /// letter or digit in it, and no meaning's tokens a prefix of another's.
+    pub(super) fn named_options(&self, t: &Tree, meanings: &[&str]) -> Option<Trie> {
+        let name_like = |m: &str| {
+            !m.is_empty()
+                && m.len() <= NAME_BYTES
+                && m.chars().any(char::is_alphanumeric)
+                && !m.chars().any(char::is_control)
         };
-        if options.len() > 64 || !options.iter().all(|(k, _)| word_like(k)) {
+        if meanings.len() > 64 || !meanings.iter().all(|m| name_like(m)) {
             return None;
         }
-        let mut paths = Vec::with_capacity(options.len());
-        for (k, _) in options {
-            let p = t.backend.tokenize(k, false).ok()?;
-            if p.is_empty() || p.len() > 8 {
+        let mut paths = Vec::with_capacity(meanings.len());
+        for m in meanings {
+            let p = t.backend.tokenize(m, false).ok()?;
+            if p.is_empty() || p.len() > NAME_TOKENS {
                 return None;
             }
             paths.push(p);
         }
         Trie::build(&paths).ok()
     }
+}
+
+/// The longest option meaning, in bytes, a choice is answered with by name.
+const NAME_BYTES: usize = 100;
+/// The longest option meaning, in tokens, a choice is answered with by name.
+const NAME_TOKENS: usize = 24;
+
+/// What an option (or a set label) means: its description, or its key where it has none.
+pub(crate) fn meaning<'a>(key: &'a str, description: &'a Option<String>) -> &'a str {
+    match description.as_deref().map(str::trim) {
+        Some(d) if !d.is_empty() => d,
+        _ => key.trim(),
+    }
+}
+
+/// The order a choice's options are shown in: by meaning (keys only part options that mean
+/// the same), so neither the client's order nor the keys' spelling moves it.
+fn canonical_order(options: &[(String, Option<String>)], meanings: &[&str]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..options.len()).collect();
+    order.sort_by(|&a, &b| {
+        meanings[a]
+            .cmp(meanings[b])
+            .then_with(|| options[a].0.cmp(&options[b].0))
+    });
+    order
 }
 
 /// Read the adapter features at a question's answer position (its first branch's first
