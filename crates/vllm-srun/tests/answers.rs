@@ -106,6 +106,56 @@ async fn choice_picks_the_right_option_whatever_its_place() {
     }
 }
 
+/// An option is read by its meaning (its description, or its key where it has none): the same
+/// meanings under word keys, letters, digits or random ids give the same probabilities, and the
+/// right option wins under every spelling (issue 61: ids used to answer near the prior).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_option_is_read_by_its_meaning_whatever_its_key() {
+    let cases = [
+        (
+            "The hotel room was dirty and the staff ignored our complaints for two days.",
+            "What is the review about?",
+            ["Hotel", "Restaurant", "Airline"],
+        ),
+        (
+            "Je voudrais réserver une table pour deux personnes ce soir, s'il vous plaît.",
+            "In which language is the text written?",
+            ["French", "German", "Japanese"],
+        ),
+    ];
+    for (state, question, meanings) in cases {
+        let spellings = [
+            json!({meanings[0]: null, meanings[1]: null, meanings[2]: null}),
+            json!({"a": meanings[0], "b": meanings[1], "c": meanings[2]}),
+            json!({"1": meanings[0], "2": meanings[1], "3": meanings[2]}),
+            json!({"q7f2": meanings[0], "k09x": meanings[1], "b3": meanings[2]}),
+        ];
+        let mut seen: Vec<Vec<f64>> = Vec::new();
+        for criteria in spellings {
+            let keys: Vec<String> = criteria.as_object().unwrap().keys().cloned().collect();
+            let a = answers(
+                state,
+                json!({"q": {"type": "choice", "instructions": question, "criteria": criteria}}),
+            )
+            .await;
+            let p: Vec<f64> = keys
+                .iter()
+                .map(|k| a["q"]["probabilities"][k].as_f64().expect("p"))
+                .collect();
+            assert_eq!(a["q"]["choice"], keys[0], "{state} {keys:?}: {}", a["q"]);
+            if let Some(first) = seen.first() {
+                for (x, y) in p.iter().zip(first) {
+                    assert!(
+                        (x - y).abs() <= 0.02,
+                        "{state} {keys:?}: {p:?} against {first:?}"
+                    );
+                }
+            }
+            seen.push(p);
+        }
+    }
+}
+
 /// A low and a high case, so reversed levels fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn score_orders_its_levels() {
