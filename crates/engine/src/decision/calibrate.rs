@@ -49,14 +49,27 @@ pub(crate) fn divide(p: &mut [f64], q: &[f64], temperature: f64) {
 }
 
 /// `p_i ∝ p_i^(1/T)`: a distribution read at temperature 1, at temperature `T` over its
-/// outcomes (a noul's yes and no, whatever spellings each sums).
+/// outcomes (a noul's yes and no, whatever spellings each sums; a choice's options or a
+/// score's levels, whatever steps each label's path takes). An outcome with no mass keeps none.
 pub(crate) fn temper(p: &mut [f64], temperature: f64) {
-    if temperature == 1.0 || p.iter().any(|x| *x <= 0.0) {
+    if temperature == 1.0 || !p.iter().any(|x| *x > 0.0) {
         return;
     }
-    let logs: Vec<f64> = p.iter().map(|x| x.ln() / temperature).collect();
+    let logs: Vec<f64> = p
+        .iter()
+        .map(|&x| {
+            if x > 0.0 {
+                x.ln() / temperature
+            } else {
+                f64::NEG_INFINITY
+            }
+        })
+        .collect();
     let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let z: f64 = logs.iter().map(|l| (l - top).exp()).sum();
+    // Summed smallest first, so the total does not depend on the order labels are listed in.
+    let mut terms: Vec<f64> = logs.iter().map(|l| (l - top).exp()).collect();
+    terms.sort_by(f64::total_cmp);
+    let z: f64 = terms.iter().sum();
     for (x, l) in p.iter_mut().zip(&logs) {
         *x = (l - top).exp() / z;
     }

@@ -36,9 +36,13 @@ impl DecisionModel {
                 },
                 Some(trie),
             ) => {
+                // Each turn read at temperature 1 and tempered as a whole (as a score is):
+                // an answer corrected by its empty-state answer is then exactly what the
+                // corrected labels give, however many steps a label's path takes.
                 let mut turns = Vec::with_capacity(shown.len());
                 for options in shown {
-                    let read = trie.probabilities(reads, keys.len(), *temperature)?;
+                    let mut read = trie.probabilities(reads, keys.len(), 1.0)?;
+                    super::calibrate::temper(&mut read, *temperature);
                     let mut p = vec![0.0; keys.len()];
                     for (label, &option) in options.iter().enumerate() {
                         *p.get_mut(option)? = *read.get(label)?;
@@ -63,11 +67,13 @@ impl DecisionModel {
                     ..
                 },
                 Some(trie),
-            ) => Some(vec![trie.probabilities(
-                reads,
-                legend.len(),
-                *temperature,
-            )?]),
+            ) => {
+                // Read at temperature 1 and tempered over the levels, so that content-free
+                // division cancels exactly even where a level's name takes several steps.
+                let mut p = trie.probabilities(reads, legend.len(), 1.0)?;
+                super::calibrate::temper(&mut p, *temperature);
+                Some(vec![p])
+            }
             (
                 Plan::Set {
                     labels,
