@@ -377,10 +377,12 @@ fn direct_question(
                 complete,
                 readout: Readout::Base,
             },
-            // An option is read by its meaning alone: its key is the client's id for it.
+            // Read as the model's package defines its forward, key and description (the
+            // static vectors were trained that way; `tests/package_forward.rs`), unlike a
+            // causal LM's options, which are read by their meaning alone.
             options
                 .iter()
-                .map(|(k, d)| tokenize(super::plan::meaning(k, d)))
+                .map(|(k, d)| option(k, d.as_deref()))
                 .collect::<Result<Vec<_>, _>>()?,
         ),
         QuestionKind::Noul {

@@ -354,7 +354,7 @@ const NAME_BYTES: usize = 100;
 const NAME_TOKENS: usize = 24;
 
 /// What an option (or a set label) means: its description, or its key where it has none.
-pub(crate) fn meaning<'a>(key: &'a str, description: &'a Option<String>) -> &'a str {
+fn meaning<'a>(key: &'a str, description: &'a Option<String>) -> &'a str {
     match description.as_deref().map(str::trim) {
         Some(d) if !d.is_empty() => d,
         _ => key.trim(),
