@@ -78,7 +78,26 @@ async fn a_refused_batch_entry_fails_its_questions_with_input_malformed() {
         "bad": {"state": "x", "images": ["data:image/png;base64,iVBORw0KGgo="], "questions": q},
     }});
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
-    assert_eq!(status, 400, "a refused image fails the whole body: {v}");
+    // worker-api.txt: an entry whose images are refused fails each of its questions with
+    // invalid_input (input_malformed) and the refusal's message; the others are answered.
+    assert_eq!(status, 200, "a refused image fails only its entry: {v}");
+    let bad = &v["states"]["bad"]["answers"]["q"];
+    assert_eq!(bad["error"], "invalid_input", "{v}");
+    assert_eq!(bad["reason"], "input_malformed", "{v}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("images[0]"),
+        "{v}"
+    );
+    assert!(
+        v["states"]["good"]["answers"]["q"]["noul"].is_number(),
+        "{v}"
+    );
+    // Every entry refused: the first refusal answers the body.
+    let all = json!({"states": {
+        "bad": {"state": "x", "images": ["data:image/png;base64,iVBORw0KGgo="], "questions": q},
+    }});
+    let (status, _, v) = post(&s.url("/v1/decisions"), &all).await;
+    assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"]["reason"], "image_malformed");
     // A refusal found while reading the entry for the model (here: its modality) fails only
     // that entry's questions.
