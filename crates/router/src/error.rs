@@ -28,6 +28,10 @@ pub enum RouterError {
     /// The body could not be read (limit, coding, multipart, deadline).
     #[error("{0}")]
     Body(::body::BodyError),
+    /// The body is not a JSON object: a validation failure of the body, which vllm-sr/5.0
+    /// answers 422 with a `detail` list, as the worker does.
+    #[error("{0}")]
+    Malformed(String),
 }
 
 /// The body shape of the API that answers.
@@ -44,7 +48,7 @@ pub enum Flavor {
 impl RouterError {
     pub fn status(&self) -> StatusCode {
         match self {
-            RouterError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            RouterError::BadRequest { .. } | RouterError::Malformed(_) => StatusCode::BAD_REQUEST,
             RouterError::ModelNotFound(_) => StatusCode::NOT_FOUND,
             RouterError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
             RouterError::NotReady | RouterError::BackendUnavailable => {
@@ -63,7 +67,7 @@ impl RouterError {
 
     pub fn code(&self) -> &'static str {
         match self {
-            RouterError::BadRequest { .. } => "invalid_request",
+            RouterError::BadRequest { .. } | RouterError::Malformed(_) => "invalid_request",
             RouterError::ModelNotFound(_) => "model_not_found",
             RouterError::Overloaded => "overloaded",
             RouterError::NotReady => "not_ready",
@@ -100,6 +104,7 @@ impl RouterError {
         let message = self.to_string();
         let reason = match self {
             RouterError::BadRequest { reason, .. } => *reason,
+            RouterError::Malformed(_) => Some("body_malformed"),
             RouterError::Body(e) => Some(match e {
                 BodyError::TooLarge { .. } => "body_too_large",
                 BodyError::Unsupported(_) => "encoding_unsupported",
@@ -141,20 +146,31 @@ impl RouterError {
                     flat.insert("message".into(), json!(message));
                     return json!({ "error": flat });
                 }
-                flat.insert(
-                    "detail".into(),
-                    json!({"error_type": self.code_in(flavor), "message": message}),
-                );
+                let detail = match self {
+                    RouterError::Malformed(_) => {
+                        json!([{"loc": ["body"], "msg": message, "type": "body_malformed"}])
+                    }
+                    _ => json!({"error_type": self.code_in(flavor), "message": message}),
+                };
+                flat.insert("detail".into(), detail);
                 flat.insert("message".into(), json!(message));
                 Value::Object(flat)
             }
         }
     }
 
+    /// The status in `flavor`: a malformed body is a validation failure (422) on vllm-sr/5.0.
+    pub fn status_in(&self, flavor: Flavor) -> StatusCode {
+        match (self, flavor) {
+            (RouterError::Malformed(_), Flavor::V5) => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => self.status(),
+        }
+    }
+
     pub fn response(&self, flavor: Flavor) -> Response<Body> {
         let body = serde_json::to_vec(&self.body(flavor)).unwrap_or_default();
         let mut r = Response::new(Body::from(body));
-        *r.status_mut() = self.status();
+        *r.status_mut() = self.status_in(flavor);
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -195,6 +211,21 @@ mod tests {
         assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE);
         assert_eq!(big.body(Flavor::Internal)["error"]["limit"], 10);
         assert_eq!(big.body(Flavor::V5)["reason"], "body_too_large");
+        // A body that is not JSON reads as the worker's validation failure on vllm-sr/5.0.
+        let bad = RouterError::Malformed("the body is not valid JSON".into());
+        let r = bad.response(Flavor::V5);
+        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let v = bad.body(Flavor::V5);
+        assert_eq!(v["detail"][0]["loc"], json!(["body"]));
+        assert_eq!(v["detail"][0]["type"], "body_malformed");
+        assert_eq!(
+            bad.response(Flavor::Internal).status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(
+            bad.body(Flavor::Internal)["error"]["reason"],
+            "body_malformed"
+        );
         let coded = RouterError::Body(BodyError::Unsupported("br".into()));
         assert_eq!(coded.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
         assert_eq!(

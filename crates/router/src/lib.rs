@@ -291,12 +291,26 @@ async fn read_object(
     };
     match serde_json::from_slice(&bytes) {
         Ok(serde_json::Value::Object(m)) => Ok((bytes, m, parts)),
-        _ => Err(error::RouterError::BadRequest {
-            message: "the body is not a JSON object".into(),
-            param: None,
-            reason,
+        // Worded as the worker words it, so a client reads the same refusal through either.
+        Ok(_) => {
+            Err(malformed("the request body must be a JSON object".into(), reason).response(flavor))
         }
-        .response(flavor)),
+        Err(e) => {
+            Err(malformed(format!("the body is not valid JSON: {e}"), reason).response(flavor))
+        }
+    }
+}
+
+/// A body that is not a JSON object: on System One a validation failure (`body_malformed`),
+/// elsewhere (chat) a plain bad request.
+fn malformed(message: String, reason: Option<&'static str>) -> error::RouterError {
+    match reason {
+        Some(_) => error::RouterError::Malformed(message),
+        None => error::RouterError::BadRequest {
+            message,
+            param: None,
+            reason: None,
+        },
     }
 }
 

@@ -270,3 +270,34 @@ async fn a_refused_image_in_one_entry_of_states_fails_only_that_entry() {
         "{v}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_not_json_is_refused_by_serve_as_by_the_worker() {
+    let (alone, serve) = (worker(), composed());
+    routed(serve).await;
+    for body in [&b"{\"model\": \"x\", \"state\""[..], b"[1, 2]"] {
+        for path in ["/v1/systemone", "/v1/decisions"] {
+            let a = post_raw(&alone.url(path), body.to_vec(), &[]).await;
+            let s = post_raw(&serve.url(path), body.to_vec(), &[]).await;
+            assert_eq!(s.0, a.0, "{path}: {} / {}", a.2, s.2);
+            let reason = |v: &Value| {
+                v["reason"]
+                    .as_str()
+                    .or(v["error"]["reason"].as_str())
+                    .map(str::to_string)
+            };
+            assert_eq!(
+                reason(&s.2),
+                Some("body_malformed".into()),
+                "{path}: {}",
+                s.2
+            );
+            assert_eq!(reason(&a.2), reason(&s.2), "{path}");
+            // vllm-sr/5.0's validation shape: a detail list.
+            if path == "/v1/systemone" {
+                assert_eq!(s.0, 422, "{}", s.2);
+                assert_eq!(s.2["detail"][0]["loc"], json!(["body"]), "{}", s.2);
+            }
+        }
+    }
+}
