@@ -112,27 +112,44 @@ server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT
 url="$(wait_listening "$log" 1500)" || { echo "server did not start"; exit 1; }
 report="$(mktemp --suffix=.json)"
-# Every MUST against the causal LM and against the Sparrow model.
-for m in "$MODEL" sparrow-nano; do
-python3 -m jevcompat.cli test "$url" --model "$m" --json "$report" --timeout 300 || true
-python3 - "$report" "$m" <<'PY'
+# Every MUST against the causal LM and against the Sparrow model, at URL ($1), named WHERE ($2).
+conformance() {
+    local u="$1" where="$2" m
+    for m in "$MODEL" sparrow-nano; do
+        python3 -m jevcompat.cli test "$u" --model "$m" --json "$report" --timeout 300 || true
+        python3 - "$report" "$m" "$where" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))["summary"]
 must, should = s["MUST"], s["SHOULD"]
-print(f"jevcompat {sys.argv[2]}: MUST {must['passed']}/{must['tested']} (failed {must['failed']}, skipped {must['skipped']}), "
+print(f"jevcompat {sys.argv[2]} ({sys.argv[3]}): MUST {must['passed']}/{must['tested']} (failed {must['failed']}, skipped {must['skipped']}), "
       f"SHOULD {should['passed']}/{should['tested']}")
 # 32 MUSTs are testable without an API key (auth.bearer needs --key and is skipped).
 ok = must["failed"] == 0 and must["passed"] == must["tested"] and must["passed"] >= 32
 print(f"conformance: {1 if ok else 0} passed, {0 if ok else 1} failed")
 sys.exit(0 if ok else 1)
 PY
-done
-
-# The OpenAPI document validates, and the server's answers conform to it (schemathesis:
-# generated and mutated bodies for every documented operation, for a bounded time). The
-# generation endpoints are left to tests/generate.rs's fuzz test and the SDK checks below:
-# schemathesis's generated bodies ask for thousands of tokens each (requests then queue past
-# its 10 s read timeout) and its coverage phase hits an internal error on the chat schema.
+    done
+}
+# The server's answers conform to its OpenAPI document at URL ($1) (schemathesis: generated
+# and mutated bodies for every documented operation, for a bounded time). The generation
+# endpoints are left to tests/generate.rs's fuzz test and the SDK checks below: schemathesis's
+# generated bodies ask for thousands of tokens each (requests then queue past its 10 s read
+# timeout) and its coverage phase hits an internal error on the chat schema.
+# Bodies the document describes exactly are valid and reach the model (a score body of ten
+# items asks ten relevance questions, about 2 s alone here); with two workers' requests queued
+# one can take longer than schemathesis's 10 s default, which is latency, not a failure.
+# Thirty seconds: the examples and coverage phases (9 s in CI), then fuzzing for the rest;
+# SCHEMATHESIS_SECONDS sets a longer run.
+schema_run() {
+    PYTHONPATH=scripts SCHEMATHESIS_HOOKS=schemathesis_hooks \
+        python3 -m schemathesis.cli --config-file scripts/schemathesis.toml run "$1/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-30}" -w 2 \
+        --request-timeout 60 \
+        --phases examples,coverage,fuzzing \
+        --exclude-path-regex '^/v1/(chat/completions|completions|generate/.*)$' \
+        --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
+}
+conformance "$url" "the worker alone"
+# The OpenAPI document validates.
 curl -fsS "$url/openapi.yaml" -o "$report.yaml"
 python3 - "$report.yaml" <<'PY'
 import sys, yaml
@@ -140,17 +157,39 @@ from openapi_spec_validator import validate
 validate(yaml.safe_load(open(sys.argv[1])))
 print("openapi: document valid")
 PY
-# Bodies the document describes exactly are valid and reach the model (a score body of ten
-# items asks ten relevance questions, about 2 s alone here); with two workers' requests queued
-# one can take longer than schemathesis's 10 s default, which is latency, not a failure.
-# Thirty seconds: the examples and coverage phases (9 s in CI), then fuzzing for the rest;
-# SCHEMATHESIS_SECONDS sets a longer run.
-PYTHONPATH=scripts SCHEMATHESIS_HOOKS=schemathesis_hooks \
-    python3 -m schemathesis.cli --config-file scripts/schemathesis.toml run "$url/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-30}" -w 2 \
-    --request-timeout 60 \
-    --phases examples,coverage,fuzzing \
-    --exclude-path-regex '^/v1/(chat/completions|completions|generate/.*)$' \
-    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
+schema_run "$url"
+
+# The same suites against what `serve` runs: the keys guard, the router (publishing every model
+# of the process through `*`, chat on the test model, a routing signal from Sparrow) and the
+# worker on one port, with its keys in a fresh data directory.
+composed_cfg="$(mktemp --suffix=.yaml)"
+cat >"$composed_cfg" <<YAML
+deployments:
+  - {name: local, workers: [in-process], models: ["*"]}
+backends:
+  - {name: local, url: in-process, models: [$MODEL]}
+signals:
+  - {name: task, deployment: local, model: sparrow-nano, type: choice, instructions: Is this message a math problem or small talk?, criteria: {math: A math problem, chat: Small talk}}
+decisions:
+  - {name: math, rules: {operator: AND, conditions: [{type: task, name: math}]}, modelRefs: [{model: $MODEL}]}
+  - {name: chat, modelRefs: [{model: $MODEL}]}
+default_decision: chat
+YAML
+composed_log="$(mktemp)"
+XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve --config "$composed_cfg" --model "$MODEL" \
+    --model minilm-l6 --model sparrow-nano --port 0 --detector "$MODEL=nanodet-coco" --no-pull \
+    >"$composed_log" 2>&1 &
+composed=$!
+trap 'kill "$server" "$composed" 2>/dev/null || true' EXIT
+curl_composed="$(wait_listening "$composed_log" 1500)" || { echo "serve did not start"; exit 1; }
+# The router sees its worker's health every two seconds.
+for _ in $(seq 1 150); do
+    curl -fsS "$curl_composed/api/status" 2>/dev/null | grep -q '"status":"ready"' && break
+    sleep 0.2
+done
+conformance "$curl_composed" "serve"
+schema_run "$curl_composed"
+kill "$composed" 2>/dev/null || true
 
 # Real clients: the OpenAI Python SDK (embeddings) and a msgpack client (SIE endpoints).
 python3 scripts/clients_check.py "$url"
