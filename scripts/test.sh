@@ -265,3 +265,26 @@ purl="$(wait_listening "$pages_log" 100)" || { echo "router for the pages did no
 OLD_KEY="sk-pt-$(python3 -c 'import secrets; print(secrets.token_urlsafe(21))')"
 echo "$OLD_KEY" | ./target/debug/vllm-srun keys import --data-dir "$pages_data"
 OLD_KEY="$OLD_KEY" python3 scripts/pages_check.py "$purl" sparrow-nano target/pages
+
+# The untrusted decoders under libFuzzer (fuzz/, cargo fuzz on the nightly toolchain): request
+# bodies (codings, multipart), request documents, media containers; each for FUZZ_SECONDS (30
+# by default). A crash or a hang fails the run and leaves its input under fuzz/artifacts.
+if ! rustup toolchain list | grep -q '^nightly'; then
+    echo "fuzz: skipped (no nightly toolchain: libFuzzer's instrumentation needs it)"; exit 0
+fi
+command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz --locked
+(
+    cd fuzz
+    cargo +nightly fuzz build -O
+    for target in body_decode request_decode media_containers; do
+        flog="$(mktemp)"
+        if ! cargo +nightly fuzz run -O "$target" -- -max_total_time="${FUZZ_SECONDS:-30}" \
+            -rss_limit_mb=2048 -timeout=10 >"$flog" 2>&1; then
+            tail -n 60 "$flog"
+            echo "fuzz $target: 0 passed, 1 failed (its input is under fuzz/artifacts/$target)"
+            exit 1
+        fi
+        grep -E '^Done' "$flog" | tail -n 1
+        echo "fuzz $target: 1 passed, 0 failed"
+    done
+)
