@@ -27,7 +27,7 @@ pub enum RouterError {
     BackendUnavailable,
     /// The body could not be read (limit, coding, multipart, deadline).
     #[error("{0}")]
-    Body(::body::BodyError),
+    Body(BodyError),
     /// The body is not a JSON object: a validation failure of the body, which vllm-sr/5.0
     /// answers 422 with a `detail` list, as the worker does.
     #[error("{0}")]
@@ -56,12 +56,7 @@ impl RouterError {
             }
             RouterError::DeadlineExceeded(_) => StatusCode::GATEWAY_TIMEOUT,
             RouterError::Blocked { .. } => StatusCode::FORBIDDEN,
-            RouterError::Body(e) => match e {
-                BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                BodyError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                BodyError::Malformed(_) | BodyError::Multipart(_) => StatusCode::BAD_REQUEST,
-                BodyError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
-            },
+            RouterError::Body(e) => e.status(),
         }
     }
 
@@ -74,11 +69,7 @@ impl RouterError {
             RouterError::DeadlineExceeded(_) => "systemone_deadline_exceeded",
             RouterError::Blocked { .. } => "request_blocked",
             RouterError::BackendUnavailable => "model_unavailable",
-            RouterError::Body(e) => match e {
-                BodyError::TooLarge { .. } => "request_too_large",
-                BodyError::Unsupported(_) => "unsupported_media_type",
-                _ => "invalid_request",
-            },
+            RouterError::Body(e) => e.code(),
         }
     }
 
@@ -105,18 +96,11 @@ impl RouterError {
         let reason = match self {
             RouterError::BadRequest { reason, .. } => *reason,
             RouterError::Malformed(_) => Some("body_malformed"),
-            RouterError::Body(e) => Some(match e {
-                BodyError::TooLarge { .. } => "body_too_large",
-                BodyError::Unsupported(_) => "encoding_unsupported",
-                BodyError::Malformed(_) => "encoding_malformed",
-                BodyError::Multipart(_) => "multipart_malformed",
-                BodyError::TimedOut(_) => "body_timeout",
-            }),
+            RouterError::Body(e) => Some(e.reason()),
             _ => None,
         };
         let limit = match self {
-            RouterError::Body(BodyError::TooLarge { limit, .. }) => Some(*limit as u64),
-            RouterError::Body(BodyError::TimedOut(ms)) => Some(*ms),
+            RouterError::Body(e) => e.limit(),
             _ => None,
         };
         match flavor {

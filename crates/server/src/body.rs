@@ -2,8 +2,8 @@
 //! multipart); this module maps its errors to the worker's error shape.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode};
-use protocol::error::{reason, ErrorCode};
+use axum::http::HeaderMap;
+use protocol::error::ErrorCode;
 
 pub use ::body::{coding, raw, read, split, BodyError, BodyTimedOut, Coding};
 
@@ -11,43 +11,14 @@ use crate::error::ApiError;
 
 impl From<BodyError> for ApiError {
     fn from(e: BodyError) -> ApiError {
-        let message = e.to_string();
-        match e {
-            BodyError::TooLarge { limit, .. } => {
-                let mut a = ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    ErrorCode::RequestTooLarge,
-                    message,
-                )
-                .with_reason(reason::BODY_TOO_LARGE);
-                a.limit = Some(limit as u64);
-                a
-            }
-            BodyError::Unsupported(_) => ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                ErrorCode::UnsupportedMediaType,
-                message,
-            )
-            .with_reason(reason::ENCODING_UNSUPPORTED),
-            BodyError::Malformed(_) => {
-                ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
-                    .with_reason(reason::ENCODING_MALFORMED)
-            }
-            BodyError::Multipart(_) => {
-                ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, message)
-                    .with_reason(reason::MULTIPART_MALFORMED)
-            }
-            BodyError::TimedOut(ms) => {
-                let mut a = ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    ErrorCode::InvalidRequest,
-                    message,
-                )
-                .with_reason(reason::BODY_TIMEOUT);
-                a.limit = Some(ms);
-                a
-            }
-        }
+        let code = match &e {
+            BodyError::TooLarge { .. } => ErrorCode::RequestTooLarge,
+            BodyError::Unsupported(_) => ErrorCode::UnsupportedMediaType,
+            _ => ErrorCode::InvalidRequest,
+        };
+        let mut a = ApiError::new(e.status(), code, e.to_string()).with_reason(e.reason());
+        a.limit = e.limit();
+        a
     }
 }
 
@@ -66,6 +37,8 @@ pub async fn value(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
+    use protocol::error::reason;
 
     #[test]
     fn each_body_error_has_its_status_and_reason() {
@@ -76,27 +49,27 @@ mod tests {
                     what: "as sent",
                 },
                 StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
+                reason::BODY_TOO_LARGE,
             ),
             (
                 BodyError::Unsupported("br".into()),
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "encoding_unsupported",
+                reason::ENCODING_UNSUPPORTED,
             ),
             (
                 BodyError::Malformed("x".into()),
                 StatusCode::BAD_REQUEST,
-                "encoding_malformed",
+                reason::ENCODING_MALFORMED,
             ),
             (
                 BodyError::Multipart("x".into()),
                 StatusCode::BAD_REQUEST,
-                "multipart_malformed",
+                reason::MULTIPART_MALFORMED,
             ),
             (
                 BodyError::TimedOut(5),
                 StatusCode::REQUEST_TIMEOUT,
-                "body_timeout",
+                reason::BODY_TIMEOUT,
             ),
         ];
         for (e, status, why) in cases {

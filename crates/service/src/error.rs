@@ -32,7 +32,7 @@ pub enum ServiceError {
     Store(#[from] StoreError),
     /// The body could not be read (limit, coding, multipart).
     #[error("{0}")]
-    Body(::body::BodyError),
+    Body(BodyError),
 }
 
 impl ServiceError {
@@ -48,12 +48,7 @@ impl ServiceError {
             }
             ServiceError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ServiceError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ServiceError::Body(e) => match e {
-                BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-                BodyError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                BodyError::Malformed(_) | BodyError::Multipart(_) => StatusCode::BAD_REQUEST,
-                BodyError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
-            },
+            ServiceError::Body(e) => e.status(),
         }
     }
 
@@ -68,24 +63,14 @@ impl ServiceError {
             ServiceError::Timeout(_) => "timeout",
             ServiceError::BadRequest { code, .. } => code,
             ServiceError::Store(_) => "internal_error",
-            ServiceError::Body(e) => match e {
-                BodyError::TooLarge { .. } => "request_too_large",
-                BodyError::Unsupported(_) => "unsupported_media_type",
-                _ => "invalid_request",
-            },
+            ServiceError::Body(e) => e.code(),
         }
     }
 
     /// The fixed reason word beside the code, where the spec gives one.
     fn reason(&self) -> Option<&'static str> {
         match self {
-            ServiceError::Body(e) => Some(match e {
-                BodyError::TooLarge { .. } => "body_too_large",
-                BodyError::Unsupported(_) => "encoding_unsupported",
-                BodyError::Malformed(_) => "encoding_malformed",
-                BodyError::Multipart(_) => "multipart_malformed",
-                BodyError::TimedOut(_) => "body_timeout",
-            }),
+            ServiceError::Body(e) => Some(e.reason()),
             _ => None,
         }
     }
@@ -109,7 +94,10 @@ impl ServiceError {
         if let Some(r) = self.reason() {
             body["error"]["reason"] = json!(r);
         }
-        if let ServiceError::Body(BodyError::TooLarge { limit, .. }) = self {
+        if let Some(limit) = match self {
+            ServiceError::Body(e) => e.limit(),
+            _ => None,
+        } {
             body["error"]["limit"] = json!(limit);
         }
         let mut r = Response::new(Body::from(body.to_string()));
