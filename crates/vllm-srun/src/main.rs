@@ -97,24 +97,24 @@ enum KeysCommand {
 struct ServiceArgs {
     /// Every /v1 request needs an API key (a public service). Default: keys are optional
     /// (a private worker); a request that sends one is still checked and counted.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_REQUIRE_KEYS")]
     require_keys: bool,
     /// Where keys and usage live: sqlite://FILE or postgres://USER@HOST/DB. Default: a
     /// SQLite file in --data-dir.
     #[arg(long, env = "VLLM_SRUN_DATABASE_URL")]
     database_url: Option<String>,
     /// Default: $XDG_DATA_HOME/vllm-srun, else ~/.local/share/vllm-srun.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_DATA_DIR")]
     data_dir: Option<std::path::PathBuf>,
     /// Service settings (YAML): budgets, key creation, proof of work, each model's limits
     /// and admission (the fields of /api/info).
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_SERVICE_CONFIG")]
     service_config: Option<std::path::PathBuf>,
     /// No keys service: no /api/keys, no limits, no admission.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_NO_SERVICE")]
     no_service: bool,
     /// No web pages (home, Keys, status): the APIs alone.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_NO_PAGES")]
     no_pages: bool,
 }
 
@@ -179,113 +179,121 @@ struct GatewayArgs {
 #[derive(Parser)]
 struct ServeArgs {
     /// A router config (YAML) to serve in front of the worker instead of the built-in one.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_CONFIG")]
     config: Option<std::path::PathBuf>,
     #[command(flatten)]
     service: ServiceArgs,
     /// The worker alone, without the router (the default when --model is given).
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_NO_ROUTER")]
     no_router: bool,
     /// A catalogue id, a GGUF file, a GGUF package directory or an encoder directory; repeat
     /// to serve several. The first is the default model and also answers to `jev-latest`.
     /// Default: qwen2.5-1.5b and minilm-l6.
-    #[arg(long = "model")]
+    #[arg(long = "model", env = "VLLM_SRUN_MODEL", value_delimiter = ',')]
     models: Vec<String>,
     /// A TOML models file: models, aliases, classifier entries (see models_file.rs).
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_MODELS_FILE")]
     models_file: Option<std::path::PathBuf>,
     /// Extra names: `ALIAS=MODEL`.
-    #[arg(long = "alias")]
+    #[arg(long = "alias", env = "VLLM_SRUN_ALIAS", value_delimiter = ',')]
     aliases: Vec<String>,
     /// Attach an object detector to a decision model, `MODEL=DETECTOR` (e.g.
     /// `qwen2.5-1.5b=nanodet-coco`): the model then answers box questions about images.
-    #[arg(long = "detector")]
+    #[arg(long = "detector", env = "VLLM_SRUN_DETECTOR", value_delimiter = ',')]
     detectors: Vec<String>,
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long, env = "VLLM_SRUN_HOST", default_value = "127.0.0.1")]
     host: String,
-    #[arg(long, default_value_t = 8000)]
+    #[arg(long, env = "VLLM_SRUN_PORT", default_value_t = 8000)]
     port: u16,
     /// The System One schema of /v1/systemone: vllm-sr/5.0 or vllm-sr/4.0.
-    #[arg(long, default_value = "vllm-sr/5.0")]
+    #[arg(
+        long,
+        env = "VLLM_SRUN_SYSTEMONE_SCHEMA",
+        default_value = "vllm-sr/5.0"
+    )]
     systemone_schema: String,
-    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, env = "VLLM_SRUN_MAX_REQUEST_BYTES", default_value_t = 16 * 1024 * 1024)]
     max_request_bytes: usize,
     /// While a forward runs longer, /health/live answers 503 stalled.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, env = "VLLM_SRUN_FORWARD_TIMEOUT_SECONDS", default_value_t = 60)]
     forward_timeout_seconds: u64,
     /// Tokens one sequence holds: system prompt, state, question and label steps.
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, env = "VLLM_SRUN_CONTEXT_TOKENS", default_value_t = 8192)]
     context_tokens: u32,
     /// Sequences evaluated at once (one KV stream each, the system prompt's included).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, env = "VLLM_SRUN_SEQUENCES", default_value_t = 8)]
     sequences: u32,
     /// Tokens of KV cells each GGUF decision model keeps across requests, so a request whose
     /// state (with the system prompt) was evaluated before evaluates only its questions; 0
     /// turns the prefix cache off. Least recently used first out.
-    #[arg(long, default_value_t = 16_384)]
+    #[arg(long, env = "VLLM_SRUN_PREFIX_CACHE_TOKENS", default_value_t = 16_384)]
     prefix_cache_tokens: usize,
     /// CPU threads for evaluation (0: every core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "VLLM_SRUN_THREADS", default_value_t = 0)]
     threads: usize,
     /// Flash attention for decisions on GGUF models: auto (measured at load, kept where it is
     /// faster and reads the same logits), on or off.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    #[arg(long, env = "VLLM_SRUN_FLASH_ATTENTION", default_value = "auto", value_parser = ["auto", "on", "off"])]
     flash_attention: String,
     /// The forward of plain embedding models: llama (llama.cpp on an F16 GGUF copy of the
     /// weights) or candle (the F32 reference). Heads always run on candle.
-    #[arg(long, default_value = "llama", value_parser = ["llama", "candle"])]
+    #[arg(long, env = "VLLM_SRUN_ENCODER_ENGINE", default_value = "llama", value_parser = ["llama", "candle"])]
     encoder_engine: String,
     /// Most jobs queued per model before requests are refused with 429/529.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, env = "VLLM_SRUN_MAX_QUEUED_JOBS", default_value_t = 256)]
     max_queued_jobs: usize,
     /// Most tokens queued per model before requests are refused.
-    #[arg(long, default_value_t = 262_144)]
+    #[arg(long, env = "VLLM_SRUN_MAX_QUEUED_TOKENS", default_value_t = 262_144)]
     max_queued_tokens: usize,
     /// Most tokens one forward evaluates; concurrent requests share forwards up to it.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, env = "VLLM_SRUN_FORWARD_TOKENS", default_value_t = 4096)]
     forward_tokens: usize,
     /// Scan budget of windowed reads (overflow: window), in tokens; default: four inputs.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_MAX_SCAN_TOKENS")]
     max_scan_tokens: Option<usize>,
     /// Generations running at once per GGUF model (continuous batching; one KV stream each).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, env = "VLLM_SRUN_GENERATE_SEQUENCES", default_value_t = 4)]
     generate_sequences: u32,
     /// Tokens one generation holds, prompt and output together.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(
+        long,
+        env = "VLLM_SRUN_GENERATE_CONTEXT_TOKENS",
+        default_value_t = 4096
+    )]
     generate_context_tokens: u32,
     /// Most tokens one decode step holds while other generations run (prompt tokens of
     /// joining generations and one decode token of each running one).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, env = "VLLM_SRUN_PREFILL_CHUNK", default_value_t = 256)]
     prefill_chunk: usize,
     /// Serve decisions only: no chat, completions or SIE generate.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_NO_GENERATE")]
     no_generate: bool,
     /// Do not fetch missing catalogue models.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_NO_PULL")]
     no_pull: bool,
     /// Connections served at once; past it new ones wait to be accepted.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, env = "VLLM_SRUN_MAX_CONNECTIONS", default_value_t = 4096)]
     max_connections: usize,
     /// Time for a request's head to arrive; also the most a kept-alive connection idles.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, env = "VLLM_SRUN_HEADER_TIMEOUT_MS", default_value_t = 10_000)]
     header_timeout_ms: u64,
     /// Time for a request's whole body to arrive (408 body_timeout past it).
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, env = "VLLM_SRUN_BODY_TIMEOUT_MS", default_value_t = 30_000)]
     body_timeout_ms: u64,
     /// Bodies over 64 KiB (or compressed, or of unknown length) answered at once, each on a
     /// thread of its own; more are refused with 429/529 overloaded. Default: 2 x cores + 2.
-    #[arg(long)]
+    #[arg(long, env = "VLLM_SRUN_MAX_LARGE_REQUESTS")]
     max_large_requests: Option<usize>,
     /// Also answer SIE work (encode, score, extract, generate) that `vllm-srun gateway`
     /// publishes to this NATS server (JetStream on), for every model this worker loads.
     #[arg(long, env = "VLLM_SRUN_NATS_URL")]
     nats: Option<String>,
     /// Work items one worker runs at once (pulled only as places free up).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, env = "VLLM_SRUN_NATS_CONCURRENCY", default_value_t = 32)]
     nats_concurrency: usize,
     /// Seconds JetStream waits for a worker's ack (a running item is kept alive by progress
     /// acks) before it gives the item to another worker.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, env = "VLLM_SRUN_NATS_ACK_WAIT_SECONDS", default_value_t = 5)]
     nats_ack_wait_seconds: u64,
 }
 
