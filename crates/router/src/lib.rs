@@ -406,7 +406,7 @@ async fn models(State(rt): State<Arc<Runtime>>) -> Response {
 
 /// A card's limits as the public face reads bodies: no body over `public` bytes arrives, so
 /// neither does a picture or a video larger than that.
-fn public_limits(limits: &mut serde_json::Map<String, Value>, public: usize) {
+pub(crate) fn public_limits(limits: &mut serde_json::Map<String, Value>, public: usize) {
     limits.insert("max_request_bytes".into(), json!(public));
     for k in ["max_image_bytes", "max_video_bytes"] {
         if let Some(v) = limits.get(k).and_then(Value::as_u64) {

@@ -583,7 +583,12 @@ pub async fn models(State(rt): State<Arc<Runtime>>) -> Response<Body> {
                 .iter()
                 .any(|(d, _)| d.name != dep.name && d.models.contains(&name));
             if (listed || (every && !taken)) && !all.iter().any(|x| id(x) == name) {
-                all.push(m.clone());
+                let mut m = m.clone();
+                // What the card says arrives is what the public face lets through.
+                if let Some(limits) = m.pointer_mut("/card/limits").and_then(Value::as_object_mut) {
+                    crate::public_limits(limits, rt.max_request_bytes);
+                }
+                all.push(m);
             }
         }
     }

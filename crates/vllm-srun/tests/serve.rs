@@ -178,6 +178,20 @@ async fn the_model_listing_of_serve_carries_the_workers_cards() {
         }
     }
     assert_eq!(cards, w["models"]);
+    // The keys service's /api/info and the published listing say the same.
+    let (status, info) = get(&serve.url("/api/info")).await;
+    assert_eq!(status, 200, "{info}");
+    let mine = info["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == test_model() || m["name"] == test_model())
+        .unwrap_or_else(|| panic!("{info}"));
+    assert_eq!(mine["limits"]["max_request_bytes"], public, "{mine}");
+    let (_, published) = get(&serve.url("/v1/systemone/models")).await;
+    for m in published["models"].as_array().unwrap() {
+        assert_eq!(m["card"]["limits"]["max_request_bytes"], public, "{m}");
+    }
     let ids: Vec<&str> = v["data"]
         .as_array()
         .unwrap()
