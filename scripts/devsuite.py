@@ -532,9 +532,194 @@ def guard_probes(wheel):
     return out
 
 
+# --- everyday domains whose options are keyed three ways --------------------------------------
+# Each case's options are keyed by words, by letters or by opaque ids in turn (the meaning in
+# the description), so every key style is judged on domains nothing was fitted on.
+def keyed(options, truth, n):
+    """(options as [(key, description)], the truth's key) in key style n % 3: words, letters or ids."""
+    style = n % 3
+    out, want = [], None
+    for i, (word, meaning) in enumerate(options):
+        key = [word, chr(97 + i), "opt_%03d" % ((i * 37 + n * 11) % 1000)][style]
+        out.append((key, meaning))
+        if word == truth:
+            want = key
+    return out, want
+
+
+EVERYDAY = [
+    ("The shop opens at nine and closes at six on weekdays.", "Is the shop open at noon on a Tuesday?", "yes"),
+    ("Anna has two brothers and no sisters.", "Does Anna have a sister?", "no"),
+    ("The bus to the airport leaves every twenty minutes from platform 3.", "Does the airport bus leave from platform 5?", "no"),
+    ("Our dog Rex is afraid of thunder and hides under the bed during storms.", "Is Rex afraid of thunder?", "yes"),
+    ("The recipe needs flour, butter and sugar, but no eggs.", "Does the recipe need eggs?", "no"),
+    ("Tickets for the concert sold out within an hour.", "Are tickets for the concert still available?", "no"),
+    ("Leo moved from Madrid to Lisbon last spring.", "Does Leo live in Lisbon now?", "yes"),
+    ("The library is closed on public holidays.", "Is the library open on public holidays?", "no"),
+    ("The parcel was left with the neighbour at number 12.", "Was the parcel left with a neighbour?", "yes"),
+    ("Sam drinks coffee every morning but never after lunch.", "Does Sam drink coffee in the evening?", "no"),
+    ("The meeting room on the third floor has a projector and twelve chairs.", "Does the meeting room have a projector?", "yes"),
+    ("The car was repaired on Monday and collected on Wednesday.", "Was the car collected on Wednesday?", "yes"),
+    ("Mia is allergic to cats, so she keeps a fish instead.", "Does Mia keep a cat?", "no"),
+    ("The museum is free for children under twelve.", "Do children under twelve pay to enter the museum?", "no"),
+    ("It rained all weekend, so the picnic was moved indoors.", "Was the picnic held outdoors?", "no"),
+    ("The printer on the second floor is out of paper.", "Is the second-floor printer out of paper?", "yes"),
+    ("Tom finished the marathon in just under four hours.", "Did Tom finish the marathon?", "yes"),
+    ("The hotel offers breakfast, but dinner must be booked a day ahead.", "Does the hotel serve breakfast?", "yes"),
+    ("Water boils at a lower temperature high in the mountains.", "Does water boil at a higher temperature in the mountains?", "no"),
+    ("The new phone comes with a charger but no headphones.", "Does the new phone come with headphones?", "no"),
+    ("Grandma planted tomatoes and basil in the back garden.", "Did Grandma plant basil?", "yes"),
+    ("The train was delayed by forty minutes because of a signal fault.", "Was the train on time?", "no"),
+    ("The gym is open twenty-four hours a day for members.", "Can members use the gym at midnight?", "yes"),
+    ("Lena speaks French and German but not Italian.", "Does Lena speak Italian?", "no"),
+]
+YES_NO = [("yes", "Yes"), ("no", "No"), ("unknown", "The text does not say")]
+
+
+def everyday_facts():
+    out = []
+    for n, (state, q, truth) in enumerate(EVERYDAY):
+        options, want = keyed(YES_NO, truth, n)
+        out.append({"state": state, "questions": {
+            "answer": choice(q, options, want),
+            "as_noul": noul(q, truth == "yes")}})
+    return out
+
+
+HEADLINES = [
+    ("Local team wins the cup after a dramatic penalty shoot-out", "sport"),
+    ("Parliament votes to lower the voting age to sixteen", "politics"),
+    ("Astronomers find water vapour on a distant planet", "science"),
+    ("Shares in the carmaker jump after record quarterly profits", "business"),
+    ("The summer's biggest film breaks box-office records", "entertainment"),
+    ("Tennis star withdraws from the final with a wrist injury", "sport"),
+    ("Minister resigns after a row over the new budget", "politics"),
+    ("New vaccine shows strong results in a large trial", "science"),
+    ("Supermarket chain to close forty stores as sales fall", "business"),
+    ("Pop singer announces a world tour for next year", "entertainment"),
+    ("Cyclist sets a new hour record on the track", "sport"),
+    ("Opposition leader calls for an early election", "politics"),
+    ("Researchers map the brain of a fruit fly in full detail", "science"),
+    ("Central bank raises interest rates for the third time", "business"),
+    ("Award-winning novel to become a television series", "entertainment"),
+    ("Swimmer wins three golds on the first night of the championships", "sport"),
+    ("Two countries sign a treaty to share river water", "politics"),
+    ("Fossil of a feathered dinosaur found in a quarry", "science"),
+    ("Start-up raises fifty million to build electric lorries", "business"),
+    ("Comedian's stand-up special tops the streaming charts", "entertainment"),
+    ("Goalkeeper saves two penalties to send his club through", "sport"),
+    ("Mayor unveils a plan to ban cars from the city centre", "politics"),
+    ("Ocean temperatures reach a new high, scientists report", "science"),
+    ("Airline orders a hundred new planes to expand its fleet", "business"),
+]
+TOPICS_NEWS = [("sport", "Sport: matches, athletes, competitions"),
+               ("politics", "Politics: governments, elections, laws"),
+               ("science", "Science: research, discoveries, health studies"),
+               ("business", "Business: companies, markets, money"),
+               ("entertainment", "Entertainment: films, music, television, books")]
+
+
+def news_topic():
+    out = []
+    for n, (headline, topic) in enumerate(HEADLINES):
+        options, want = keyed(TOPICS_NEWS, topic, n)
+        out.append({"state": headline, "questions": {
+            "topic": choice("What is the headline about?", options, want),
+            "is_sport": noul("Is the headline about sport?", topic == "sport")}})
+    return out
+
+
+REQUESTS = [
+    ("Please stop my membership at the end of this month.", "cancel"),
+    ("Where is my order? It was supposed to arrive on Tuesday.", "status"),
+    ("The kettle I bought leaks, I would like my money back.", "refund"),
+    ("Your driver was rude and threw the box over the fence.", "complaint"),
+    ("Does this jacket come in a larger size?", "product"),
+    ("I no longer need the service, please close my account.", "cancel"),
+    ("Has my parcel been sent yet?", "status"),
+    ("I returned the shoes two weeks ago and have not been refunded.", "refund"),
+    ("I waited an hour on the phone and nobody answered. Terrible service.", "complaint"),
+    ("Is the blender dishwasher safe?", "product"),
+    ("Cancel my subscription, I am moving abroad.", "cancel"),
+    ("Can you tell me when my delivery will come?", "status"),
+    ("The headphones broke after two days, I want a refund.", "refund"),
+    ("The store manager shouted at me in front of other customers.", "complaint"),
+    ("How long does the battery of this laptop last?", "product"),
+    ("Please end my contract, I found a cheaper offer.", "cancel"),
+    ("My tracking number shows nothing, where is my package?", "status"),
+    ("I was charged for a book I never received, please give the money back.", "refund"),
+    ("The hotel room was dirty and reception ignored us.", "complaint"),
+    ("Does the tent fit four people?", "product"),
+    ("I would like to unsubscribe from the monthly box.", "cancel"),
+    ("Is my order still being packed or is it on its way?", "status"),
+    ("The dress does not fit, how do I get my money back?", "refund"),
+    ("Nobody replied to my three emails. This is unacceptable.", "complaint"),
+]
+INTENTS = [("cancel", "Wants to stop a membership, subscription or contract"),
+           ("status", "Asks where an order or delivery is"),
+           ("refund", "Wants money back for a purchase"),
+           ("complaint", "Complains about how they were treated"),
+           ("product", "Asks a question about a product")]
+
+
+def request_intent():
+    out = []
+    for n, (text, intent) in enumerate(REQUESTS):
+        options, want = keyed(INTENTS, intent, n)
+        out.append({"state": text, "questions": {
+            "intent": choice("What does the customer want?", options, want),
+            "wants_money": noul("Does the customer want money back?", intent == "refund")}})
+    return out
+
+
+PLAIN = [
+    ("Whenever you have time, could you look at the typo on the about page?", "later"),
+    ("The checkout is broken and nobody can pay right now.", "now"),
+    ("Please send me the report before the end of the day.", "today"),
+    ("No rush, but the logo on the footer looks a bit blurry.", "later"),
+    ("The whole site is down for every customer!", "now"),
+    ("Can you update the price list by this evening?", "today"),
+    ("At some point next month we should tidy the old files.", "later"),
+    ("Customers are being charged twice at this moment, stop it!", "now"),
+    ("I need the signed contract back by five o'clock today.", "today"),
+    ("It would be nice to change the button colour one day.", "later"),
+    ("The server room is overheating and alarms are going off.", "now"),
+    ("The client meeting is this afternoon, please prepare the slides.", "today"),
+    ("Feel free to answer next week, it is only a small question.", "later"),
+    ("A data leak is happening right now, passwords are exposed.", "now"),
+    ("Please book the room for tonight's team dinner.", "today"),
+    ("Low priority: the help page has an old screenshot.", "later"),
+    ("Emergency: the production database is deleting records.", "now"),
+    ("The invoice must go out before we close today.", "today"),
+    ("Some time this quarter, could we review the style guide?", "later"),
+    ("Nobody can log in at all, the login page returns errors.", "now"),
+    ("Could you call the supplier before the end of business today?", "today"),
+    ("Just an idea for later: a dark mode would be cool.", "later"),
+    ("The payment system is rejecting every card as we speak.", "now"),
+    ("Please reply to the journalist by tonight.", "today"),
+]
+WHEN = [("now", "It must be handled right now"), ("today", "It must be handled today"),
+        ("later", "It can wait")]
+
+
+def plain_urgency():
+    out = []
+    for n, (text, when) in enumerate(PLAIN):
+        options, want = keyed(WHEN, when, n)
+        out.append({"state": text, "questions": {
+            "when": choice("How soon must this be handled?", options, want),
+            "urgent": noul("Must this be handled right now?", when == "now"),
+            "urgency": score("How urgent is this?", ["It can wait", "It must be handled today",
+                                                      "It must be handled right now"],
+                             ["later", "today", "now"].index(when))}})
+    return out
+
+
 DOMAINS = {"facts_in_state": facts, "safety_prompts": safety, "router_signals": router_signals,
            "review_sentiment": sentiment, "language_id": language, "personal_data": personal_data,
-           "ops_urgency": urgency, "guard_roleplay": guard_roleplay}
+           "ops_urgency": urgency, "guard_roleplay": guard_roleplay,
+           "everyday_facts": everyday_facts, "news_topic": news_topic,
+           "request_intent": request_intent, "plain_urgency": plain_urgency}
 
 
 def main():
