@@ -183,7 +183,7 @@ composed=$!
 trap 'kill "$server" "$composed" 2>/dev/null || true' EXIT
 curl_composed="$(wait_listening "$composed_log" 1500)" || { echo "serve did not start"; exit 1; }
 # The router sees its worker's health every two seconds.
-for _ in $(seq 1 150); do
+for _ in $(seq 1 600); do
     curl -fsS "$curl_composed/api/status" 2>/dev/null | grep -q '"status":"ready"' && break
     sleep 0.2
 done
