@@ -275,6 +275,9 @@ fi
 command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz --locked
 (
     cd fuzz
+    # A workspace of its own, built by nightly rustc: the stable clippy wrapper set above
+    # for the project's crates does not apply.
+    unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
     cargo +nightly fuzz build -O
     for target in body_decode request_decode media_containers; do
         flog="$(mktemp)"
