@@ -169,6 +169,7 @@ async fn batch(
         (status = 429, description = "overloaded", body = ErrorDoc),
         (status = 500, description = "internal_error", body = ErrorDoc),
         (status = 503, description = "not_ready", body = ErrorDoc),
+        (status = 504, description = "timeout: behind the router (serve), a model call past its deadline", body = ErrorDoc),
     ))]
 pub async fn decisions(
     State(state): State<Arc<AppState>>,
@@ -217,6 +218,7 @@ pub async fn systemone(
         (status = 422, description = "validation failure", body = ErrorDoc),
         (status = 429, description = "overloaded", body = ErrorDoc),
         (status = 503, description = "not_ready", body = ErrorDoc),
+        (status = 504, description = "timeout: behind the router (serve), a model call past its deadline", body = ErrorDoc),
         (status = 529, description = "overloaded (vllm-sr/5.0)", body = ErrorDoc),
     ))]
 pub async fn systemone_batch(
