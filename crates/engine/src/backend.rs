@@ -318,6 +318,18 @@ pub trait DirectBackend: Vocab + Send + Sync + 'static {
         tokens: &[Token],
         questions: &[&DirectQuestion],
     ) -> Result<Vec<Vec<f32>>, BackendError>;
+    /// Whether [`DirectBackend::answer`] reads questions at all. A backbone served only
+    /// through the heads a package trained on it (`vllm-srun adapt`) reads none: a question
+    /// with no head is refused, not guessed.
+    fn reads_questions(&self) -> bool {
+        true
+    }
+    /// The vector a trained head reads for one read of the state (`tokens`, as for
+    /// [`DirectBackend::answer`]); `None` where the model gives none.
+    fn features(&self, tokens: &[Token]) -> Result<Option<Vec<f32>>, BackendError> {
+        let _ = tokens;
+        Ok(None)
+    }
 }
 
 /// One object a [`Detector`] found.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use engine::adapter::{classes_of, question_key, AdapterFile, Head};
+use engine::encode::backbone::Backbone;
 use engine::DecisionModel;
 use protocol::request::parse_question;
 use protocol::Schema;
@@ -115,67 +116,171 @@ fn wire(q: &Value) -> Option<(Value, Option<Value>)> {
     Some((out, truth))
 }
 
-/// Read the manifests, ask every case, and group its features by question.
-async fn collect(
-    model: Arc<DecisionModel>,
-    data: &[PathBuf],
-) -> Result<BTreeMap<String, Cases>, String> {
-    let mut items = Vec::new();
+/// One labelled case of a manifest: where it stands (`file:line`), its state, and each
+/// question it labels as a 5.0 request asks it, with its truth.
+struct Case {
+    at: String,
+    state: Value,
+    questions: Vec<(String, Value, Value)>,
+}
+
+/// Read and check every manifest before anything is asked or written: each line a JSON
+/// object with a `state` and `questions`; each choice, noul or score question a valid
+/// question whose truth is one of its answers; no state asked the same question twice with
+/// different truths. Questions of other types are not trained on. An error names the file and
+/// line.
+fn read_cases(data: &[PathBuf]) -> Result<Vec<Case>, String> {
+    let mut cases = Vec::new();
+    // (state, question key) -> (where first labelled, its truth)
+    let mut seen: BTreeMap<(String, String), (String, Value)> = BTreeMap::new();
     for path in data {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        for (n, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            let item: Value = serde_json::from_str(line)
-                .map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
-            items.push(item);
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let at = format!("{}:{}", path.display(), n + 1);
+            let item: Value = serde_json::from_str(line).map_err(|e| format!("{at}: {e}"))?;
+            let (Some(state), Some(asked)) = (
+                item.get("state"),
+                item.get("questions").and_then(Value::as_object),
+            ) else {
+                return Err(format!(
+                    "{at}: a case is an object with a state and its questions"
+                ));
+            };
+            let mut questions = Vec::new();
+            for (qid, q) in asked {
+                let Some((w, truth)) = wire(q) else {
+                    continue;
+                };
+                let truth = match (truth, q.get("ground_truth")) {
+                    (Some(t), _) => t,
+                    // Unlabelled: nothing to train on.
+                    (None, None | Some(Value::Null)) => continue,
+                    (None, Some(t)) => {
+                        return Err(format!(
+                            "{at}: question {qid:?}: ground_truth {t} is none of its answers"
+                        ))
+                    }
+                };
+                let parsed = parse_question(&w, Schema::V5)
+                    .map_err(|f| format!("{at}: question {qid:?}: {}", f.message))?;
+                let classes = classes_of(&parsed).unwrap_or_default();
+                if !classes.iter().any(|c| Some(c.as_str()) == truth.as_str()) {
+                    return Err(format!(
+                        "{at}: question {qid:?}: ground_truth {truth} is none of its answers ({})",
+                        classes.join(", ")
+                    ));
+                }
+                let key = question_key(&parsed).unwrap_or_default();
+                let state_key = state.to_string();
+                match seen.get(&(state_key.clone(), key.clone())) {
+                    Some((first, t)) if *t != truth => {
+                        return Err(format!(
+                            "{at}: question {qid:?} contradicts {first}: the same state and \
+                             question answered {truth} there and {t} here"
+                        ));
+                    }
+                    Some(_) => {}
+                    None => {
+                        seen.insert((state_key, key), (at.clone(), truth.clone()));
+                    }
+                }
+                questions.push((qid.clone(), w, truth));
+            }
+            cases.push(Case {
+                at,
+                state: state.clone(),
+                questions,
+            });
         }
     }
+    Ok(cases)
+}
+
+/// A bar of cases read on a terminal (cases done, rate, time left); nothing elsewhere.
+fn progress(cases: usize) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(cases as u64),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} cases  {per_sec}  {eta} left",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Place one case's features for each question among its head's cases.
+fn record(
+    by_question: &mut BTreeMap<String, Cases>,
+    features: impl IntoIterator<Item = (String, Option<Vec<f32>>)>,
+    truths: &BTreeMap<String, (Value, Value)>,
+) -> Result<(), String> {
+    for (qid, h) in features {
+        let (Some(h), Some((w, truth))) = (h, truths.get(&qid)) else {
+            continue;
+        };
+        let q = parse_question(w, Schema::V5).map_err(|f| f.message)?;
+        // One head per question, whatever order a case lists a choice's options in: the
+        // classes are the first case's, and each truth is placed among them.
+        let Some(key) = question_key(&q) else {
+            continue;
+        };
+        let cases = by_question.entry(key).or_insert_with(|| Cases {
+            question: w.clone(),
+            classes: classes_of(&q).unwrap_or_default(),
+            x: Vec::new(),
+            y: Vec::new(),
+        });
+        let Some(y) = cases
+            .classes
+            .iter()
+            .position(|c| Some(c.as_str()) == truth.as_str())
+        else {
+            continue;
+        };
+        cases.x.push(h);
+        cases.y.push(y);
+    }
+    Ok(())
+}
+
+/// Ask every case of a causal LM, and group its features by question.
+async fn collect(
+    model: Arc<DecisionModel>,
+    items: &[Case],
+) -> Result<BTreeMap<String, Cases>, String> {
     let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
-    let started = std::time::Instant::now();
+    let bar = progress(items.len());
     // A few requests at a time: the model's worker batches them into shared forwards.
-    for (n, chunk) in items.chunks(8).enumerate() {
-        if n > 0 && n % 4 == 0 {
-            eprintln!(
-                "asked {} of {} cases ({:.0} s)",
-                n * 8,
-                items.len(),
-                started.elapsed().as_secs_f64()
-            );
-        }
+    for chunk in items.chunks(8) {
         let mut tasks = tokio::task::JoinSet::new();
         for (at, item) in chunk.iter().enumerate() {
             let mut questions = serde_json::Map::new();
             let mut truths = BTreeMap::new();
-            for (qid, q) in item
-                .get("questions")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
-                if let Some((w, Some(truth))) = wire(q) {
-                    questions.insert(qid.clone(), w.clone());
-                    truths.insert(qid.clone(), (w, truth));
-                }
+            for (qid, w, truth) in &item.questions {
+                questions.insert(qid.clone(), w.clone());
+                truths.insert(qid.clone(), (w.clone(), truth.clone()));
             }
             if questions.is_empty() {
                 continue;
             }
-            let body = json!({"model": "m", "state": item.get("state").cloned().unwrap_or(Value::Null),
-                              "questions": questions});
+            let body = json!({"model": "m", "state": item.state, "questions": questions});
             let model = model.clone();
+            let whence = item.at.clone();
             tasks.spawn(async move {
                 let body = protocol::request::parse_decision_body(&body, Schema::V5)
-                    .map_err(|e| e.message)?;
+                    .map_err(|e| format!("{whence}: {}", e.message))?;
                 let protocol::request::DecisionBody::Single(r) = body else {
-                    return Err("a case is one request".to_string());
+                    return Err(format!("{whence}: a case is one request"));
                 };
                 let features = model
                     .adapter_features(&r)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| format!("{whence}: {e}"))?;
                 Ok::<_, String>((at, features, truths))
             });
         }
@@ -188,34 +293,49 @@ async fn collect(
         }
         answered.sort_by_key(|(at, _, _)| *at);
         for (_, features, truths) in answered {
-            for (qid, h) in features {
-                let (Some(h), Some((w, truth))) = (h, truths.get(&qid)) else {
-                    continue;
-                };
-                let q = parse_question(w, Schema::V5).map_err(|f| f.message)?;
-                // One head per question, whatever order a case lists a choice's options in:
-                // the classes are the first case's, and each truth is placed among them.
-                let Some(key) = question_key(&q) else {
-                    continue;
-                };
-                let cases = by_question.entry(key).or_insert_with(|| Cases {
-                    question: w.clone(),
-                    classes: classes_of(&q).unwrap_or_default(),
-                    x: Vec::new(),
-                    y: Vec::new(),
-                });
-                let Some(y) = cases
-                    .classes
-                    .iter()
-                    .position(|c| Some(c.as_str()) == truth.as_str())
-                else {
-                    continue;
-                };
-                cases.x.push(h);
-                cases.y.push(y);
-            }
+            record(&mut by_question, features, &truths)?;
         }
+        bar.inc(chunk.len() as u64);
     }
+    bar.finish_and_clear();
+    Ok(by_question)
+}
+
+/// Read every case's state on an encoder backbone (its first window, as the worker's first
+/// read of it), and group the vectors by question. Cases go to the encoder in batches.
+fn collect_encoded(
+    backbone: &Backbone,
+    items: &[Case],
+) -> Result<BTreeMap<String, Cases>, String> {
+    let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
+    let bar = progress(items.len());
+    let room = engine::DirectBackend::info(backbone).trained_context;
+    for chunk in items.chunks(16) {
+        let tokens = chunk
+            .iter()
+            .map(|c| {
+                engine::backend::Vocab::tokenize_text(backbone, &Backbone::render(&c.state))
+                    .map_err(|e| format!("{}: {e}", c.at))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let reads: Vec<&[engine::Token]> =
+            tokens.iter().map(|t| &t[..t.len().min(room)]).collect();
+        let vectors = backbone.vectors(&reads).map_err(|e| e.to_string())?;
+        for (case, v) in chunk.iter().zip(vectors) {
+            let truths: BTreeMap<String, (Value, Value)> = case
+                .questions
+                .iter()
+                .map(|(qid, w, t)| (qid.clone(), (w.clone(), t.clone())))
+                .collect();
+            let features = case
+                .questions
+                .iter()
+                .map(|(qid, ..)| (qid.clone(), Some(v.clone())));
+            record(&mut by_question, features, &truths)?;
+        }
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
     Ok(by_question)
 }
 
@@ -434,14 +554,62 @@ fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
 /// package: `decision_adapters.json`, the base's `decision_config.json`, a card naming the
 /// base, and `model.gguf` as a link to the base's weights (not a copy).
 pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
+    let cases = read_cases(&o.data)?;
     let resolved = hub::resolve(&o.model, o.pull_missing).map_err(|e| e.to_string())?;
-    if resolved.kind != hub::Kind::Gguf {
-        return Err(format!(
-            "{}: adapters are trained on a GGUF decision model",
+    let threads = match o.threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    match resolved.kind {
+        hub::Kind::Gguf => adapt_llm(o, &resolved, &cases),
+        hub::Kind::Encoder => adapt_encoder(o, &resolved, threads, &cases),
+        _ => Err(format!(
+            "{}: heads are trained on a GGUF decision model or an encoder",
             o.model
-        ));
+        )),
     }
-    let config = super::package_config(&o.model, &resolved)?;
+}
+
+/// Fit a head for every question with enough cases.
+fn train_all(by_question: &BTreeMap<String, Cases>, folds: usize) -> Result<(Vec<Head>, Vec<Fitted>), String> {
+    let started = std::time::Instant::now();
+    let mut heads = Vec::new();
+    let mut report = Vec::new();
+    for c in by_question.values() {
+        let id = c
+            .question
+            .get("instructions")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string();
+        let seen = {
+            let mut s = c.y.clone();
+            s.sort_unstable();
+            s.dedup();
+            s.len()
+        };
+        if c.y.len() < MIN_CASES || seen < 2 {
+            eprintln!(
+                "skipped {id:?}: {} cases, {seen} answers seen (a head needs {MIN_CASES} and 2)",
+                c.y.len()
+            );
+            continue;
+        }
+        let (head, fitted) = train(&id, c, folds)?;
+        heads.push(head);
+        report.push(fitted);
+    }
+    eprintln!(
+        "fitted {} heads in {:.1} s",
+        heads.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok((heads, report))
+}
+
+/// Adapters of a causal LM: features read at each question's answer position.
+fn adapt_llm(o: &AdaptOptions, resolved: &hub::Resolved, cases: &[Case]) -> Result<Vec<Fitted>, String> {
+    let config = super::package_config(&o.model, resolved)?;
     let backend = backend_llama::LlamaBackend::load(
         &resolved.weights,
         backend_llama::LlamaConfig {
@@ -468,43 +636,12 @@ pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let started = std::time::Instant::now();
-    let by_question = rt.block_on(collect(model, &o.data))?;
+    let by_question = rt.block_on(collect(model, cases))?;
     eprintln!(
         "asked the cases in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    let started = std::time::Instant::now();
-    let mut heads = Vec::new();
-    let mut report = Vec::new();
-    for c in by_question.values() {
-        let id = c
-            .question
-            .get("instructions")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_string();
-        let seen = {
-            let mut s = c.y.clone();
-            s.sort_unstable();
-            s.dedup();
-            s.len()
-        };
-        if c.y.len() < MIN_CASES || seen < 2 {
-            eprintln!(
-                "skipped {id:?}: {} cases, {seen} answers seen (an adapter needs {MIN_CASES} and 2)",
-                c.y.len()
-            );
-            continue;
-        }
-        let (head, fitted) = train(&id, c, o.folds)?;
-        heads.push(head);
-        report.push(fitted);
-    }
-    eprintln!(
-        "fitted {} heads in {:.1} s",
-        heads.len(),
-        started.elapsed().as_secs_f64()
-    );
+    let (heads, report) = train_all(&by_question, o.folds)?;
     write_package(
         o,
         &resolved.weights,
@@ -519,6 +656,86 @@ pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
         },
     )?;
     Ok(report)
+}
+
+/// Heads on an encoder backbone: features are the encoder's vector of the state. The package
+/// links the encoder's files and answers only the questions it has heads for, by default.
+fn adapt_encoder(
+    o: &AdaptOptions,
+    resolved: &hub::Resolved,
+    threads: usize,
+    cases: &[Case],
+) -> Result<Vec<Fitted>, String> {
+    let dir = resolved
+        .dir
+        .clone()
+        .ok_or_else(|| format!("{}: an encoder is a directory", o.model))?;
+    let encoder = super::load_encoder(&dir, None, threads, super::ENCODER_PATH)?;
+    let backbone = Backbone::new(encoder, threads, 64);
+    let vocab_size = engine::backend::Vocab::vocab_size(&backbone);
+    let features = engine::DirectBackend::info(&backbone)
+        .hidden_size
+        .unwrap_or(0);
+    let started = std::time::Instant::now();
+    let by_question = collect_encoded(&backbone, cases)?;
+    let took = started.elapsed().as_secs_f64();
+    eprintln!(
+        "read {} cases in {took:.1} s ({:.1} ms a case)",
+        cases.len(),
+        1e3 * took / cases.len().max(1) as f64
+    );
+    let (heads, report) = train_all(&by_question, o.folds)?;
+    let meta = super::plan_meta(&o.model, false, &[]);
+    write_encoder_package(
+        o,
+        &dir,
+        &meta.name,
+        AdapterFile {
+            vocab_size,
+            features,
+            default: true,
+            adapters: heads,
+        },
+    )?;
+    Ok(report)
+}
+
+/// An encoder heads package: each file of the encoder's directory linked (not copied), the
+/// heads, and a card naming the base.
+fn write_encoder_package(o: &AdaptOptions, base_dir: &Path, base: &str, file: AdapterFile) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("{}: {e}", o.out.display());
+    std::fs::create_dir_all(&o.out).map_err(io)?;
+    for entry in std::fs::read_dir(base_dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name();
+        if name == ADAPTERS_FILE || name == "card.json" || name == "decision_config.json" {
+            continue;
+        }
+        let link = o.out.join(&name);
+        if link.symlink_metadata().is_ok() {
+            std::fs::remove_file(&link).map_err(io)?;
+        }
+        let target = std::fs::canonicalize(entry.path()).map_err(io)?;
+        std::os::unix::fs::symlink(&target, &link).map_err(io)?;
+    }
+    let write = |name: &str, v: &Value| {
+        let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
+        std::fs::write(o.out.join(name), text + "\n").map_err(io)
+    };
+    let n = file.adapters.len();
+    write(
+        ADAPTERS_FILE,
+        &serde_json::to_value(&file).map_err(|e| e.to_string())?,
+    )?;
+    write(
+        "card.json",
+        &json!({
+            "description": format!("{n} decision heads on {base}, trained by vllm-srun adapt"),
+            "revision": format!("{base}+heads"),
+            "base": base,
+            "decision_adapter_default": true,
+        }),
+    )
 }
 
 fn write_package(

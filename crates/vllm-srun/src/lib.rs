@@ -292,8 +292,11 @@ fn plan_kind(spec: &str) -> ModelKind {
     let encoder = match hub::entry(spec) {
         Some(e) => e.kind == hub::Kind::Encoder,
         None => {
+            // An encoder directory that holds decision heads serves decisions.
             let p = Path::new(spec);
-            p.join("config.json").is_file() && p.join("model.safetensors").is_file()
+            p.join("config.json").is_file()
+                && p.join("model.safetensors").is_file()
+                && !p.join(adapt::ADAPTERS_FILE).is_file()
         }
     };
     if encoder {
@@ -478,6 +481,9 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
             meta.sha256 = hub::sha256_file(&resolved.weights).ok();
         }
         let backend = load_encoder(&dir, meta.sha256.as_deref(), o.threads, o.encoder_path)?;
+        if dir.join(adapt::ADAPTERS_FILE).is_file() {
+            return load_heads(spec, &dir, backend, meta, slot, o);
+        }
         slot.set_state(ModelState::Warming);
         let model = EncoderModel::start(
             meta,
@@ -626,6 +632,40 @@ fn load_sparrow(
         .map_err(|e| format!("{}: {e}", meta.name))?;
     slot.set_state(ModelState::Warming);
     DecisionModel::start_direct(meta, config, Arc::new(model))
+        .map(|m| Loaded::Decision(Arc::new(m)))
+        .map_err(|e| e.to_string())
+}
+
+/// A package of decision heads trained on an encoder (`vllm-srun adapt --model minilm-l6`):
+/// the encoder as a [`Backbone`](engine::encode::backbone::Backbone) that answers choice, noul
+/// and score questions only through the heads, checked against it at load.
+fn load_heads(
+    spec: &str,
+    dir: &Path,
+    encoder: Arc<dyn engine::Encoder>,
+    mut meta: ModelMeta,
+    slot: &Slot,
+    o: &ServeOptions,
+) -> Result<Loaded, String> {
+    let card: CardFile = read_json(&dir.join("card.json"))?;
+    if let Some(d) = card.description {
+        meta.description = d;
+    }
+    if let Some(r) = card.revision {
+        meta.revision = r;
+    }
+    meta.aliases.extend(card.aliases);
+    let adapters = decision_adapters(spec, Some(dir), None)?
+        .ok_or_else(|| format!("{spec}: no {}", adapt::ADAPTERS_FILE))?;
+    let mut config = decision_config(spec, Some(dir), None)?;
+    config.question_types = vec!["choice".into(), "noul".into(), "score".into()];
+    if o.max_scan_tokens.is_some() {
+        config.max_scan_tokens = o.max_scan_tokens;
+    }
+    let backbone = engine::encode::backbone::Backbone::new(encoder, o.threads, 64);
+    slot.set_state(ModelState::Warming);
+    DecisionModel::start_direct(meta, config, Arc::new(backbone))
+        .and_then(|m| m.with_adapters(adapters))
         .map(|m| Loaded::Decision(Arc::new(m)))
         .map_err(|e| e.to_string())
 }

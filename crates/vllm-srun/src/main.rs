@@ -35,16 +35,19 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
-    /// Train decision adapters from labelled cases (sys1bench's manifest format): one small
-    /// head per question on the model's state at the answer position, written into a
-    /// package directory that links the model's GGUF. Serve the directory as a model; a
-    /// question with `decision_adapter: true` is answered by its adapter.
+    /// Train decision heads from labelled cases (sys1bench's manifest format): one small
+    /// head per question, cross-validated and calibrated, written into a package directory
+    /// that links the backbone's weights. Serve the directory as a model. On a GGUF model a
+    /// question with `decision_adapter: true` is answered by its adapter; on an encoder
+    /// (`minilm-l6`) every question its heads know is, in milliseconds, and others refused.
     Adapt(AdaptArgs),
 }
 
 #[derive(clap::Args)]
 struct AdaptArgs {
-    /// The base decision model: a catalogue id, a GGUF file or a package directory.
+    /// The backbone: a GGUF decision model (catalogue id, file or package directory), whose
+    /// adapters read it at each question's answer position, or an encoder (`minilm-l6` or an
+    /// encoder directory), whose heads read its vector of the state and answer alone.
     #[arg(long)]
     model: String,
     /// Labelled cases, one JSON object per line (sys1bench's manifest format); repeatable.
@@ -336,7 +339,7 @@ fn adapt(a: AdaptArgs) -> i32 {
                     f.id, f.cases, f.l2, f.temperature, f.accuracy, f.nll, f.ece
                 );
             }
-            println!("{} adapters written to {}", fitted.len(), o.out.display());
+            println!("{} heads written to {}", fitted.len(), o.out.display());
             0
         }
         Err(e) => {

@@ -302,3 +302,168 @@ async fn decision_adapters_trained_by_adapt_beat_the_base_on_held_out_cases() {
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// `vllm-srun adapt --model minilm-l6` trains heads on the encoder's vector of each state and
+/// writes a package that links the encoder's files. Served, it answers the questions it was
+/// trained on (right on held-out cases of another seed, in windows for a long state), refuses
+/// any other with `decision_adapter_unsupported`, and lists only the types heads answer.
+#[tokio::test]
+async fn heads_on_an_encoder_answer_their_questions_and_refuse_others() {
+    let root = std::env::temp_dir().join(format!("vllm-srun-heads-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let keep = ["queue", "is_angry"];
+    let (train, held_out) = (root.join("train.jsonl"), root.join("held-out.jsonl"));
+    generated("support_tickets", 200, 101, &keep, &train);
+    generated("support_tickets", 40, 202, &keep, &held_out);
+    let out = root.join("heads");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_vllm-srun"))
+        .args(["adapt", "--model", "minilm-l6", "--threads"])
+        .arg(test_threads().to_string())
+        .arg("--data")
+        .arg(&train)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        std::fs::symlink_metadata(out.join("model.safetensors"))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the package links the encoder's weights, not a copy"
+    );
+
+    let mut o = options();
+    o.models = vec![out.to_string_lossy().into_owned()];
+    o.generate = None;
+    let s = start(o);
+    let (_, m) = get(&s.url("/v1/models")).await;
+    let card = &m["models"][0]["card"];
+    assert_eq!(card["question_types"], json!(["choice", "noul", "score"]), "{card}");
+    assert_eq!(
+        card["decision_adapters"]["questions"].as_array().map(Vec::len),
+        Some(2),
+        "{card}"
+    );
+    let mut right = std::collections::BTreeMap::<&str, usize>::new();
+    let mut n = 0;
+    for line in std::fs::read_to_string(&held_out).unwrap().lines() {
+        let item: serde_json::Value = serde_json::from_str(line).unwrap();
+        let mut questions = serde_json::Map::new();
+        let mut truths = Vec::new();
+        for id in keep {
+            let (q, truth) = asked(&item["questions"][id]);
+            questions.insert(id.to_string(), q);
+            truths.push((id, truth));
+        }
+        questions.insert(
+            "untrained".into(),
+            json!({"type": "noul", "instructions": "Does the customer mention an order number?"}),
+        );
+        let body = json!({"model": "heads", "state": item["state"], "questions": questions});
+        let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+        assert_eq!(status, 200, "{v}");
+        let untrained = &v["answers"]["untrained"];
+        assert_eq!(untrained["error"], "invalid_question", "{v}");
+        assert_eq!(untrained["reason"], "decision_adapter_unsupported", "{v}");
+        for (id, truth) in &truths {
+            let a = &v["answers"][*id];
+            let said = match a["type"].as_str() {
+                Some("choice") => a["choice"].as_str().unwrap().to_string(),
+                _ => (a["noul"].as_f64().unwrap() > 0.5).to_string(),
+            };
+            *right.entry(id).or_default() += usize::from(&said == truth);
+        }
+        n += 1;
+    }
+    eprintln!("held-out right answers of {n}: {right:?}");
+    assert!(right["queue"] * 10 >= n * 9, "{right:?} of {n}");
+    assert!(right["is_angry"] * 10 >= n * 8, "{right:?} of {n}");
+
+    // A long state (a held-out ticket eight times over) is read in windows, each by the
+    // heads, on System One too.
+    let first: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&held_out).unwrap().lines().next().unwrap(),
+    )
+    .unwrap();
+    let long = format!("{}\n", first["state"].as_str().unwrap()).repeat(8);
+    let (mut q, truth) = asked(&first["questions"]["queue"]);
+    q["overflow"] = json!("window");
+    let body = json!({"model": "heads", "state": long, "questions": {"queue": q}});
+    let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["answers"]["queue"]["choice"], json!(truth), "{v}");
+    assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 510, "windows: {v}");
+    drop(s);
+
+    // Heads that do not fit their backbone (trained on another vocabulary) fail the load.
+    let file = out.join("decision_adapters.json");
+    let mut heads: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    heads["vocab_size"] = json!(32000);
+    std::fs::write(&file, heads.to_string()).unwrap();
+    let mut o = options();
+    o.models = vec![out.to_string_lossy().into_owned()];
+    let s = start_unready(o);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (_, h) = get(&s.url("/health")).await;
+        if h["status"] == "failed" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{h}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, m) = get(&s.url("/v1/models")).await;
+    let err = m["models"][0]["last_error"]["message"].to_string();
+    assert!(err.contains("32000-token vocabulary"), "{m}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// `adapt` stops at a malformed or contradictory training file with the file and line, and
+/// writes nothing.
+#[test]
+fn adapt_refuses_a_bad_training_file_and_writes_nothing() {
+    let root = std::env::temp_dir().join(format!("vllm-srun-bad-cases-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let case = |state: &str, truth: &str| {
+        json!({"state": state, "questions": {"mood": {"type": "choice", "instructions": "Mood?",
+            "criteria": [{"key": "calm"}, {"key": "angry"}], "ground_truth": truth}}})
+        .to_string()
+    };
+    let files = [
+        (
+            "broken.jsonl",
+            format!("{}\n{}\n{{\"state\": \"x\",\n", case("a", "calm"), case("b", "angry")),
+            ":3:",
+        ),
+        (
+            "unknown-truth.jsonl",
+            format!("{}\n{}\n", case("a", "calm"), case("b", "furious")),
+            ":2:",
+        ),
+        (
+            "contradictory.jsonl",
+            format!("{}\n{}\n{}\n", case("a", "calm"), case("b", "angry"), case("a", "angry")),
+            "contradictory.jsonl:1",
+        ),
+    ];
+    for (name, text, names) in files {
+        let data = root.join(name);
+        std::fs::write(&data, text).unwrap();
+        let out = root.join(format!("{name}.out"));
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_vllm-srun"))
+            .args(["adapt", "--model", "minilm-l6", "--no-pull", "--data"])
+            .arg(&data)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{name}: {err}");
+        assert!(err.contains(&format!("{name}{names}")) || err.contains(names), "{name}: {err}");
+        assert!(!out.exists(), "{name}: nothing is written");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -20,6 +20,7 @@ use protocol::{ProtocolError, Usage};
 use super::model::{
     entries, refusal, Decision, DecisionModel, Engine, Limits, Plan, Readout, Timings,
 };
+use super::adapter::Head;
 use super::readout::combine_windows;
 use super::views::{over_keys, view_index, RootKey, Views};
 use crate::backend::{DirectBackend, DirectKind, DirectQuestion, Token};
@@ -65,6 +66,17 @@ impl DecisionModel {
 fn measure_numerics(backend: &dyn DirectBackend) -> Result<&'static str, EngineError> {
     let tokens =
         backend.tokenize_text("The parcel arrived two days late and the box was crushed.")?;
+    if !backend.reads_questions() {
+        // Only trained heads answer, each from one read of the state alone: the state's vector
+        // read twice must be the same bits.
+        let bits = |v: Option<Vec<f32>>| v.map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        let once = bits(backend.features(&tokens)?);
+        return Ok(if once.is_some() && once == bits(backend.features(&tokens)?) {
+            "exact"
+        } else {
+            "approximate"
+        });
+    }
     let ask = |kind, instructions: &str, options: &[&str]| -> Result<DirectQuestion, EngineError> {
         Ok(DirectQuestion {
             kind,
@@ -366,6 +378,22 @@ fn direct_question(
     let complete = q.require_full_input;
     let type_name = q.kind.type_name();
     let temperature = model.temperature(type_name, n_decisions);
+    let readout = match (&q.kind, model.readout_for(q)?) {
+        (QuestionKind::Choice { .. } | QuestionKind::Noul { .. } | QuestionKind::Score { .. }, Readout::Base)
+            if !backend.reads_questions() =>
+        {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                reason::DECISION_ADAPTER_UNSUPPORTED,
+                format!(
+                    "model {} answers only the questions its heads were trained on \
+                     (its card's decision_adapters lists them); this {type_name} question is not one",
+                    model.meta.name
+                ),
+            ));
+        }
+        (_, r) => r,
+    };
     let (kind, plan, options) = match &q.kind {
         QuestionKind::Choice { options } => (
             DirectKind::Choice,
@@ -375,7 +403,7 @@ fn direct_question(
                 shown: vec![(0..options.len()).collect()],
                 temperature,
                 complete,
-                readout: Readout::Base,
+                readout: readout.clone(),
             },
             // Read as the model's package defines its forward, key and description (the
             // static vectors were trained that way; `tests/package_forward.rs`), unlike a
@@ -396,7 +424,7 @@ fn direct_question(
                     id,
                     temperature,
                     complete,
-                    readout: Readout::Base,
+                    readout: readout.clone(),
                 },
                 vec![
                     option("true", Some(when_true.as_deref().unwrap_or(yes)))?,
@@ -411,7 +439,7 @@ fn direct_question(
                 legend: levels.clone(),
                 temperature,
                 complete,
-                readout: Readout::Base,
+                readout,
             },
             levels
                 .iter()
@@ -467,9 +495,45 @@ fn evaluate(
         };
         let text = &p.views.texts[view];
         for tokens in p.views.roots(*key) {
-            let logits = read_root(backend, text, tokens, &questions)?;
-            for ((i, _, t), l) in on.iter().zip(logits) {
-                per_question[*i].push(vec![softmax(&l, *t)]);
+            // Questions a trained head answers read the state's vector, once per root; the
+            // others are asked of the backend together.
+            let heads: Vec<Option<&Arc<Head>>> =
+                on.iter().map(|(i, ..)| trained_head(&p.plans[*i].1)).collect();
+            let features = match heads.iter().any(Option::is_some) {
+                true => backend.features(tokens)?,
+                false => None,
+            };
+            let asked: Vec<&DirectQuestion> = questions
+                .iter()
+                .zip(&heads)
+                .filter(|(_, h)| h.is_none())
+                .map(|(q, _)| *q)
+                .collect();
+            let mut logits = match asked.is_empty() {
+                true => Vec::new(),
+                false => read_root(backend, text, tokens, &asked)?,
+            }
+            .into_iter();
+            for ((i, _, t), head) in on.iter().zip(&heads) {
+                let read = match head {
+                    Some(head) => features
+                        .as_deref()
+                        .and_then(|f| head.answer(f, &p.plans[*i].1.classes()))
+                        .ok_or_else(|| {
+                            EngineError::Forward(
+                                "the backbone gave no state vector its heads read".into(),
+                            )
+                        })?,
+                    None => match logits.next() {
+                        Some(l) => softmax(&l, *t),
+                        None => {
+                            return Err(EngineError::Forward(
+                                "the backend answered fewer questions than it was asked".into(),
+                            ))
+                        }
+                    },
+                };
+                per_question[*i].push(vec![read]);
             }
         }
     }
@@ -498,6 +562,14 @@ fn read_root(
         ));
     }
     Ok(logits)
+}
+
+/// The head a plan is answered by, where a trained head answers it.
+fn trained_head(plan: &Plan) -> Option<&Arc<Head>> {
+    match plan.readout() {
+        Some(Readout::Adapter(head)) => Some(head),
+        _ => None,
+    }
 }
 
 fn temperature(plan: &Plan) -> f64 {

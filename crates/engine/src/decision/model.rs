@@ -323,11 +323,13 @@ impl DecisionModel {
         self
     }
 
-    /// The feature tokens a decision adapter reads on this model (none on a direct model).
+    /// How many features a decision adapter reads on this model: a causal LM's feature
+    /// tokens, a direct model's state vector where it gives one.
     fn features(&self) -> usize {
         match &self.engine {
             Engine::Tree(t) => t.features.len(),
-            Engine::Direct(_) => 0,
+            // A direct model that gives a state vector says how wide it is.
+            Engine::Direct(d) => d.info().hidden_size.unwrap_or(0),
         }
     }
 
@@ -336,7 +338,7 @@ impl DecisionModel {
     pub fn with_adapters(mut self, adapters: Adapters) -> Result<DecisionModel, EngineError> {
         let vocab = match &self.engine {
             Engine::Tree(t) => t.backend.vocab_size(),
-            Engine::Direct(_) => 0,
+            Engine::Direct(d) => d.vocab_size(),
         };
         if self.features() == 0
             || self.features() != adapters.features

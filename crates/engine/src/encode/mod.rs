@@ -1,6 +1,7 @@
 //! Encoder models: sentence embeddings from a backend behind the [`Encoder`] trait, evaluated
 //! on a dedicated worker thread that batches the texts of concurrent requests together.
 
+pub mod backbone;
 pub mod tagger;
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
