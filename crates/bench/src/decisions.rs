@@ -793,3 +793,71 @@ pub async fn adapters(model_spec: &str, runs: usize) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// Heads on an encoder backbone (`adapt --model minilm-l6`) against the 1.5B path, served
+/// side by side in one process: one of the package's questions about a new ~300-token state,
+/// and every question it has about one state, asked of both, alternating.
+pub async fn heads(package: &str, model_spec: &str, runs: usize) -> Result<(), String> {
+    let heads = vllm_srun::decision_adapters(package, Some(std::path::Path::new(package)), None)?
+        .ok_or(format!("{package} has no decision heads"))?;
+    let all: Vec<Value> = heads.questions().into_iter().cloned().collect();
+    let first = all.first().cloned().ok_or(format!("{package} has no head"))?;
+    let o = vllm_srun::ServeOptions {
+        models: vec![package.to_string(), model_spec.to_string()],
+        port: 0,
+        generate: None,
+        ..vllm_srun::ServeOptions::default()
+    };
+    let (registry, base) = serve_in_process(o).await?;
+    let names: Vec<String> = [package, model_spec]
+        .iter()
+        .map(|spec| {
+            std::path::Path::new(spec)
+                .file_name()
+                .map_or(spec.to_string(), |n| n.to_string_lossy().into_owned())
+        })
+        .collect();
+    for name in &names {
+        wait(|| registry.ready(Some(name))).await?;
+    }
+    let url = format!("{base}/v1/decisions");
+    let client = reqwest::Client::new();
+    let body = |model: &str, state: String, questions: &[Value]| {
+        let q: serde_json::Map<String, Value> = questions
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (format!("q{i}"), q.clone()))
+            .collect();
+        json!({"model": model, "state": state, "questions": q})
+    };
+    for name in &names {
+        time_request(&client, &url, &body(name, long_state(9000), &all)).await?;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "heads: {} ({} questions) against {}, {runs} runs, one request at a time",
+        names[0],
+        all.len(),
+        names[1]
+    );
+    for (what, questions) in [("1 question", vec![first.clone()]), ("per text", all.clone())] {
+        let mut times = vec![Vec::new(), Vec::new()];
+        for i in 0..runs {
+            for (t, name) in times.iter_mut().zip(&names) {
+                let state = long_state(9100 + i);
+                t.push(time_request(&client, &url, &body(name, state, &questions)).await?);
+            }
+        }
+        let [h, b] = [times[0].clone(), times[1].clone()];
+        println!(
+            "  {what:<10}: heads p50 {:7.1} ms p99 {:7.1} ms | {} p50 {:8.1} ms p99 {:8.1} ms | ratio {:.3}",
+            ms(median(h.clone())),
+            ms(pct(h.clone(), 0.99)),
+            names[1],
+            ms(median(b.clone())),
+            ms(pct(b.clone(), 0.99)),
+            median(h).as_secs_f64() / median(b).as_secs_f64()
+        );
+    }
+    Ok(())
+}

@@ -64,6 +64,10 @@ struct Args {
     /// head against the base readout (each about a new state).
     #[arg(long)]
     adapters: bool,
+    /// Heads on an encoder (a package `adapt --model minilm-l6` wrote) against --model, in
+    /// one process: one question, and every question of the package, about one state.
+    #[arg(long)]
+    heads: Option<String>,
     /// System Two: the guard's signals on a conversation's second turn against its first
     /// (--model answers the guard; --runs conversations).
     #[arg(long)]
@@ -89,6 +93,7 @@ fn main() {
         gateway,
         detector,
         adapters,
+        heads,
         turns,
     } = Args::parse();
     let code = {
@@ -97,6 +102,8 @@ fn main() {
             run_bench(b::detector(runs.max(1)))
         } else if turns {
             run_bench(b::turns(&model, runs.max(1)))
+        } else if let Some(package) = heads {
+            run_bench(b::heads(&package, &model, runs.max(1)))
         } else if adapters {
             run_bench(b::adapters(&model, runs.max(1)))
         } else if gateway {
