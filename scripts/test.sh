@@ -31,6 +31,8 @@ pull_models() {
     "$bin" models pull "$MODEL" &&
     # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
     "$bin" models pull minilm-l6 &&
+    # The default router's guard: heads on the same encoder.
+    "$bin" models pull minilm-l6-guard &&
     "$bin" models pull qwen2.5-0.5b &&
     # Span questions need the 1.5B decision backbone (tests/spans.rs).
     "$bin" models pull qwen2.5-1.5b &&

