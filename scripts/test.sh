@@ -1,9 +1,43 @@
 #!/usr/bin/env bash
-# The project's test command: unit and end-to-end tests against a real small model, then the
-# external System One conformance suite (jevcompat) against the running server.
-# Needs: cmake and libclang (to build llama.cpp) and Python with pip; `.ci/run` installs them.
+# The project's test command: unit and end-to-end tests against real small models, then the
+# external suites and clients against the running server. It does its own set-up on a Debian
+# machine with Rust: the system packages it needs when they are missing, the Python packages,
+# PostgreSQL started (the storage tests run on it), then the models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# llama.cpp builds with cmake; bindgen in llama-cpp-sys-2 needs libclang. The cluster test
+# starts Debian's nats-server with JetStream. Debian's darknet package carries the photographs
+# the object detector is tested on (no weights); chromium runs the pages' browser test.
+need=()
+for p in cmake libclang-dev curl postgresql chromium nats-server darknet; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq "${need[@]}" >/dev/null
+    else
+        echo "missing system packages: ${need[*]} (apt-get install them, or run as root)"; exit 1
+    fi
+fi
+# The keys service's storage tests also run on a real PostgreSQL server: Debian's cluster,
+# reached over its socket as this user.
+if [ -z "${VSR_TEST_POSTGRES_URL:-}" ] && command -v pg_lsclusters >/dev/null; then
+    pg="$(ls /usr/lib/postgresql | sort -n | tail -n1)"
+    pg_lsclusters -h | grep -q . || pg_createcluster "$pg" main >/dev/null
+    pg_ctlcluster "$pg" main start 2>/dev/null || true
+    su postgres -c "psql -qc 'CREATE ROLE \"$(id -un)\" SUPERUSER LOGIN'" 2>/dev/null || true
+    export VSR_TEST_POSTGRES_URL="postgres:///postgres?host=/var/run/postgresql&user=$(id -un)"
+fi
+# The model fetch uses the Python package client; the conformance suite, schemathesis, the
+# OpenAPI validator and the client libraries (OpenAI SDK, msgpack) are Python packages; the
+# pages' browser test drives chromium with Playwright; the adapter tests train on cases
+# sys1bench generates.
+python3 -m pip install -q --disable-pip-version-check "jevcompat==0.1.1" \
+    "schemathesis==4.32.5" "openapi-spec-validator==0.9.0" "openai==3.57.0" "msgpack==1.2.4" \
+    "playwright==1.65.2" "sys1bench==0.3.2"
 
 MODEL="${VLLM_SRUN_TEST_MODEL:-smollm2-135m}"
 export VLLM_SRUN_TEST_MODEL="$MODEL"
@@ -70,9 +104,9 @@ command -v sys1bench >/dev/null \
     || python3 -m pip install -q --disable-pip-version-check "sys1bench==0.3.2"
 
 # The keys service's storage tests run on SQLite, and on PostgreSQL when
-# VSR_TEST_POSTGRES_URL names a server (`.ci/run` starts Debian's; CI must have it).
+# VSR_TEST_POSTGRES_URL names a server (started above; CI must have it).
 if [ -n "${CI:-}" ] && [ -z "${VSR_TEST_POSTGRES_URL:-}" ]; then
-    echo "CI: VSR_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)"; exit 1
+    echo "CI: VSR_TEST_POSTGRES_URL is not set (no PostgreSQL cluster to start)"; exit 1
 fi
 # The test binaries just built (the workspace has no doc tests). One test at a time in each
 # binary: two tests in one binary share its server, and on a 2-core machine their llama.cpp
@@ -245,7 +279,7 @@ XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 
 readme=$!
 trap 'kill "$server" "$router" "$readme" 2>/dev/null || true' EXIT
 wait_listening "$readme_log" 1500 >/dev/null || { echo "the default serve did not start"; exit 1; }
-python3 scripts/readme_check.py README.md
+for doc in README.md docs/*.md; do python3 scripts/readme_check.py "$doc"; done
 kill "$readme" 2>/dev/null || true
 
 # The web pages in a real browser (Debian's chromium, driven by Playwright's Python package):

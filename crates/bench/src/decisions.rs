@@ -801,7 +801,10 @@ pub async fn heads(package: &str, model_spec: &str, runs: usize) -> Result<(), S
     let heads = vllm_srun::decision_adapters(package, Some(std::path::Path::new(package)), None)?
         .ok_or(format!("{package} has no decision heads"))?;
     let all: Vec<Value> = heads.questions().into_iter().cloned().collect();
-    let first = all.first().cloned().ok_or(format!("{package} has no head"))?;
+    let first = all
+        .first()
+        .cloned()
+        .ok_or(format!("{package} has no head"))?;
     let o = vllm_srun::ServeOptions {
         models: vec![package.to_string(), model_spec.to_string()],
         port: 0,
@@ -840,15 +843,18 @@ pub async fn heads(package: &str, model_spec: &str, runs: usize) -> Result<(), S
         all.len(),
         names[1]
     );
-    for (what, questions) in [("1 question", vec![first.clone()]), ("per text", all.clone())] {
-        let mut times = vec![Vec::new(), Vec::new()];
+    for (what, questions) in [
+        ("1 question", vec![first.clone()]),
+        ("per text", all.clone()),
+    ] {
+        let mut times = [Vec::new(), Vec::new()];
         for i in 0..runs {
             for (t, name) in times.iter_mut().zip(&names) {
                 let state = long_state(9100 + i);
                 t.push(time_request(&client, &url, &body(name, state, &questions)).await?);
             }
         }
-        let [h, b] = [times[0].clone(), times[1].clone()];
+        let [h, b] = times;
         println!(
             "  {what:<10}: heads p50 {:7.1} ms p99 {:7.1} ms | {} p50 {:8.1} ms p99 {:8.1} ms | ratio {:.3}",
             ms(median(h.clone())),

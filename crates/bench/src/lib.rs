@@ -21,5 +21,5 @@ pub use detector::detector;
 pub use embeddings::embeddings;
 pub use gateway::gateway;
 pub use generation::generation;
-pub use router::{router_overhead, turns};
+pub use router::{guard_turn, router_overhead, turns};
 pub use service::service_costs;

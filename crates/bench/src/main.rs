@@ -68,6 +68,10 @@ struct Args {
     /// one process: one question, and every question of the package, about one state.
     #[arg(long)]
     heads: Option<String>,
+    /// System Two: the guard and routing signals of a ~1,000-token turn, the guard on
+    /// `minilm-l6-guard` against the 1.5B model's head (--runs turns each).
+    #[arg(long)]
+    guard_turn: bool,
     /// System Two: the guard's signals on a conversation's second turn against its first
     /// (--model answers the guard; --runs conversations).
     #[arg(long)]
@@ -94,12 +98,15 @@ fn main() {
         detector,
         adapters,
         heads,
+        guard_turn,
         turns,
     } = Args::parse();
     let code = {
         use ::bench as b;
         if detector {
             run_bench(b::detector(runs.max(1)))
+        } else if guard_turn {
+            run_bench(b::guard_turn(runs.max(1)))
         } else if turns {
             run_bench(b::turns(&model, runs.max(1)))
         } else if let Some(package) = heads {

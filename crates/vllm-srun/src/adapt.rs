@@ -205,9 +205,9 @@ fn progress(cases: usize) -> indicatif::ProgressBar {
         Some(cases as u64),
         indicatif::ProgressDrawTarget::stderr(),
     );
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} cases  {per_sec}  {eta} left",
-    ) {
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} cases  {per_sec}  {eta} left")
+    {
         bar.set_style(style);
     }
     bar
@@ -303,10 +303,7 @@ async fn collect(
 
 /// Read every case's state on an encoder backbone (its first window, as the worker's first
 /// read of it), and group the vectors by question. Cases go to the encoder in batches.
-fn collect_encoded(
-    backbone: &Backbone,
-    items: &[Case],
-) -> Result<BTreeMap<String, Cases>, String> {
+fn collect_encoded(backbone: &Backbone, items: &[Case]) -> Result<BTreeMap<String, Cases>, String> {
     let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
     let bar = progress(items.len());
     let room = engine::DirectBackend::info(backbone).trained_context;
@@ -318,8 +315,7 @@ fn collect_encoded(
                     .map_err(|e| format!("{}: {e}", c.at))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let reads: Vec<&[engine::Token]> =
-            tokens.iter().map(|t| &t[..t.len().min(room)]).collect();
+        let reads: Vec<&[engine::Token]> = tokens.iter().map(|t| &t[..t.len().min(room)]).collect();
         let vectors = backbone.vectors(&reads).map_err(|e| e.to_string())?;
         for (case, v) in chunk.iter().zip(vectors) {
             let truths: BTreeMap<String, (Value, Value)> = case
@@ -571,7 +567,10 @@ pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
 }
 
 /// Fit a head for every question with enough cases.
-fn train_all(by_question: &BTreeMap<String, Cases>, folds: usize) -> Result<(Vec<Head>, Vec<Fitted>), String> {
+fn train_all(
+    by_question: &BTreeMap<String, Cases>,
+    folds: usize,
+) -> Result<(Vec<Head>, Vec<Fitted>), String> {
     let started = std::time::Instant::now();
     let mut heads = Vec::new();
     let mut report = Vec::new();
@@ -608,7 +607,11 @@ fn train_all(by_question: &BTreeMap<String, Cases>, folds: usize) -> Result<(Vec
 }
 
 /// Adapters of a causal LM: features read at each question's answer position.
-fn adapt_llm(o: &AdaptOptions, resolved: &hub::Resolved, cases: &[Case]) -> Result<Vec<Fitted>, String> {
+fn adapt_llm(
+    o: &AdaptOptions,
+    resolved: &hub::Resolved,
+    cases: &[Case],
+) -> Result<Vec<Fitted>, String> {
     let config = super::package_config(&o.model, resolved)?;
     let backend = backend_llama::LlamaBackend::load(
         &resolved.weights,
@@ -702,7 +705,12 @@ fn adapt_encoder(
 
 /// An encoder heads package: each file of the encoder's directory linked (not copied), the
 /// heads, and a card naming the base.
-fn write_encoder_package(o: &AdaptOptions, base_dir: &Path, base: &str, file: AdapterFile) -> Result<(), String> {
+fn write_encoder_package(
+    o: &AdaptOptions,
+    base_dir: &Path,
+    base: &str,
+    file: AdapterFile,
+) -> Result<(), String> {
     let io = |e: std::io::Error| format!("{}: {e}", o.out.display());
     std::fs::create_dir_all(&o.out).map_err(io)?;
     for entry in std::fs::read_dir(base_dir).map_err(io)? {

@@ -212,9 +212,9 @@ pub fn default_service_models() -> Vec<String> {
         "minilm-l6-guard",
         "sparrow-nano",
     ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
 /// The detectors the whole service attaches (model, detector): the default decision model
@@ -953,7 +953,10 @@ mod tests {
             .find(|s| s.name == "vsr_jailbreak")
             .expect("the default guard");
         assert_eq!(guard.model.as_deref(), Some("minilm-l6-guard"));
-        assert_eq!(words, [guard.instructions.clone(), guard.instructions.clone()]);
+        assert_eq!(
+            words,
+            [guard.instructions.clone(), guard.instructions.clone()]
+        );
     }
 
     /// Every router signal the catalogue ships is a valid question of its model, and the

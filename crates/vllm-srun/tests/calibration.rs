@@ -165,13 +165,18 @@ async fn the_default_guard_on_minilm_answers_the_routers_guard() {
                 "other": {"type": "noul", "instructions": "Is the message polite?"}}});
         let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
         assert_eq!(status, 200, "{v}");
-        let p = v["answers"]["vsr_jailbreak"]["noul"].as_f64().expect("noul");
+        let p = v["answers"]["vsr_jailbreak"]["noul"]
+            .as_f64()
+            .expect("noul");
         assert_eq!(
             p >= threshold,
             jailbreak,
             "P(jailbreak) {p} against the router's threshold {threshold}: {text}"
         );
-        assert_eq!(v["answers"]["other"]["reason"], "decision_adapter_unsupported", "{v}");
+        assert_eq!(
+            v["answers"]["other"]["reason"], "decision_adapter_unsupported",
+            "{v}"
+        );
     }
 }
 

@@ -340,9 +340,15 @@ async fn heads_on_an_encoder_answer_their_questions_and_refuse_others() {
     let s = start(o);
     let (_, m) = get(&s.url("/v1/models")).await;
     let card = &m["models"][0]["card"];
-    assert_eq!(card["question_types"], json!(["choice", "noul", "score"]), "{card}");
     assert_eq!(
-        card["decision_adapters"]["questions"].as_array().map(Vec::len),
+        card["question_types"],
+        json!(["choice", "noul", "score"]),
+        "{card}"
+    );
+    assert_eq!(
+        card["decision_adapters"]["questions"]
+            .as_array()
+            .map(Vec::len),
         Some(2),
         "{card}"
     );
@@ -384,7 +390,11 @@ async fn heads_on_an_encoder_answer_their_questions_and_refuse_others() {
     // A long state (a held-out ticket eight times over) is read in windows, each by the
     // heads, on System One too.
     let first: serde_json::Value = serde_json::from_str(
-        std::fs::read_to_string(&held_out).unwrap().lines().next().unwrap(),
+        std::fs::read_to_string(&held_out)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
     )
     .unwrap();
     let long = format!("{}\n", first["state"].as_str().unwrap()).repeat(8);
@@ -394,7 +404,10 @@ async fn heads_on_an_encoder_answer_their_questions_and_refuse_others() {
     let (status, _, v) = post(&s.url("/v1/systemone"), &body).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["answers"]["queue"]["choice"], json!(truth), "{v}");
-    assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 510, "windows: {v}");
+    assert!(
+        v["usage"]["input_tokens"].as_u64().unwrap() > 510,
+        "windows: {v}"
+    );
     drop(s);
 
     // Heads that do not fit their backbone (trained on another vocabulary) fail the load.
@@ -435,7 +448,11 @@ fn adapt_refuses_a_bad_training_file_and_writes_nothing() {
     let files = [
         (
             "broken.jsonl",
-            format!("{}\n{}\n{{\"state\": \"x\",\n", case("a", "calm"), case("b", "angry")),
+            format!(
+                "{}\n{}\n{{\"state\": \"x\",\n",
+                case("a", "calm"),
+                case("b", "angry")
+            ),
             ":3:",
         ),
         (
@@ -445,7 +462,12 @@ fn adapt_refuses_a_bad_training_file_and_writes_nothing() {
         ),
         (
             "contradictory.jsonl",
-            format!("{}\n{}\n{}\n", case("a", "calm"), case("b", "angry"), case("a", "angry")),
+            format!(
+                "{}\n{}\n{}\n",
+                case("a", "calm"),
+                case("b", "angry"),
+                case("a", "angry")
+            ),
             "contradictory.jsonl:1",
         ),
     ];
@@ -462,7 +484,10 @@ fn adapt_refuses_a_bad_training_file_and_writes_nothing() {
             .unwrap();
         let err = String::from_utf8_lossy(&run.stderr);
         assert!(!run.status.success(), "{name}: {err}");
-        assert!(err.contains(&format!("{name}{names}")) || err.contains(names), "{name}: {err}");
+        assert!(
+            err.contains(&format!("{name}{names}")) || err.contains(names),
+            "{name}: {err}"
+        );
         assert!(!out.exists(), "{name}: nothing is written");
     }
     std::fs::remove_dir_all(&root).unwrap();

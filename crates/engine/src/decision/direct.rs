@@ -17,10 +17,10 @@ use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionBody, DecisionRequest, Question, QuestionKind};
 use protocol::{ProtocolError, Usage};
 
+use super::adapter::Head;
 use super::model::{
     entries, refusal, Decision, DecisionModel, Engine, Limits, Plan, Readout, Timings,
 };
-use super::adapter::Head;
 use super::readout::combine_windows;
 use super::views::{over_keys, view_index, RootKey, Views};
 use crate::backend::{DirectBackend, DirectKind, DirectQuestion, Token};
@@ -69,13 +69,16 @@ fn measure_numerics(backend: &dyn DirectBackend) -> Result<&'static str, EngineE
     if !backend.reads_questions() {
         // Only trained heads answer, each from one read of the state alone: the state's vector
         // read twice must be the same bits.
-        let bits = |v: Option<Vec<f32>>| v.map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        let bits =
+            |v: Option<Vec<f32>>| v.map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
         let once = bits(backend.features(&tokens)?);
-        return Ok(if once.is_some() && once == bits(backend.features(&tokens)?) {
-            "exact"
-        } else {
-            "approximate"
-        });
+        return Ok(
+            if once.is_some() && once == bits(backend.features(&tokens)?) {
+                "exact"
+            } else {
+                "approximate"
+            },
+        );
     }
     let ask = |kind, instructions: &str, options: &[&str]| -> Result<DirectQuestion, EngineError> {
         Ok(DirectQuestion {
@@ -379,9 +382,10 @@ fn direct_question(
     let type_name = q.kind.type_name();
     let temperature = model.temperature(type_name, n_decisions);
     let readout = match (&q.kind, model.readout_for(q)?) {
-        (QuestionKind::Choice { .. } | QuestionKind::Noul { .. } | QuestionKind::Score { .. }, Readout::Base)
-            if !backend.reads_questions() =>
-        {
+        (
+            QuestionKind::Choice { .. } | QuestionKind::Noul { .. } | QuestionKind::Score { .. },
+            Readout::Base,
+        ) if !backend.reads_questions() => {
             return Err(QuestionFailure::new(
                 QuestionErrorKind::InvalidQuestion,
                 reason::DECISION_ADAPTER_UNSUPPORTED,
@@ -497,8 +501,10 @@ fn evaluate(
         for tokens in p.views.roots(*key) {
             // Questions a trained head answers read the state's vector, once per root; the
             // others are asked of the backend together.
-            let heads: Vec<Option<&Arc<Head>>> =
-                on.iter().map(|(i, ..)| trained_head(&p.plans[*i].1)).collect();
+            let heads: Vec<Option<&Arc<Head>>> = on
+                .iter()
+                .map(|(i, ..)| trained_head(&p.plans[*i].1))
+                .collect();
             let features = match heads.iter().any(Option::is_some) {
                 true => backend.features(tokens)?,
                 false => None,

@@ -7,8 +7,8 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::backend::{BackendError, BackendInfo, DirectBackend, DirectQuestion, Token};
 use crate::backend::Vocab;
+use crate::backend::{BackendError, BackendInfo, DirectBackend, DirectQuestion, Token};
 
 use super::Encoder;
 
