@@ -49,6 +49,9 @@ pub struct AdaptOptions {
     /// Answer every question by its adapter unless it says otherwise (the card's default).
     pub default_on: bool,
     pub pull_missing: bool,
+    /// Label the cases with this model's answers (soft labels) instead of their truths:
+    /// distillation of a served model or package, its adapters included.
+    pub teacher: Option<String>,
 }
 
 /// One question's labelled features.
@@ -56,6 +59,9 @@ struct Cases {
     question: Value,
     classes: Vec<String>,
     x: Vec<Vec<f32>>,
+    /// Each case's target over `classes`: one-hot for a truth, a teacher's probabilities.
+    t: Vec<Vec<f32>>,
+    /// Each case's most probable class under its target.
     y: Vec<usize>,
 }
 
@@ -129,7 +135,7 @@ struct Case {
 /// question whose truth is one of its answers; no state asked the same question twice with
 /// different truths. Questions of other types are not trained on. An error names the file and
 /// line.
-fn read_cases(data: &[PathBuf]) -> Result<Vec<Case>, String> {
+fn read_cases(data: &[PathBuf], unlabelled: bool) -> Result<Vec<Case>, String> {
     let mut cases = Vec::new();
     // (state, question key) -> (where first labelled, its truth)
     let mut seen: BTreeMap<(String, String), (String, Value)> = BTreeMap::new();
@@ -155,6 +161,8 @@ fn read_cases(data: &[PathBuf]) -> Result<Vec<Case>, String> {
                     continue;
                 };
                 let truth = match (truth, q.get("ground_truth")) {
+                    // A teacher labels every case.
+                    _ if unlabelled => Value::Null,
                     (Some(t), _) => t,
                     // Unlabelled: nothing to train on.
                     (None, None | Some(Value::Null)) => continue,
@@ -167,7 +175,7 @@ fn read_cases(data: &[PathBuf]) -> Result<Vec<Case>, String> {
                 let parsed = parse_question(&w, Schema::V5)
                     .map_err(|f| format!("{at}: question {qid:?}: {}", f.message))?;
                 let classes = classes_of(&parsed).unwrap_or_default();
-                if !classes.iter().any(|c| Some(c.as_str()) == truth.as_str()) {
+                if !unlabelled && !classes.iter().any(|c| Some(c.as_str()) == truth.as_str()) {
                     return Err(format!(
                         "{at}: question {qid:?}: ground_truth {truth} is none of its answers ({})",
                         classes.join(", ")
@@ -176,6 +184,7 @@ fn read_cases(data: &[PathBuf]) -> Result<Vec<Case>, String> {
                 let key = question_key(&parsed).unwrap_or_default();
                 let state_key = state.to_string();
                 match seen.get(&(state_key.clone(), key.clone())) {
+                    _ if unlabelled => {}
                     Some((first, t)) if *t != truth => {
                         return Err(format!(
                             "{at}: question {qid:?} contradicts {first}: the same state and \
@@ -233,16 +242,32 @@ fn record(
             question: w.clone(),
             classes: classes_of(&q).unwrap_or_default(),
             x: Vec::new(),
+            t: Vec::new(),
             y: Vec::new(),
         });
-        let Some(y) = cases
-            .classes
-            .iter()
-            .position(|c| Some(c.as_str()) == truth.as_str())
-        else {
-            continue;
+        // A truth names its class; a teacher's answer gives each class its probability.
+        let t: Vec<f32> = match truth {
+            Value::Object(p) => cases
+                .classes
+                .iter()
+                .map(|c| p.get(c).and_then(Value::as_f64).unwrap_or(0.0) as f32)
+                .collect(),
+            truth => cases
+                .classes
+                .iter()
+                .map(|c| f32::from(u8::from(Some(c.as_str()) == truth.as_str())))
+                .collect(),
         };
+        let total: f32 = t.iter().sum();
+        if total <= 0.0 {
+            continue;
+        }
+        let y = t
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, v)| if *v > t[b] { i } else { b });
         cases.x.push(h);
+        cases.t.push(t.iter().map(|v| v / total).collect());
         cases.y.push(y);
     }
     Ok(())
@@ -357,10 +382,10 @@ fn standardiser(x: &[Vec<f32>]) -> (Vec<f32>, Vec<f32>) {
     )
 }
 
-/// A softmax layer fitted on `x` (rows) against classes `y`: cross-entropy plus `l2`/2 times
+/// A softmax layer fitted on `x` (rows) against targets `t`: cross-entropy plus `l2`/2 times
 /// the weights' squared norm, full-batch AdamW. Returns the head's weights (class rows),
 /// biases, and the standardiser it was fitted under.
-fn fit(x: &[Vec<f32>], y: &[usize], k: usize, l2: f64) -> candle_core::Result<Head> {
+fn fit(x: &[Vec<f32>], t: &[Vec<f32>], k: usize, l2: f64) -> candle_core::Result<Head> {
     let (mean, scale) = standardiser(x);
     let d = mean.len();
     let n = x.len();
@@ -374,7 +399,11 @@ fn fit(x: &[Vec<f32>], y: &[usize], k: usize, l2: f64) -> candle_core::Result<He
         .collect();
     let dev = Device::Cpu;
     let xs = Tensor::from_vec(flat, (n, d), &dev)?;
-    let ys = Tensor::from_vec(y.iter().map(|c| *c as u32).collect::<Vec<_>>(), n, &dev)?;
+    let ts = Tensor::from_vec(
+        t.iter().flatten().copied().collect::<Vec<_>>(),
+        (n, k),
+        &dev,
+    )?;
     let w = Var::zeros((d, k), DType::F32, &dev)?;
     let b = Var::zeros(k, DType::F32, &dev)?;
     let mut opt = AdamW::new(
@@ -387,7 +416,9 @@ fn fit(x: &[Vec<f32>], y: &[usize], k: usize, l2: f64) -> candle_core::Result<He
     )?;
     for _ in 0..STEPS {
         let logits = xs.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?;
-        let loss = candle_nn::loss::cross_entropy(&logits, &ys)?;
+        // Cross-entropy against each case's target distribution (one-hot for a truth).
+        let logp = candle_nn::ops::log_softmax(&logits, 1)?;
+        let loss = ((ts.clone() * logp)?.sum_all()? * (-1.0 / n as f64))?;
         let penalty = (w.as_tensor().sqr()?.sum_all()? * (l2 / 2.0))?;
         opt.backward_step(&(loss + penalty)?)?;
     }
@@ -502,8 +533,8 @@ fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
         for f in 0..folds {
             let train: Vec<usize> = (0..n).filter(|&i| fold_of(i) != f).collect();
             let x: Vec<Vec<f32>> = train.iter().map(|&i| c.x[i].clone()).collect();
-            let y: Vec<usize> = train.iter().map(|&i| c.y[i]).collect();
-            let head = fit(&x, &y, k, l2).map_err(|e| e.to_string())?;
+            let t: Vec<Vec<f32>> = train.iter().map(|&i| c.t[i].clone()).collect();
+            let head = fit(&x, &t, k, l2).map_err(|e| e.to_string())?;
             for i in (0..n).filter(|&i| fold_of(i) == f) {
                 out[i] = head.probabilities(&c.x[i]).unwrap_or_default();
             }
@@ -517,7 +548,7 @@ fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
     }
     let (l2, temperature, _, out) = best.ok_or("no L2 weight to try")?;
     let (accuracy, nll, ece) = scores(&out, &c.y);
-    let mut head = fit(&c.x, &c.y, k, l2).map_err(|e| e.to_string())?;
+    let mut head = fit(&c.x, &c.t, k, l2).map_err(|e| e.to_string())?;
     let scale = (1.0 / temperature) as f32;
     for row in &mut head.weights {
         row.iter_mut().for_each(|w| *w *= scale);
@@ -550,12 +581,15 @@ fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
 /// package: `decision_adapters.json`, the base's `decision_config.json`, a card naming the
 /// base, and `model.gguf` as a link to the base's weights (not a copy).
 pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
-    let cases = read_cases(&o.data)?;
-    let resolved = hub::resolve(&o.model, o.pull_missing).map_err(|e| e.to_string())?;
+    let mut cases = read_cases(&o.data, o.teacher.is_some())?;
     let threads = match o.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,
     };
+    if let Some(teacher) = &o.teacher {
+        teach(o, teacher, threads, &mut cases)?;
+    }
+    let resolved = hub::resolve(&o.model, o.pull_missing).map_err(|e| e.to_string())?;
     match resolved.kind {
         hub::Kind::Gguf => adapt_llm(o, &resolved, &cases),
         hub::Kind::Encoder => adapt_encoder(o, &resolved, threads, &cases),
@@ -564,6 +598,107 @@ pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
             o.model
         )),
     }
+}
+
+/// Label every question of every case with the teacher's answer: its probability of each
+/// class (a choice's keys, `yes` and `no`, a score's level indices), asked as a served model
+/// is asked, the teacher's adapters and corrections included.
+fn teach(
+    o: &AdaptOptions,
+    teacher: &str,
+    threads: usize,
+    cases: &mut [Case],
+) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let serve = super::ServeOptions {
+            models: vec![teacher.to_string()],
+            port: 0,
+            generate: None,
+            threads,
+            pull_missing: o.pull_missing,
+            pages: false,
+            ..super::ServeOptions::default()
+        };
+        let bound = super::bind(serve).await?;
+        let model = loop {
+            match bound.registry.ready(None) {
+                Ok(m) => break m,
+                Err(e @ engine::EngineError::LoadFailed(..)) => {
+                    return Err(format!("teacher {teacher}: {e}"))
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            }
+        };
+        let started = std::time::Instant::now();
+        let bar = progress(cases.len());
+        for chunk in cases.chunks_mut(8) {
+            let mut tasks = tokio::task::JoinSet::new();
+            for (at, case) in chunk.iter().enumerate() {
+                let questions: serde_json::Map<String, Value> = case
+                    .questions
+                    .iter()
+                    .map(|(qid, w, _)| (qid.clone(), w.clone()))
+                    .collect();
+                let body = json!({"model": "m", "state": case.state, "questions": questions});
+                let (model, whence) = (model.clone(), case.at.clone());
+                tasks.spawn(async move {
+                    let body = protocol::request::parse_decision_body(&body, Schema::V5)
+                        .map_err(|e| format!("{whence}: {}", e.message))?;
+                    let (decision, _) = model
+                        .decide(&body, std::time::Instant::now())
+                        .await
+                        .map_err(|e| format!("{whence}: the teacher: {e}"))?;
+                    let engine::Decision::Single(answer) = decision else {
+                        return Err(format!("{whence}: a case is one request"));
+                    };
+                    let answers =
+                        serde_json::to_value(&answer.answers).map_err(|e| e.to_string())?;
+                    Ok::<_, String>((at, answers))
+                });
+            }
+            while let Some(done) = tasks.join_next().await {
+                let (at, answers) = done.map_err(|e| e.to_string())??;
+                let Some(case) = chunk.get_mut(at) else {
+                    continue;
+                };
+                for (qid, w, truth) in &mut case.questions {
+                    *truth = soft_label(w, &answers[qid.as_str()]).unwrap_or(Value::Null);
+                }
+            }
+            bar.inc(chunk.len() as u64);
+        }
+        bar.finish_and_clear();
+        eprintln!(
+            "the teacher labelled {} cases in {:.1} s",
+            cases.len(),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })
+}
+
+/// A teacher's answer to a question as a target over the head's classes; `None` for an
+/// answer that failed.
+fn soft_label(question: &Value, answer: &Value) -> Option<Value> {
+    let mut out = serde_json::Map::new();
+    match question.get("type")?.as_str()? {
+        "noul" => {
+            let p = answer.get("noul")?.as_f64()?;
+            out.insert("yes".into(), json!(p));
+            out.insert("no".into(), json!(1.0 - p));
+        }
+        _ => {
+            for (k, v) in answer.get("probabilities")?.as_object()? {
+                out.insert(k.clone(), json!(v.as_f64()?));
+            }
+        }
+    }
+    Some(Value::Object(out))
 }
 
 /// Fit a head for every question with enough cases.

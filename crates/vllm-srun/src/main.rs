@@ -69,6 +69,11 @@ struct AdaptArgs {
     /// Refuse a catalogue model that is not cached instead of fetching it.
     #[arg(long)]
     no_pull: bool,
+    /// Distil: label every case's questions with this model's answers (a catalogue id or a
+    /// package directory, its adapters included) and train on those probabilities instead of
+    /// the cases' truths, which may be absent.
+    #[arg(long)]
+    teacher: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -329,6 +334,7 @@ fn adapt(a: AdaptArgs) -> i32 {
         threads: a.threads,
         default_on: a.default_on,
         pull_missing: !a.no_pull,
+        teacher: a.teacher,
     };
     match vllm_srun::adapt::adapt(&o) {
         Ok(fitted) => {
