@@ -66,7 +66,7 @@ pull_models() {
     # The encoder, and the Qwen2.5 tokenizer for the budgeted-tokenization tests.
     "$bin" models pull minilm-l6 &&
     # The default router's guard: heads on the same encoder.
-    "$bin" models pull minilm-l6-guard &&
+    "$bin" models pull minilm-l6-router &&
     "$bin" models pull qwen2.5-0.5b &&
     # Span questions need the 1.5B decision backbone (tests/spans.rs).
     "$bin" models pull qwen2.5-1.5b &&

@@ -69,7 +69,7 @@ struct Args {
     #[arg(long)]
     heads: Option<String>,
     /// System Two: the guard and routing signals of a ~1,000-token turn, the guard on
-    /// `minilm-l6-guard` against the 1.5B model's head (--runs turns each).
+    /// `minilm-l6-router` against the 1.5B model's head (--runs turns each).
     #[arg(long)]
     guard_turn: bool,
     /// System Two: the guard's signals on a conversation's second turn against its first

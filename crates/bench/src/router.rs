@@ -357,12 +357,12 @@ default_decision: chat
 }
 
 /// The signals a System Two turn waits for — the jailbreak guard and a routing signal — on a
-/// ~1,000-token message, with the guard answered by the heads of `minilm-l6-guard` (the
+/// ~1,000-token message, with the guard answered by the heads of `minilm-l6-router` (the
 /// default) and by the 1.5B model's head, two routers over one worker, alternating.
 pub async fn guard_turn(runs: usize) -> Result<(), String> {
     let (_, worker) = serve_in_process(vllm_srun::ServeOptions {
         models: vec![
-            "minilm-l6-guard".into(),
+            "minilm-l6-router".into(),
             "qwen2.5-1.5b".into(),
             "sparrow-nano".into(),
         ],
@@ -390,7 +390,7 @@ default_decision: chat
 "#
         )
     };
-    let heads = start_router(&router("minilm-l6-guard", 0.4)).await?;
+    let heads = start_router(&router("minilm-l6-router", 0.4)).await?;
     let large = start_router(&router("qwen2.5-1.5b", 0.1)).await?;
     let turn = |base: &str, i: usize| {
         let url = format!("{base}/v1/chat/completions");
@@ -425,7 +425,7 @@ default_decision: chat
     let (h50, l50) = (pct_f(h.clone(), 0.5), pct_f(l.clone(), 0.5));
     println!(
         "guard + routing signals of a ~1,000-token turn, {runs} turns each, {} cores: \
-         minilm-l6-guard p50 {h50:.1} ms p99 {:.1} ms | qwen2.5-1.5b guard p50 {l50:.1} ms p99 \
+         minilm-l6-router p50 {h50:.1} ms p99 {:.1} ms | qwen2.5-1.5b guard p50 {l50:.1} ms p99 \
          {:.1} ms | ratio {:.4}  [target <= 30 ms]",
         raw_threads(),
         pct_f(h, 0.99),

@@ -167,10 +167,11 @@ pub fn catalog() -> Vec<Entry> {
             decision_adapters: None,
         },
         Entry {
-            id: "minilm-l6-guard",
-            description: "The router's jailbreak guard: all-MiniLM-L6-v2 (the minilm-l6 \
-                          weights) with one decision head, trained by `vllm-srun adapt` on \
-                          scripts/guard_train.py's cases; answers the vsr_jailbreak signal in \
+            id: "minilm-l6-router",
+            description: "The default router's signals: all-MiniLM-L6-v2 (the minilm-l6 \
+                          weights) with decision heads trained by `vllm-srun adapt` for the \
+                          jailbreak guard (scripts/guard_train.py's cases) and the two routing \
+                          signals (the development suite's router domain); answers them in \
                           milliseconds and refuses every other question.",
             release_date: "2026-12-06",
             kind: Kind::Encoder,
@@ -183,10 +184,10 @@ pub fn catalog() -> Vec<Entry> {
             size: 90_868_376,
             decision_config: None,
             router_questions: Some(include_str!(
-                "../catalogue/minilm-l6-guard/router_questions.json"
+                "../catalogue/minilm-l6-router/router_questions.json"
             )),
             decision_adapters: Some(include_str!(
-                "../catalogue/minilm-l6-guard/decision_adapters.json"
+                "../catalogue/minilm-l6-router/decision_adapters.json"
             )),
         },
         Entry {

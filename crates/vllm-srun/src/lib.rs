@@ -209,7 +209,7 @@ pub fn default_service_models() -> Vec<String> {
         "qwen2.5-1.5b",
         "qwen2.5-0.5b",
         "minilm-l6",
-        "minilm-l6-guard",
+        "minilm-l6-router",
         "sparrow-nano",
     ]
     .iter()
@@ -918,13 +918,13 @@ mod tests {
     }
 
     /// Every `decision_adapters.json` the catalogue ships parses and passes the load's checks,
-    /// and the heads of `minilm-l6-guard` (the default guard) and `qwen2.5-1.5b` (the slower
-    /// option) answer the default router's guard as the router words it (a head is found by
-    /// its words: a guard reworded without retraining would lose it).
+    /// and every signal of the default router whose model is `minilm-l6-router` is answered by
+    /// one of its heads as the package words the signal (a head is found by its words: a
+    /// signal reworded without retraining would lose it), as is the guard by `qwen2.5-1.5b`'s
+    /// head (the slower option).
     #[test]
-    fn the_catalogues_decision_adapters_load_and_answer_the_default_guard() {
+    fn the_catalogues_decision_adapters_load_and_answer_the_default_signals() {
         let mut shipped = Vec::new();
-        let mut words = Vec::new();
         for e in hub::catalog() {
             let Some(text) = e.decision_adapters else {
                 continue;
@@ -937,25 +937,39 @@ mod tests {
                 "{}: the shipped heads answer by default",
                 e.id
             );
-            words.extend(
-                adapters
-                    .questions()
-                    .iter()
-                    .filter_map(|q| q["instructions"].as_str().map(str::to_string)),
-            );
-            shipped.push(e.id);
+            let config = DecisionConfig {
+                router_questions: router_questions(e.id, None, e.router_questions).expect("parses"),
+                ..DecisionConfig::default()
+            };
+            shipped.push((e.id, adapters, config));
         }
-        assert_eq!(shipped, ["qwen2.5-1.5b", "minilm-l6-guard"]);
+        let ids: Vec<&str> = shipped.iter().map(|(id, ..)| *id).collect();
+        assert_eq!(ids, ["qwen2.5-1.5b", "minilm-l6-router"]);
         let built_in = default_router().expect("the built-in config");
-        let guard = built_in
-            .signals
-            .iter()
-            .find(|s| s.name == "vsr_jailbreak")
-            .expect("the default guard");
-        assert_eq!(guard.model.as_deref(), Some("minilm-l6-guard"));
+        let mut answered = Vec::new();
+        for (id, adapters, config) in &shipped {
+            for s in &built_in.signals {
+                let asks = s.model.as_deref() == Some(*id) || s.name == "vsr_jailbreak";
+                let Some(q) = config.router_questions.get(&s.name).filter(|_| asks) else {
+                    continue;
+                };
+                let q = protocol::request::parse_question(q, protocol::Schema::V5)
+                    .expect("a valid question");
+                assert!(adapters.find(&q).is_some(), "{id}: no head for {}", s.name);
+                answered.push((*id, s.name.clone()));
+            }
+        }
+        fn signal(id: &'static str, name: &str) -> (&'static str, String) {
+            (id, name.to_string())
+        }
         assert_eq!(
-            words,
-            [guard.instructions.clone(), guard.instructions.clone()]
+            answered,
+            [
+                signal("qwen2.5-1.5b", "vsr_jailbreak"),
+                signal("minilm-l6-router", "vsr_task"),
+                signal("minilm-l6-router", "vsr_needs_deliberation"),
+                signal("minilm-l6-router", "vsr_jailbreak"),
+            ]
         );
     }
 

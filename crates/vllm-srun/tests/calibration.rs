@@ -144,7 +144,7 @@ fn default_guard() -> router::config::Signal {
         .expect("the default router's guard")
 }
 
-/// The default guard, `minilm-l6-guard` (heads on MiniLM the catalogue ships, trained by
+/// The default guard, `minilm-l6-router` (heads on MiniLM the catalogue ships, trained by
 /// `vllm-srun adapt` on `scripts/guard_train.py`'s cases), answers the signal as the router
 /// asks it (`user: TEXT`, the signal's id, in windows) on messages it was not trained on:
 /// jailbreaks over the router's threshold, ordinary requests under it. Any other question is
@@ -152,14 +152,14 @@ fn default_guard() -> router::config::Signal {
 #[tokio::test]
 async fn the_default_guard_on_minilm_answers_the_routers_guard() {
     let guard = default_guard();
-    assert_eq!(guard.model.as_deref(), Some("minilm-l6-guard"));
+    assert_eq!(guard.model.as_deref(), Some("minilm-l6-router"));
     let threshold = guard.threshold.unwrap_or(0.5);
     let mut o = options();
-    o.models = vec!["minilm-l6-guard".into()];
+    o.models = vec!["minilm-l6-router".into()];
     o.generate = None;
     let s = start(o);
     for (text, jailbreak) in GUARD_CASES {
-        let body = json!({"model": "minilm-l6-guard", "state": format!("user: {text}"),
+        let body = json!({"model": "minilm-l6-router", "state": format!("user: {text}"),
             "questions": {
                 "vsr_jailbreak": {"type": "noul", "instructions": "reworded by the router", "overflow": "window"},
                 "other": {"type": "noul", "instructions": "Is the message polite?"}}});
