@@ -492,3 +492,86 @@ fn adapt_refuses_a_bad_training_file_and_writes_nothing() {
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// `adapt --teacher PACKAGE` labels unlabelled cases with the teacher's answers and trains on
+/// them: a student distilled from a heads package on cases without truths answers held-out
+/// cases as its teacher does, and as right.
+#[tokio::test]
+async fn a_student_distilled_from_a_teacher_answers_as_it_does() {
+    let root = std::env::temp_dir().join(format!("vllm-srun-distil-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let keep = ["queue"];
+    let (train, unlabelled, held_out) = (
+        root.join("train.jsonl"),
+        root.join("unlabelled.jsonl"),
+        root.join("held-out.jsonl"),
+    );
+    generated("support_tickets", 120, 101, &keep, &train);
+    generated("support_tickets", 120, 303, &keep, &unlabelled);
+    generated("support_tickets", 40, 202, &keep, &held_out);
+    // No truths in the student's cases.
+    let stripped: String = std::fs::read_to_string(&unlabelled)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut item: serde_json::Value = serde_json::from_str(l).unwrap();
+            item["questions"]["queue"]["ground_truth"] = serde_json::Value::Null;
+            item.to_string() + "\n"
+        })
+        .collect();
+    std::fs::write(&unlabelled, stripped).unwrap();
+    let adapt =
+        |data: &std::path::Path, out: &std::path::Path, teacher: Option<&std::path::Path>| {
+            let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_vllm-srun"));
+            c.args(["adapt", "--model", "minilm-l6", "--threads"])
+                .arg(test_threads().to_string())
+                .arg("--data")
+                .arg(data)
+                .arg("--out")
+                .arg(out);
+            if let Some(t) = teacher {
+                c.arg("--teacher").arg(t);
+            }
+            assert!(c.status().unwrap().success());
+        };
+    let (teacher, student) = (root.join("teacher"), root.join("student"));
+    adapt(&train, &teacher, None);
+    adapt(&unlabelled, &student, Some(&teacher));
+
+    let mut o = options();
+    o.models = vec![
+        teacher.to_string_lossy().into_owned(),
+        student.to_string_lossy().into_owned(),
+    ];
+    o.generate = None;
+    let s = start(o);
+    let (mut same, mut right, mut n) = (0, [0, 0], 0);
+    for line in std::fs::read_to_string(&held_out).unwrap().lines() {
+        let item: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (q, truth) = asked(&item["questions"]["queue"]);
+        let mut said = Vec::new();
+        for (i, model) in ["teacher", "student"].iter().enumerate() {
+            let body = json!({"model": model, "state": item["state"], "questions": {"queue": q}});
+            let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+            assert_eq!(status, 200, "{v}");
+            let choice = v["answers"]["queue"]["choice"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            right[i] += usize::from(choice == truth);
+            said.push(choice);
+        }
+        same += usize::from(said[0] == said[1]);
+        n += 1;
+    }
+    eprintln!("of {n} held-out cases: the same answer {same}, right (teacher, student) {right:?}");
+    assert!(
+        same * 10 >= n * 9,
+        "the student answers as its teacher: {same} of {n}"
+    );
+    assert!(
+        right[1] + 2 >= right[0],
+        "as right as its teacher: {right:?} of {n}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}
