@@ -32,6 +32,7 @@ pub mod reason {
     pub const FORMS_MIXED: &str = "forms_mixed";
     pub const NO_VALID_QUESTION: &str = "no_valid_question";
     pub const MODALITY_UNSUPPORTED: &str = "modality_unsupported";
+    pub const QUESTION_NOT_GROUNDED: &str = "question_not_grounded";
     pub const IMAGE_TOO_LARGE: &str = "image_too_large";
     pub const VIDEO_TOO_LARGE: &str = "video_too_large";
     pub const VIDEO_TOO_LONG: &str = "video_too_long";

@@ -186,7 +186,7 @@ async fn box_questions_fail_with_the_spec_reasons() {
     assert_eq!(v["answers"]["w"]["type"], "box", "{v}");
     assert_eq!(v["answers"]["bad"]["reason"], "question_malformed", "{v}");
     assert_eq!(
-        v["answers"]["sunny"]["reason"], "modality_unsupported",
+        v["answers"]["sunny"]["reason"], "question_not_grounded",
         "{v}"
     );
     // Pixels that do not decode behind a good header fail the question with invalid_input.
@@ -349,4 +349,146 @@ async fn video_box_questions_fail_with_the_spec_reasons() {
         v["models"][0]["card"]["limits"]["box_video_max_seconds"], 30,
         "{v}"
     );
+}
+
+/// Questions about darknet's photographs, written with their answers by looking at them.
+/// (photo, noul presence questions with their truths, count questions with the true count)
+type Looked = (
+    &'static str,
+    &'static [(&'static str, bool)],
+    &'static [(&'static str, u32)],
+);
+const LOOKED: &[Looked] = &[
+    (
+        "dog.jpg",
+        &[
+            ("Is there a dog in the picture?", true),
+            ("Is there a bicycle?", true),
+            ("Is there a cat?", false),
+            ("Is there a horse in the photo?", false),
+            ("Can you see an airplane?", false),
+        ],
+        &[("How many dogs are there?", 1)],
+    ),
+    (
+        "person.jpg",
+        &[
+            ("Is there a horse?", true),
+            ("Is there a person in the picture?", true),
+            ("Is there a car?", false),
+            ("Is there a giraffe?", false),
+        ],
+        &[("How many people are there?", 1)],
+    ),
+    (
+        "horses.jpg",
+        &[
+            ("Are there horses?", true),
+            ("Is there a person?", false),
+            ("Is there a bus?", false),
+        ],
+        &[("How many horses are in the picture?", 4)],
+    ),
+    (
+        "giraffe.jpg",
+        &[
+            ("Is there a giraffe?", true),
+            ("Is there a zebra?", true),
+            ("Is there an elephant?", false),
+            ("Is there a dog?", false),
+        ],
+        &[("How many giraffes are there?", 1)],
+    ),
+    (
+        "eagle.jpg",
+        &[
+            ("Is there a bird?", true),
+            ("Is there a dog?", false),
+            ("Is there a person?", false),
+        ],
+        &[("How many birds are there?", 1)],
+    ),
+    (
+        "kite.jpg",
+        &[
+            ("Is there a kite in the sky?", true),
+            ("Is there a boat?", false),
+        ],
+        &[],
+    ),
+];
+
+/// A noul or score about a picture that asks whether or how many of the detector's kinds are
+/// there is answered from what the detector sees; one it cannot see (a colour, the weather,
+/// a kind it does not know, a choice) is refused with `question_not_grounded`.
+#[tokio::test]
+async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
+    let s = server();
+    let url = s.url("/v1/decisions");
+    let levels = json!(["None", "One", "Two", "Three or more"]);
+    let (mut right, mut asked, mut near, mut counted) = (0, 0, 0, 0);
+    for (name, nouls, counts) in LOOKED {
+        let mut questions = serde_json::Map::new();
+        for (i, (q, _)) in nouls.iter().enumerate() {
+            questions.insert(format!("n{i}"), json!({"type": "noul", "instructions": q}));
+        }
+        for (i, (q, _)) in counts.iter().enumerate() {
+            questions.insert(
+                format!("c{i}"),
+                json!({"type": "score", "instructions": q, "criteria": levels}),
+            );
+        }
+        let (status, _, v) = post(&url, &about(name, Value::Object(questions))).await;
+        assert_eq!(status, 200, "{v}");
+        for (i, (q, truth)) in nouls.iter().enumerate() {
+            let p = v["answers"][format!("n{i}")]["noul"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name}: {q}: {v}"));
+            eprintln!("{name}: {q} {p}");
+            right += usize::from((p >= 0.5) == *truth);
+            asked += 1;
+        }
+        for (i, (q, truth)) in counts.iter().enumerate() {
+            let a = &v["answers"][format!("c{i}")];
+            let probs = a["probabilities"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{a}"));
+            let best = probs
+                .iter()
+                .max_by(|x, y| x.1.as_f64().unwrap().total_cmp(&y.1.as_f64().unwrap()))
+                .map(|(k, _)| k.parse::<u32>().unwrap())
+                .unwrap();
+            eprintln!("{name}: {q} level {best} {a}");
+            near += usize::from(best.abs_diff((*truth).min(3)) <= 1);
+            counted += 1;
+        }
+    }
+    eprintln!("presence right {right} of {asked}; counts within one {near} of {counted}");
+    assert!(right * 10 >= asked * 9, "presence right {right} of {asked}");
+    assert!(
+        near * 10 >= counted * 8,
+        "counts within one {near} of {counted}"
+    );
+
+    // What the detector cannot see is refused, each question alone.
+    let body = about(
+        "dog.jpg",
+        json!({
+            "colour": {"type": "noul", "instructions": "Is the dog brown?"},
+            "hat": {"type": "noul", "instructions": "Is there a hat on the man?"},
+            "unknown": {"type": "noul", "instructions": "Is there a dragon?"},
+            "which": {"type": "choice", "instructions": "Which animal is this?",
+                      "criteria": {"dog": null, "cat": null}},
+            "dog": {"type": "noul", "instructions": "Is there a dog?"}}),
+    );
+    let (status, _, v) = post(&url, &body).await;
+    assert_eq!(status, 200, "{v}");
+    for id in ["colour", "hat", "unknown", "which"] {
+        assert_eq!(v["answers"][id]["error"], "invalid_question", "{id}: {v}");
+        assert_eq!(
+            v["answers"][id]["reason"], "question_not_grounded",
+            "{id}: {v}"
+        );
+    }
+    assert!(v["answers"]["dog"]["noul"].as_f64().unwrap() > 0.5, "{v}");
 }

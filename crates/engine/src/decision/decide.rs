@@ -86,7 +86,7 @@ impl DecisionModel {
         let body = signals.as_ref().unwrap_or(body);
         match &self.detector {
             // The detector reads the pictures while the text questions run.
-            Some(detector) if locate::asks_boxes(body) => {
+            Some(detector) if locate::asks_boxes(body, detector.kinds()) => {
                 let (text, located) =
                     tokio::join!(self.decide_text(body, started), self.locate(detector, body));
                 let (mut decision, timings) = text?;

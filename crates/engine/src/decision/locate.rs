@@ -19,11 +19,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use protocol::answer::{BoxAnswer, Edges, TrackMoment};
+use protocol::answer::{BoxAnswer, Edges, NoulAnswer, ScoreAnswer, TrackMoment};
 use protocol::assets::Clip;
+use protocol::confidence::{expected_level, score_confidence};
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionBody, DecisionRequest, MediaTarget, QuestionKind};
-use protocol::{Answer, Overflow, Question, Roles, Usage};
+use protocol::{Answer, Ordered, Overflow, Question, Roles, Usage};
 use serde_json::json;
 
 use super::model::{entries, Decision, DecisionModel};
@@ -67,16 +68,32 @@ pub(super) struct Located {
 /// What the detector found in one picture, or why it could not look.
 type Detected = Result<Arc<Vec<Found>>, QuestionFailure>;
 
-/// Whether any request of the body asks a box question.
-pub(super) fn asks_boxes(body: &DecisionBody) -> bool {
+/// Whether any request of the body asks a box question, or a question the detector answers
+/// about the state's pictures.
+pub(super) fn asks_boxes(body: &DecisionBody, kinds: &[&str]) -> bool {
     entries(body).iter().any(|(_, r)| {
-        r.questions.iter().any(|s| {
-            matches!(
-                s.question.as_ref().map(|q| &q.kind),
-                Ok(QuestionKind::Box { .. } | QuestionKind::Track { .. })
-            )
+        r.questions.iter().any(|s| match &s.question {
+            Ok(q) => {
+                matches!(
+                    q.kind,
+                    QuestionKind::Box { .. } | QuestionKind::Track { .. }
+                ) || grounded(r, q, kinds).is_some()
+            }
+            Err(_) => false,
         })
     })
+}
+
+/// What a noul or score about the state's pictures asks of the detector, if it can answer.
+fn grounded(r: &DecisionRequest, q: &Question, kinds: &[&str]) -> Option<target::Grounded> {
+    let about_pictures = !r.images.is_empty() && r.videos.is_empty();
+    let asks = matches!(
+        q.kind,
+        QuestionKind::Noul { .. } | QuestionKind::Score { .. }
+    );
+    (about_pictures && asks)
+        .then(|| target::grounding(q, kinds).ok())
+        .flatten()
 }
 
 /// Put each box answer where the text path left its stand-in.
@@ -93,7 +110,9 @@ pub(super) fn place(decision: &mut Decision, located: Located) {
             };
             // Only a stand-in is replaced: a refused request keeps its refusal.
             let stand_in = entry.answer.failure().is_some_and(|f| {
-                f.reason == reason::BOX_UNSUPPORTED || f.reason == reason::TRACK_UNSUPPORTED
+                f.reason == reason::BOX_UNSUPPORTED
+                    || f.reason == reason::TRACK_UNSUPPORTED
+                    || f.reason == reason::MODALITY_UNSUPPORTED
             });
             if stand_in {
                 entry.answer = answer;
@@ -151,7 +170,37 @@ impl DecisionModel {
                             Err(f) => failed(f),
                         }
                     }
-                    _ => continue,
+                    Some(Err(_)) => continue,
+                    None => {
+                        let Some(g) = grounded(r, q, detector.kinds()) else {
+                            continue;
+                        };
+                        // Every picture of the state, each read once per request.
+                        let mut pictures = Vec::with_capacity(r.images.len());
+                        let mut failure = None;
+                        for picture in &r.images {
+                            let key = (picture.bytes.as_ptr() as usize, picture.bytes.len());
+                            let found = match seen.get(&key) {
+                                Some(f) => f.clone(),
+                                None => {
+                                    let f = detect(detector.clone(), picture.bytes.clone()).await;
+                                    seen.insert(key, f.clone());
+                                    f
+                                }
+                            };
+                            match found {
+                                Ok(f) => pictures.push(f),
+                                Err(f) => {
+                                    failure = Some(f);
+                                    break;
+                                }
+                            }
+                        }
+                        match failure {
+                            Some(f) => failed(f),
+                            None => grounded_answer(&g, &pictures, q),
+                        }
+                    }
                 };
                 mine.push((index, answer));
             }
@@ -317,6 +366,51 @@ impl DecisionModel {
             confidence: Some(round(confidence(chosen.as_ref(), p_kind))),
             time: time.map(round),
         })
+    }
+}
+
+/// A noul or score about the state's pictures, answered from what the detector saw in them:
+/// each object of the kind is there with its calibrated confidence (`CALIBRATION`, the kind
+/// read by its word); a noul is the surest one's (never below a whole picture's confidence
+/// when none was seen: the detector misses some), a score each level's share of the count's
+/// distribution, the objects taken as independent.
+fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Question) -> Answer {
+    let kind = match g {
+        target::Grounded::Presence(k) | target::Grounded::Count(k, _) => *k,
+    };
+    let p: Vec<f64> = pictures
+        .iter()
+        .flat_map(|found| target::objects(found, kind))
+        .map(|f| confidence(Some(&f), 1.0))
+        .collect();
+    match (g, &q.kind) {
+        (target::Grounded::Count(_, levels), QuestionKind::Score { levels: legend }) => {
+            let probs: Vec<f64> = target::count_levels(&p, levels)
+                .into_iter()
+                .map(round)
+                .collect();
+            Answer::Score(ScoreAnswer {
+                score: expected_level(&probs),
+                confidence: score_confidence(&probs),
+                legend: Ordered(
+                    legend
+                        .iter()
+                        .enumerate()
+                        .map(|(i, l)| (i.to_string(), l.clone()))
+                        .collect(),
+                ),
+                probabilities: Ordered(
+                    probs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| (i.to_string(), *p))
+                        .collect(),
+                ),
+            })
+        }
+        _ => Answer::Noul(NoulAnswer {
+            noul: round(target::presence(&p).max(confidence(None, 1.0))),
+        }),
     }
 }
 

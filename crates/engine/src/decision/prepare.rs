@@ -463,8 +463,29 @@ impl DecisionModel {
                 ),
             ));
         }
-        // A detector reads the state's images and videos for box and track questions only:
-        // any other question would answer from the text without seeing them.
+        // A detector reads the state's pictures for box questions, and for a noul or score
+        // that asks whether or how many of its kinds are there (`locate` answers it where the
+        // text path leaves this stand-in); any other question about them is refused, since it
+        // would be answered from the text without seeing them.
+        if let (Some(detector), false, true) =
+            (&self.detector, r.images.is_empty(), r.videos.is_empty())
+        {
+            return Err(match super::target::grounding(q, detector.kinds()) {
+                Ok(_) => QuestionFailure::new(
+                    QuestionErrorKind::InvalidQuestion,
+                    reason::MODALITY_UNSUPPORTED,
+                    "answered from the pictures by the object detector",
+                ),
+                Err(why) => QuestionFailure::new(
+                    QuestionErrorKind::InvalidQuestion,
+                    reason::QUESTION_NOT_GROUNDED,
+                    format!(
+                        "model {} answers questions about pictures from what its object detector sees, and cannot answer this one: {why}",
+                        self.meta.name
+                    ),
+                ),
+            });
+        }
         if !r.images.is_empty() || !r.videos.is_empty() {
             return Err(QuestionFailure::new(
                 QuestionErrorKind::InvalidQuestion,

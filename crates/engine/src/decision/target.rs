@@ -171,6 +171,31 @@ pub(crate) fn candidates(found: &[Found], kind: usize) -> Vec<Found> {
         .collect()
 }
 
+/// The objects of a kind a picture holds: every detection of it, less one of each pair where
+/// one lies mostly inside the other, the one the detector is less sure of (a part of an
+/// object, or a box around a group, is not another object).
+pub(crate) fn objects(found: &[Found], kind: usize) -> Vec<Found> {
+    let of: Vec<Found> = found.iter().filter(|f| f.kind == kind).copied().collect();
+    let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
+    let inside = |small: &Found, big: &Found| {
+        let (a, b) = (&small.edges, &big.edges);
+        let common = [
+            a[0].max(b[0]),
+            a[1].max(b[1]),
+            a[2].min(b[2]),
+            a[3].min(b[3]),
+        ];
+        area(b) > area(a) && area(&common) >= CONTAINED * area(a)
+    };
+    of.iter()
+        .filter(|f| {
+            !of.iter()
+                .any(|g| (inside(f, g) || inside(g, f)) && (g.score > f.score))
+        })
+        .copied()
+        .collect()
+}
+
 /// The share of a box's area inside a larger box that makes it a part of that one.
 const CONTAINED: f32 = 0.85;
 
@@ -246,6 +271,167 @@ pub(crate) fn follow(frames: &[Vec<Found>], kind: usize, position: Position) -> 
         }
     }
     out
+}
+
+/// What a noul or score question about the state's pictures asks that the detector answers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Grounded {
+    /// Whether an object of the kind is in the pictures (a noul).
+    Presence(usize),
+    /// How many objects of the kind (a score): each level's count, and whether it means that
+    /// many or more.
+    Count(usize, Vec<(u32, bool)>),
+}
+
+/// Words that ask about what a detector of kinds of object does not see.
+const UNSEEN: &[&str] = &[
+    "colour",
+    "color",
+    "coloured",
+    "colored",
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "black",
+    "white",
+    "brown",
+    "grey",
+    "gray",
+    "orange",
+    "pink",
+    "purple",
+    "wearing",
+    "wears",
+    "text",
+    "written",
+    "writing",
+    "says",
+    "read",
+    "happy",
+    "sad",
+    "angry",
+    "mood",
+    "smiling",
+    "emotion",
+    "feel",
+    "feeling",
+    "weather",
+    "sunny",
+    "raining",
+    "rainy",
+    "brand",
+    "logo",
+    "price",
+    "beautiful",
+    "old",
+    "young",
+    "age",
+    "collar",
+    "hat",
+    "tail",
+];
+
+/// What a noul or score question about the state's pictures asks of the detector, or why the
+/// detector cannot answer it (for the refusal's message).
+pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Grounded, String> {
+    use protocol::QuestionKind;
+    let instructions = q.instructions.as_deref().unwrap_or("");
+    let w = words(instructions);
+    if let Some(u) = w.iter().find(|x| UNSEEN.contains(&x.as_str())) {
+        return Err(format!(
+            "it asks about {u:?}, which the object detector does not see; it sees which of its \
+             kinds of object are where"
+        ));
+    }
+    let Some(kind) = named_kind(instructions, kinds) else {
+        return Err(
+            "it names none of the object detector's kinds (the card's detector.kinds)".into(),
+        );
+    };
+    match &q.kind {
+        QuestionKind::Noul { .. } => Ok(Grounded::Presence(kind)),
+        QuestionKind::Score { levels } => {
+            let asks_count = w
+                .windows(2)
+                .any(|p| p[0] == "how" && (p[1] == "many" || p[1] == "much"))
+                || w.iter().any(|x| x == "number" || x == "count");
+            let counts: Option<Vec<(u32, bool)>> = levels.iter().map(|l| count_of(l)).collect();
+            match (asks_count, counts) {
+                (true, Some(c)) => Ok(Grounded::Count(kind, c)),
+                _ => Err(
+                    "a score about a picture asks how many, its levels counts (\"none\", \
+                          \"one\", \"3 or more\")"
+                        .into(),
+                ),
+            }
+        }
+        k => Err(format!(
+            "a {} question about a picture is not answered from it; ask a noul (\"Is there a \
+             dog?\") or a score (\"How many people?\")",
+            k.type_name()
+        )),
+    }
+}
+
+/// The count a score level says, and whether it means that many or more.
+fn count_of(level: &str) -> Option<(u32, bool)> {
+    let w = words(level);
+    let number = |x: &str| -> Option<u32> {
+        Some(match x {
+            "no" | "none" | "zero" | "nobody" | "nothing" => 0,
+            "one" | "single" | "1st" => 1,
+            "two" | "pair" => 2,
+            "three" => 3,
+            "four" => 4,
+            "five" => 5,
+            "six" => 6,
+            "seven" => 7,
+            "eight" => 8,
+            "nine" => 9,
+            "ten" => 10,
+            d => d.parse().ok()?,
+        })
+    };
+    let n = w.iter().find_map(|x| number(x))?;
+    let more = level.contains('+')
+        || w.iter()
+            .any(|x| matches!(x.as_str(), "more" | "many" | "several" | "plus" | "least"));
+    Some((n, more))
+}
+
+/// The probability that an object is there, from the objects seen with probabilities `p`:
+/// that of the surest. (Not `1 - Π(1 - p)`: the detector's weak boxes of a kind are seldom
+/// independent sightings, and on darknet's photographs they summed to a kind that is not
+/// there, a cat beside the dog.)
+pub(crate) fn presence(p: &[f64]) -> f64 {
+    p.iter().copied().fold(0.0, f64::max)
+}
+
+/// The probability of each level of `levels` when each object is there with its probability
+/// in `p`, independently (the count is Poisson-binomial), renormalised over the levels.
+pub(crate) fn count_levels(p: &[f64], levels: &[(u32, bool)]) -> Vec<f64> {
+    // exact[n]: the probability that exactly n of the objects are there.
+    let mut exact = vec![1.0];
+    for &x in p {
+        let mut next = vec![0.0; exact.len() + 1];
+        for (n, e) in exact.iter().enumerate() {
+            next[n] += e * (1.0 - x);
+            next[n + 1] += e * x;
+        }
+        exact = next;
+    }
+    let of = |n: u32, more: bool| -> f64 {
+        let n = n as usize;
+        if more {
+            exact.iter().skip(n).sum()
+        } else {
+            exact.get(n).copied().unwrap_or(0.0)
+        }
+    };
+    let raw: Vec<f64> = levels.iter().map(|&(n, m)| of(n, m) + 1e-6).collect();
+    let total: f64 = raw.iter().sum();
+    raw.into_iter().map(|x| x / total).collect()
 }
 
 #[cfg(test)]
@@ -338,5 +524,66 @@ mod tests {
         assert!(follow(&frames, 2, Position::Left)
             .iter()
             .all(Option::is_none));
+    }
+
+    /// A noul naming a kind asks its presence, a score asking how many with levels that are
+    /// counts asks its number; a colour, an unknown kind, uncounted levels or a choice are
+    /// not the detector's to answer.
+    #[test]
+    fn what_a_question_about_a_picture_asks_of_the_detector() {
+        use protocol::QuestionKind;
+        let kinds = ["person", "bicycle", "car", "dog"];
+        let ask = |kind: QuestionKind, instructions: &str| {
+            protocol::Question::asked(kind, Some(instructions), None, protocol::Overflow::Truncate)
+        };
+        let noul = || QuestionKind::Noul {
+            when_false: None,
+            when_true: None,
+        };
+        let score = |levels: &[&str]| QuestionKind::Score {
+            levels: levels.iter().map(|l| l.to_string()).collect(),
+        };
+        assert_eq!(
+            grounding(&ask(noul(), "Is there a dog in the picture?"), &kinds),
+            Ok(Grounded::Presence(3))
+        );
+        assert_eq!(
+            grounding(
+                &ask(
+                    score(&["None", "One", "2", "Three or more"]),
+                    "How many people are there?"
+                ),
+                &kinds
+            ),
+            Ok(Grounded::Count(
+                0,
+                vec![(0, false), (1, false), (2, false), (3, true)]
+            ))
+        );
+        for (kind, instructions) in [
+            (noul(), "Is the dog brown?"),
+            (noul(), "Is there a dragon?"),
+            (score(&["Low", "High"]), "How many cars are there?"),
+            (score(&["None", "One"]), "How old is the man?"),
+        ] {
+            assert!(
+                grounding(&ask(kind, instructions), &kinds).is_err(),
+                "{instructions}"
+            );
+        }
+    }
+
+    /// The count of independent objects is Poisson-binomial; a level "or more" takes the tail.
+    #[test]
+    fn counts_and_presence_from_each_objects_probability() {
+        let p = [0.9, 0.5];
+        let levels = [(0, false), (1, false), (2, true)];
+        let c = count_levels(&p, &levels);
+        let want = [0.1 * 0.5, 0.9 * 0.5 + 0.1 * 0.5, 0.9 * 0.5];
+        for (got, want) in c.iter().zip(want) {
+            assert!((got - want).abs() < 1e-5, "{c:?}");
+        }
+        assert_eq!(presence(&p), 0.9);
+        assert_eq!(presence(&[]), 0.0);
     }
 }
