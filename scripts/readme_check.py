@@ -1,6 +1,7 @@
-"""Every example of README.md that talks to a running service, run as written.
+"""Every example of README.md (and of the docs named) that talks to a running service, run
+as written.
 
-Usage: python3 scripts/readme_check.py [README.md]
+Usage: python3 scripts/readme_check.py [README.md docs/*.md]
 
 Expects the default `vllm-srun serve` (no arguments) listening on localhost:8000, as README's
 first command starts it. Each ```sh block whose commands are curl calls and each ```python
@@ -73,35 +74,37 @@ def errors_in(printed):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "README.md"
-    text = open(path, encoding="utf-8").read()
+    paths = sys.argv[1:] or ["README.md"]
     passed = failed = 0
-    for line, lang, body in blocks(text):
-        if not runnable(lang, body):
-            if lang in ("sh", "python"):
-                first = (commands(body) or [""])[0]
-                print(f"skip  README.md:{line} ({lang}: {first[:60]})")
-            continue
-        argv = ["python3", "-c", body] if lang == "python" else ["bash", "-c", body]
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(f"FAIL  README.md:{line}: no answer in {TIMEOUT_S} s")
-            failed += 1
-            continue
-        problems = [] if r.returncode == 0 else [f"exit {r.returncode}: {r.stderr[-600:]}"]
-        if lang == "sh" and r.returncode == 0:
-            problems += errors_in(r.stdout)
-        if problems:
-            failed += 1
-            print(f"FAIL  README.md:{line} ({lang})")
-            for p in problems:
-                print(f"      {p}")
-        else:
-            passed += 1
-            shown = r.stdout.strip().splitlines()
-            print(f"ok    README.md:{line} ({lang}): {(shown[0] if shown else '')[:100]}")
-    print(f"readme: {passed} passed, {failed} failed")
+    for path in paths:
+        text = open(path, encoding="utf-8").read()
+        for line, lang, body in blocks(text):
+            where = f"{path}:{line}"
+            if not runnable(lang, body):
+                if lang in ("sh", "python"):
+                    first = (commands(body) or [""])[0]
+                    print(f"skip  {where} ({lang}: {first[:60]})")
+                continue
+            argv = ["python3", "-c", body] if lang == "python" else ["bash", "-c", body]
+            try:
+                r = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                print(f"FAIL  {where}: no answer in {TIMEOUT_S} s")
+                failed += 1
+                continue
+            problems = [] if r.returncode == 0 else [f"exit {r.returncode}: {r.stderr[-600:]}"]
+            if lang == "sh" and r.returncode == 0:
+                problems += errors_in(r.stdout)
+            if problems:
+                failed += 1
+                print(f"FAIL  {where} ({lang})")
+                for p in problems:
+                    print(f"      {p}")
+            else:
+                passed += 1
+                shown = r.stdout.strip().splitlines()
+                print(f"ok    {where} ({lang}): {(shown[0] if shown else '')[:100]}")
+    print(f"examples: {passed} passed, {failed} failed")
     sys.exit(1 if failed or not passed else 0)
 
 

@@ -279,7 +279,7 @@ XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 
 readme=$!
 trap 'kill "$server" "$router" "$readme" 2>/dev/null || true' EXIT
 wait_listening "$readme_log" 1500 >/dev/null || { echo "the default serve did not start"; exit 1; }
-for doc in README.md docs/*.md; do python3 scripts/readme_check.py "$doc"; done
+python3 scripts/readme_check.py README.md docs/*.md
 kill "$readme" 2>/dev/null || true
 
 # The web pages in a real browser (Debian's chromium, driven by Playwright's Python package):
