@@ -97,6 +97,8 @@ if [ -n "$pulls" ]; then
 fi
 # No import circle inside any crate; the server's route modules import no other route module.
 python3 scripts/modgraph.py
+# docs/serving.md's flags table is the one `serve --help` gives.
+python3 scripts/flags_table.py ./target/debug/vllm-srun --check
 pull_models ./target/debug/vllm-srun
 
 # The decision-adapter test (tests/packages.rs) trains on cases `sys1bench generate` writes.

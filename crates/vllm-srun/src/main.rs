@@ -196,7 +196,8 @@ struct ServeArgs {
     no_router: bool,
     /// A catalogue id, a GGUF file, a GGUF package directory or an encoder directory; repeat
     /// to serve several. The first is the default model and also answers to `jev-latest`.
-    /// Default: qwen2.5-1.5b and minilm-l6.
+    /// Default: the whole service's models (qwen2.5-1.5b, qwen2.5-0.5b, minilm-l6,
+    /// minilm-l6-router, sparrow-nano).
     #[arg(long = "model", env = "VLLM_SRUN_MODEL", value_delimiter = ',')]
     models: Vec<String>,
     /// A TOML models file: models, aliases, classifier entries (see models_file.rs).
