@@ -1,5 +1,5 @@
 //! Writes each picture as this runtime decodes it (`media::decode_picture`) to a binary PPM,
-//! so that the reference run (`scripts/nanodet_reference.js`) reads the very pixels the tests
+//! so that the reference run (`tools/nanodet_reference.js`) reads the very pixels the tests
 //! feed the detector: the comparison is then of the networks, not of two JPEG decoders.
 //!
 //!     cargo run -p backend-detector --example pixels -- OUT_DIR PICTURE...

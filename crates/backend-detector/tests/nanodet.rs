@@ -1,5 +1,5 @@
 //! NanoDet against the reference run of the original graph by TensorFlow.js itself
-//! (`scripts/nanodet_reference.js`, fixture `fixtures/nanodet.json`), on Debian's darknet test
+//! (`tools/nanodet_reference.js`, fixture `fixtures/nanodet.json`), on Debian's darknet test
 //! photographs decoded by `media` (the reference read the same pixels): every object either
 //! side finds with a score of at least 0.3 is found by the other too, same kind, its box
 //! overlapping by IoU ≥ 0.99 and its score within 0.02.

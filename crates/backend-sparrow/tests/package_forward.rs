@@ -1,5 +1,5 @@
 //! The forward against the package's own numpy forward: every probability of the recorded
-//! cases (`scripts/sparrow_fixtures.py`, both bundled models, all three question types,
+//! cases (`tools/sparrow_fixtures.py`, both bundled models, all three question types,
 //! text, structured and long states) within 1e-4, read through the engine as a request is.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,6 +1,6 @@
 //! The object detector's forward on one photograph (resized to 416×416), ours against the
 //! reference runtime: TensorFlow.js running the same graph model in Node.js
-//! (`scripts/nanodet_reference.js --time`, on its WebAssembly backend: XNNPACK; its plain
+//! (`tools/nanodet_reference.js --time`, on its WebAssembly backend: XNNPACK; its plain
 //! JavaScript backend is forty times slower and no fair reference), on the very pixels ours
 //! reads.
 
@@ -67,7 +67,7 @@ pub async fn detector(runs: usize) -> Result<(), String> {
     std::fs::write(&ppm, body).map_err(|e| e.to_string())?;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../scripts/nanodet_reference.js"
+        "/../../tools/nanodet_reference.js"
     );
     for backend in ["wasm"] {
         let out = Command::new("node")
@@ -81,7 +81,7 @@ pub async fn detector(runs: usize) -> Result<(), String> {
             Ok(o) => {
                 println!(
                     "reference (TensorFlow.js {backend}): not run ({}); install it as \
-                     scripts/nanodet_reference.js says and set NODE_PATH",
+                     tools/nanodet_reference.js says and set NODE_PATH",
                     String::from_utf8_lossy(&o.stderr)
                         .lines()
                         .last()

@@ -57,7 +57,7 @@ struct Args {
     #[arg(long)]
     spans: bool,
     /// The object detector's forward on a test photograph against TensorFlow.js running the
-    /// same graph (needs Node.js with the packages scripts/nanodet_reference.js names).
+    /// same graph (needs Node.js with the packages tools/nanodet_reference.js names).
     #[arg(long)]
     detector: bool,
     /// Decision adapters: the question the model's package has a head for, answered by the

@@ -170,7 +170,7 @@ pub fn catalog() -> Vec<Entry> {
             id: "minilm-l6-router",
             description: "The default router's signals: all-MiniLM-L6-v2 (the minilm-l6 \
                           weights) with decision heads trained by `vllm-srun adapt` for the \
-                          jailbreak guard (scripts/guard_train.py's cases) and the two routing \
+                          jailbreak guard (tools/guard_train.py's cases) and the two routing \
                           signals (the development suite's router domain); answers them in \
                           milliseconds and refuses every other question.",
             release_date: "2026-12-06",

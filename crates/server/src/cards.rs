@@ -43,7 +43,7 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
             card["image_placements"] = json!(["state", "instructions"]);
             let (a, b) = engine::decision::BOX_CALIBRATION;
             card["detector"] = json!({"name": d.name(), "kinds": d.kinds(),
-                "confidence": format!("sigmoid({a} + {b} × logit(p(kind read right) × detector score of the chosen box)), fitted on composed scenes (scripts/boxset.py)")});
+                "confidence": format!("sigmoid({a} + {b} × logit(p(kind read right) × detector score of the chosen box)), fitted on composed scenes (tools/boxset.py)")});
         }
         // The router signals a question id asks whatever its wording (system-duo-api.txt).
         if !m.config.router_questions.is_empty() {

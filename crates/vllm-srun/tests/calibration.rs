@@ -145,7 +145,7 @@ fn default_guard() -> router::config::Signal {
 }
 
 /// The default guard, `minilm-l6-router` (heads on MiniLM the catalogue ships, trained by
-/// `vllm-srun adapt` on `scripts/guard_train.py`'s cases), answers the signal as the router
+/// `vllm-srun adapt` on `tools/guard_train.py`'s cases), answers the signal as the router
 /// asks it (`user: TEXT`, the signal's id, in windows) on messages it was not trained on:
 /// jailbreaks over the router's threshold, ordinary requests under it. Any other question is
 /// refused, not guessed.

@@ -142,7 +142,7 @@ fn generated(family: &str, n: usize, seed: u64, keep: &[&str], out: &std::path::
         .args(["--n", &n.to_string(), "--seed", &seed.to_string()])
         .stdout(std::process::Stdio::null())
         .status()
-        .expect("sys1bench is installed (scripts/test.sh installs it)");
+        .expect("sys1bench is installed (tests/test.sh installs it)");
     assert!(status.success());
     let mut lines = String::new();
     for line in std::fs::read_to_string(&raw).unwrap().lines() {

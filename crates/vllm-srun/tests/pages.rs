@@ -1,6 +1,6 @@
 //! The pages and the status data in one `serve` process: worker, router (publishing every
 //! model of the process through `*`), the keys service and the pages, as `vllm-srun serve`
-//! runs them. The browser test of the pages themselves is `scripts/pages_check.py`.
+//! runs them. The browser test of the pages themselves is `tests/pages_check.py`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

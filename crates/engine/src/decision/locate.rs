@@ -35,7 +35,7 @@ use crate::backend::{Detector, Found};
 const MIN_SCORE: f32 = 0.05;
 /// The confidence is `sigmoid(A + B * logit(raw))`, raw being the probability the kind was
 /// read right times the detector's score of the chosen box: the logistic curve fitted by
-/// `scripts/boxset.py` on 468 box questions about 160 composed scenes (cut-outs of
+/// `tools/boxset.py` on 468 box questions about 160 composed scenes (cut-outs of
 /// hand-marked objects on empty backgrounds, a third of them asking for an absent kind), where,
 /// judged leave-one-photo-out, it took the Brier score from 0.255 to 0.163 and the expected
 /// calibration error from 0.275 to 0.042.

@@ -54,7 +54,7 @@ impl DecisionModel {
             (Plan::Noul { temperature, .. }, _) => {
                 // Read at temperature 1, lowered by the bias, then tempered as a pair: the
                 // temperature acts on yes against no, whatever spellings each sums (as
-                // scripts/lodo.py fits it), so a content-free division cancels exactly.
+                // tools/lodo.py fits it), so a content-free division cancels exactly.
                 let mut p = t.yes_no.probabilities(reads, 2, 1.0)?;
                 super::calibrate::lower_yes(&mut p, self.config.noul_bias, 1.0);
                 super::calibrate::temper(&mut p, *temperature);

@@ -1,6 +1,6 @@
 //! The routes, one module per API family. Each imports only the shared pieces below it
 //! (`body`, `error`, `respond`, `calls`, `cards`, `timing`) and the engine, never another
-//! route module (`scripts/modgraph.py` checks it).
+//! route module (`tests/modgraph.py` checks it).
 
 pub(crate) mod bundle;
 pub(crate) mod decisions;

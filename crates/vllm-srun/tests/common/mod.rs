@@ -13,7 +13,7 @@ pub fn test_model() -> String {
 }
 
 /// The threads a test's model runs on: `$VLLM_SRUN_TEST_THREADS`, by default 2 (this project's
-/// machines have two cores). `scripts/test.sh` sets 1 when it runs two test binaries at once.
+/// machines have two cores). `tests/test.sh` sets 1 when it runs two test binaries at once.
 pub fn test_threads() -> usize {
     std::env::var("VLLM_SRUN_TEST_THREADS")
         .ok()

@@ -1,6 +1,6 @@
 """Run the workspace's test binaries on a number of lanes, longest first.
 
-    python3 scripts/lanes.py ARTIFACTS LANES [SLOW ...]
+    python3 tests/lanes.py ARTIFACTS LANES [SLOW ...]
 
 ARTIFACTS is the JSON cargo printed while it built the tests (`--message-format=json`); every
 test harness in it (a `test` profile with an executable, outside the `bench` crate) runs once,

@@ -1,6 +1,6 @@
 """The web pages in a real browser: Debian's chromium, driven by Playwright's Python package.
 
-    python3 scripts/pages_check.py ROUTER_URL DECISION_MODEL [SCREENSHOT_DIR]
+    python3 tests/pages_check.py ROUTER_URL DECISION_MODEL [SCREENSHOT_DIR]
 
 ROUTER_URL is a router with the keys service and the pages, on a fresh data directory (the
 check creates four keys from this address: the fourth must be refused). Gets a key on the

@@ -1,7 +1,7 @@
 """Every example of README.md (and of the docs named) that talks to a running service, run
 as written.
 
-Usage: python3 scripts/readme_check.py [README.md docs/*.md]
+Usage: python3 tests/readme_check.py [README.md docs/*.md]
 
 Expects the default `vllm-srun serve` (no arguments) listening on localhost:8000, as README's
 first command starts it. Each ```sh block whose commands are curl calls and each ```python

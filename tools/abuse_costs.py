@@ -2,7 +2,7 @@
 """What each abusive request costs a running worker: time to its answer, and /health's
 latency while it runs (a thread polls /health every 20 ms).
 
-    python3 scripts/abuse_costs.py http://127.0.0.1:8000 [--model smollm2-135m]
+    python3 tools/abuse_costs.py http://127.0.0.1:8000 [--model smollm2-135m]
 
 Sends each case alone, in order, and prints one table row per case: the time the client
 saw, and the server's own (Server-Timing total, from the body's first byte read). Standard library only, so

@@ -1,6 +1,6 @@
 """Accuracy of a served decision model on a labelled manifest (sys1bench's format).
 
-    python3 scripts/eval_decisions.py URL MODEL MANIFEST.jsonl [MANIFEST.jsonl ...]
+    python3 tools/eval_decisions.py URL MODEL MANIFEST.jsonl [MANIFEST.jsonl ...]
 
 Each item goes to URL/v1/decisions as one request (its state and every question). Per
 question: accuracy, Brier score, ECE over 15 bins, and the majority prior's accuracy on the

@@ -1,4 +1,4 @@
-"""What scripts/box_check.py and scripts/boxset.py share: one box question asked of a running
+"""What tools/box_check.py and tools/boxset.py share: one box question asked of a running
 server about a picture, and the overlap of two boxes."""
 
 import base64

@@ -1,6 +1,6 @@
 """A synthetic box set, and the confidence calibration fitted on it, judged on photos it never saw.
 
-Usage: python3 scripts/boxset.py URL MODEL [SCENES] [PHOTOS_DIR]   (needs Pillow)
+Usage: python3 tools/boxset.py URL MODEL [SCENES] [PHOTOS_DIR]   (needs Pillow)
 
 Scenes are composed here: a background without objects (a strip of sky, water or sea from
 darknet's photographs, `box_marks.json` "backgrounds") with one to three cut-outs of the

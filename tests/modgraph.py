@@ -10,8 +10,8 @@ Rules (exit 1 when one breaks):
   * no import circle inside any crate (no strongly connected set of two or more modules);
   * in `server`, a module under `routes/` imports no other module under `routes/`.
 
-  python3 scripts/modgraph.py            # check, print a summary
-  python3 scripts/modgraph.py --graph    # also print every arrow, crate by crate
+  python3 tests/modgraph.py            # check, print a summary
+  python3 tests/modgraph.py --graph    # also print every arrow, crate by crate
 """
 import pathlib
 import re

@@ -1,6 +1,6 @@
 """Box answers against boxes marked by hand on Debian's darknet test photographs.
 
-Usage: python3 scripts/box_check.py URL MODEL [PHOTOS_DIR]
+Usage: python3 tools/box_check.py URL MODEL [PHOTOS_DIR]
 
 Asks MODEL (served with a detector: `serve --detector MODEL=nanodet-coco`) one box question
 per mark of `box_marks.json` (present and absent targets), each alone, through POST /v1/decisions. Prints each

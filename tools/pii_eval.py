@@ -8,10 +8,10 @@ that come back are matched exactly (label, start, end) against the recorded ones
 regex baseline for the pattern labels (email, phone, IP, credit card, IBAN, URL), scored the
 same way.
 
-    python3 scripts/pii_eval.py generate pii.jsonl --n 300 --seed 11
-    python3 scripts/pii_eval.py run pii.jsonl --url http://127.0.0.1:8000 --model qwen2.5-1.5b
+    python3 tools/pii_eval.py generate pii.jsonl --n 300 --seed 11
+    python3 tools/pii_eval.py run pii.jsonl --url http://127.0.0.1:8000 --model qwen2.5-1.5b
 
-The sets measured so far are kept in scripts/pii/ (`dev-seed5` to try changes on, `heldout-seed11`
+The sets measured so far are kept in tools/pii/ (`dev-seed5` to try changes on, `heldout-seed11`
 to report), as generated then: Faker's dates used to end at the day of generation, so the same
 seed now gives other texts.
 

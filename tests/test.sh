@@ -96,9 +96,9 @@ if [ -n "$pulls" ]; then
     cat "$pulls_log"
 fi
 # No import circle inside any crate; the server's route modules import no other route module.
-python3 scripts/modgraph.py
+python3 tests/modgraph.py
 # docs/serving.md's flags table is the one `serve --help` gives.
-python3 scripts/flags_table.py ./target/debug/vllm-srun --check
+python3 tests/flags_table.py ./target/debug/vllm-srun --check
 pull_models ./target/debug/vllm-srun
 
 # The decision-adapter test (tests/packages.rs) trains on cases `sys1bench generate` writes.
@@ -120,7 +120,7 @@ fi
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}"
 lanes="${VLLM_SRUN_TEST_LANES:-2}"
 [ "$lanes" -gt 1 ] && export VLLM_SRUN_TEST_THREADS="${VLLM_SRUN_TEST_THREADS:-1}"
-python3 scripts/lanes.py "$artifacts" "$lanes" spans packages decisions calibration limits \
+python3 tests/lanes.py "$artifacts" "$lanes" spans packages decisions calibration limits \
     encoders router long_inputs abuse answers boxes budget cluster generate
 
 # Conformance: the System One suite must pass every MUST.
@@ -179,8 +179,8 @@ PY
 # Thirty seconds: the examples and coverage phases (9 s in CI), then fuzzing for the rest;
 # SCHEMATHESIS_SECONDS sets a longer run.
 schema_run() {
-    PYTHONPATH=scripts SCHEMATHESIS_HOOKS=schemathesis_hooks \
-        python3 -m schemathesis.cli --config-file scripts/schemathesis.toml run "$1/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-30}" -w 2 \
+    PYTHONPATH=tests SCHEMATHESIS_HOOKS=schemathesis_hooks \
+        python3 -m schemathesis.cli --config-file tests/schemathesis.toml run "$1/openapi.yaml" --max-time "${SCHEMATHESIS_SECONDS:-30}" -w 2 \
         --request-timeout 60 \
         --phases examples,coverage,fuzzing \
         --exclude-path-regex '^/v1/(chat/completions|completions|generate/.*)$' \
@@ -230,7 +230,7 @@ schema_run "$curl_composed"
 kill "$composed" 2>/dev/null || true
 
 # Real clients: the OpenAI Python SDK (embeddings) and a msgpack client (SIE endpoints).
-python3 scripts/clients_check.py "$url"
+python3 tests/clients_check.py "$url"
 
 # The router alone in front of that worker (System Two through the OpenAI SDK): routing
 # signals from the Sparrow model, chat from the test model.
@@ -270,9 +270,9 @@ trap 'kill "$server" "$router" 2>/dev/null || true' EXIT
 rurl="$(wait_listening "$router_log" 100)" || { echo "router did not start"; exit 1; }
 # Keys: the spec's terminal recipe, usage, limits' headers, revoke; the key it prints last
 # is the one the SDK checks use.
-VLLM_SR_API_KEY="$(python3 scripts/keys_check.py "$rurl" sparrow-nano "$router_data/service.sqlite")"
+VLLM_SR_API_KEY="$(python3 tests/keys_check.py "$rurl" sparrow-nano "$router_data/service.sqlite")"
 export VLLM_SR_API_KEY
-python3 scripts/router_check.py "$rurl" "$MODEL"
+python3 tests/router_check.py "$rurl" "$MODEL"
 
 # README's examples, verbatim, against README's own first command: the default `serve` (the
 # whole service on embedded defaults, port 8000), with its data in a fresh directory.
@@ -281,7 +281,7 @@ XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 
 readme=$!
 trap 'kill "$server" "$router" "$readme" 2>/dev/null || true' EXIT
 wait_listening "$readme_log" 1500 >/dev/null || { echo "the default serve did not start"; exit 1; }
-python3 scripts/readme_check.py README.md docs/*.md
+python3 tests/readme_check.py README.md docs/*.md
 kill "$readme" 2>/dev/null || true
 
 # The web pages in a real browser (Debian's chromium, driven by Playwright's Python package):
@@ -302,7 +302,7 @@ purl="$(wait_listening "$pages_log" 100)" || { echo "router for the pages did no
 # An older System Two key, as an operator moving an older site's keys imports it.
 OLD_KEY="sk-pt-$(python3 -c 'import secrets; print(secrets.token_urlsafe(21))')"
 echo "$OLD_KEY" | ./target/debug/vllm-srun keys import --data-dir "$pages_data"
-OLD_KEY="$OLD_KEY" python3 scripts/pages_check.py "$purl" sparrow-nano target/pages
+OLD_KEY="$OLD_KEY" python3 tests/pages_check.py "$purl" sparrow-nano target/pages
 
 # The untrusted decoders under libFuzzer (fuzz/, cargo fuzz on the nightly toolchain): request
 # bodies (codings, multipart), request documents, media containers; each for FUZZ_SECONDS (30

@@ -4,9 +4,9 @@
 //   mkdir -p /tmp/ref && cd /tmp/ref && npm install @tensorflow/tfjs@4.22.0 jpeg-js@0.4.4 \
 //       @tensorflow/tfjs-backend-wasm@4.22.0
 //   cargo run -p backend-detector --example pixels -- /tmp/px /usr/share/darknet/data/{dog,horses,person,giraffe,kite,eagle}.jpg
-//   NODE_PATH=/tmp/ref/node_modules node scripts/nanodet_reference.js MODEL_DIR /tmp/px/*.ppm \
+//   NODE_PATH=/tmp/ref/node_modules node tools/nanodet_reference.js MODEL_DIR /tmp/px/*.ppm \
 //       > crates/backend-detector/tests/fixtures/nanodet.json
-//   NODE_PATH=/tmp/ref/node_modules node scripts/nanodet_reference.js --time MODEL_DIR IMAGE
+//   NODE_PATH=/tmp/ref/node_modules node tools/nanodet_reference.js --time MODEL_DIR IMAGE
 //
 // MODEL_DIR holds `nanodet.json` and `nanodet.bin` (`vllm-srun models pull nanodet-coco`).
 // An image is a binary PPM (the pixels our decoder made of a photograph, written by the

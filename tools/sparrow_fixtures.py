@@ -2,7 +2,7 @@
 """Record what the sparrow-decider package's own numpy forward answers, as fixtures for the
 Rust backend (crates/backend-sparrow/tests/fixtures/sparrow.json).
 
-    python3 scripts/sparrow_fixtures.py          # installs sparrow-decider==0.2.0 if missing
+    python3 tools/sparrow_fixtures.py          # installs sparrow-decider==0.2.0 if missing
 
 Each case is a state and one question in the System One shape, with the probabilities the
 package computes (`Decider.probs`) for each option in order. States over the model's 512

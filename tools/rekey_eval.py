@@ -1,6 +1,6 @@
 """Does a choice's answer depend on how its option keys are spelled? (issue 61)
 
-    python3 scripts/rekey_eval.py URL MANIFEST.jsonl [MANIFEST.jsonl ...] [--limit N]
+    python3 tools/rekey_eval.py URL MANIFEST.jsonl [MANIFEST.jsonl ...] [--limit N]
 
 Every choice question of the manifests (sys1bench's format; the domain is the file's name) is
 asked four ways in one request about its state: with its own keys (`words`: a key, and its
@@ -8,7 +8,7 @@ description where it has one), and with the option's meaning (its description, o
 where it has none) under keys `a`/`b`/`c`, `1`/`2`/`3` and random ids. Noul and score
 questions are asked once, as written. Prints accuracy and NLL of the truth per type and key
 style, per domain, and the largest change of any option's probability between the key styles
-(0 when keys cannot move an answer). Use development manifests (`scripts/devsuite.py`,
+(0 when keys cannot move an answer). Use development manifests (`tools/devsuite.py`,
 `sys1bench generate` with a seed other than 9001); the packaged canary is held out.
 """
 import argparse
