@@ -281,10 +281,24 @@ async fn a_track_follows_the_dog_through_a_panned_clip() {
     let body = about_clip(
         &clip,
         json!({"dog": {"type": "track", "instructions": "the dog", "rate": 2},
-            "then": {"type": "box", "instructions": "the dog", "at": 2.5}}),
+            "then": {"type": "box", "instructions": "the dog", "at": 2.5},
+            "appears": {"type": "noul", "instructions": "Does a dog appear in the video?"},
+            "horse": {"type": "noul", "instructions": "Does a horse appear in the video?"},
+            "how_many": {"type": "score", "instructions": "How many dogs are there?",
+                         "criteria": ["None", "One", "Two or more"]}}),
     );
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 200, "{v}");
+    // Whether a kind appears is read from the video's moments; how many is not answered.
+    assert!(
+        v["answers"]["appears"]["noul"].as_f64().unwrap() > 0.5,
+        "{v}"
+    );
+    assert!(v["answers"]["horse"]["noul"].as_f64().unwrap() < 0.5, "{v}");
+    assert_eq!(
+        v["answers"]["how_many"]["reason"], "question_not_grounded",
+        "{v}"
+    );
     let track = v["answers"]["dog"]["track"].as_array().expect("a track");
     assert_eq!(track.len(), 10, "two moments a second for 5 s: {v}");
     let mut hits = 0;

@@ -84,16 +84,22 @@ pub(super) fn asks_boxes(body: &DecisionBody, kinds: &[&str]) -> bool {
     })
 }
 
-/// What a noul or score about the state's pictures asks of the detector, if it can answer.
+/// What a noul or score about the state's pictures (or a noul about its only video) asks of
+/// the detector, if it can answer.
 fn grounded(r: &DecisionRequest, q: &Question, kinds: &[&str]) -> Option<target::Grounded> {
     let about_pictures = !r.images.is_empty() && r.videos.is_empty();
-    let asks = matches!(
-        q.kind,
-        QuestionKind::Noul { .. } | QuestionKind::Score { .. }
-    );
-    (about_pictures && asks)
-        .then(|| target::grounding(q, kinds).ok())
-        .flatten()
+    let about_video = r.images.is_empty() && r.videos.len() == 1;
+    let g = match q.kind {
+        QuestionKind::Noul { .. } | QuestionKind::Score { .. } => {
+            target::grounding(q, kinds).ok()?
+        }
+        _ => return None,
+    };
+    match g {
+        target::Grounded::Presence(_) if about_pictures || about_video => Some(g),
+        target::Grounded::Count(..) if about_pictures => Some(g),
+        _ => None,
+    }
 }
 
 /// Put each box answer where the text path left its stand-in.
@@ -175,6 +181,14 @@ impl DecisionModel {
                         let Some(g) = grounded(r, q, detector.kinds()) else {
                             continue;
                         };
+                        if let [clip] = r.videos.as_slice() {
+                            let answer = match self.appears(detector, &g, clip).await {
+                                Ok(a) => a,
+                                Err(f) => failed(f),
+                            };
+                            mine.push((index, answer));
+                            continue;
+                        }
                         // Every picture of the state, each read once per request.
                         let mut pictures = Vec::with_capacity(r.images.len());
                         let mut failure = None;
@@ -207,6 +221,45 @@ impl DecisionModel {
             answers.push((mine, usage));
         }
         Located { answers }
+    }
+
+    /// Whether a kind appears in the state's only video: the detector reads one moment a
+    /// second (as a track question does), and the answer is the surest sighting's confidence.
+    async fn appears(
+        &self,
+        detector: &Arc<dyn Detector>,
+        g: &target::Grounded,
+        clip: &Clip,
+    ) -> Result<Answer, QuestionFailure> {
+        let seconds = clip.facts.seconds;
+        if !seconds.is_finite() || seconds > BOX_VIDEO_MAX_SECONDS as f64 {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                reason::BOX_VIDEO_TOO_LONG,
+                format!(
+                    "the video lasts {seconds:.1} s; questions about what it shows read at most {BOX_VIDEO_MAX_SECONDS} s"
+                ),
+            )
+            .with_limit(BOX_VIDEO_MAX_SECONDS));
+        }
+        let target::Grounded::Presence(kind) = g else {
+            return Err(QuestionFailure::malformed(
+                "not a question the video answers",
+            ));
+        };
+        let moments: Vec<f64> = (0..)
+            .map(f64::from)
+            .take_while(|t| *t < seconds.max(0.001))
+            .collect();
+        let frames = detect_frames(detector.clone(), clip.bytes.clone(), moments).await?;
+        let p: Vec<f64> = frames
+            .iter()
+            .flat_map(|found| target::objects(found, *kind))
+            .map(|f| confidence(Some(&f), 1.0))
+            .collect();
+        Ok(Answer::Noul(NoulAnswer {
+            noul: round(target::presence(&p).max(confidence(None, 1.0))),
+        }))
     }
 
     /// A box question with `at`, or a track question, on the state's only video.

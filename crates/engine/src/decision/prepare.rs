@@ -467,14 +467,26 @@ impl DecisionModel {
         // that asks whether or how many of its kinds are there (`locate` answers it where the
         // text path leaves this stand-in); any other question about them is refused, since it
         // would be answered from the text without seeing them.
-        if let (Some(detector), false, true) =
-            (&self.detector, r.images.is_empty(), r.videos.is_empty())
-        {
-            return Err(match super::target::grounding(q, detector.kinds()) {
+        // On the state's only video (and no picture), only whether a kind appears.
+        let media = match (r.images.len(), r.videos.len()) {
+            (0, 0) => None,
+            (_, 0) => Some(true),
+            (0, 1) => Some(false),
+            _ => None,
+        };
+        if let (Some(detector), Some(pictures)) = (&self.detector, media) {
+            let grounded = super::target::grounding(q, detector.kinds()).and_then(|g| match g {
+                super::target::Grounded::Count(..) if !pictures => Err(
+                    "about a video, the detector answers whether a kind appears (a noul), not how many"
+                        .to_string(),
+                ),
+                g => Ok(g),
+            });
+            return Err(match grounded {
                 Ok(_) => QuestionFailure::new(
                     QuestionErrorKind::InvalidQuestion,
                     reason::MODALITY_UNSUPPORTED,
-                    "answered from the pictures by the object detector",
+                    "answered from the pictures or the video by the object detector",
                 ),
                 Err(why) => QuestionFailure::new(
                     QuestionErrorKind::InvalidQuestion,
