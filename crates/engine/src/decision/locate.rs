@@ -19,15 +19,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use protocol::answer::{BoxAnswer, Edges, NoulAnswer, ScoreAnswer, TrackMoment};
+use protocol::answer::{BoxAnswer, Edges, NoulAnswer, TrackMoment};
 use protocol::assets::Clip;
-use protocol::confidence::{expected_level, score_confidence};
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{DecisionBody, DecisionRequest, MediaTarget, QuestionKind};
-use protocol::{Answer, Ordered, Overflow, Question, Roles, Usage};
+use protocol::{Answer, Overflow, Question, Roles, Usage};
 use serde_json::json;
 
 use super::model::{entries, Decision, DecisionModel};
+use super::readout::score_answer;
 use super::target;
 use crate::backend::{Detector, Found};
 
@@ -84,22 +84,10 @@ pub(super) fn asks_boxes(body: &DecisionBody, kinds: &[&str]) -> bool {
     })
 }
 
-/// What a noul or score about the state's pictures (or a noul about its only video) asks of
-/// the detector, if it can answer.
+/// What a question about the state's media asks of the detector, where it can answer
+/// (`target::media_grounding`, the rule the text path's stand-ins follow too).
 fn grounded(r: &DecisionRequest, q: &Question, kinds: &[&str]) -> Option<target::Grounded> {
-    let about_pictures = !r.images.is_empty() && r.videos.is_empty();
-    let about_video = r.images.is_empty() && r.videos.len() == 1;
-    let g = match q.kind {
-        QuestionKind::Noul { .. } | QuestionKind::Score { .. } => {
-            target::grounding(q, kinds).ok()?
-        }
-        _ => return None,
-    };
-    match g {
-        target::Grounded::Presence(_) if about_pictures || about_video => Some(g),
-        target::Grounded::Count(..) if about_pictures => Some(g),
-        _ => None,
-    }
+    target::media_grounding(r, q, kinds)?.ok()
 }
 
 /// Put each box answer where the text path left its stand-in.
@@ -153,16 +141,7 @@ impl DecisionModel {
                 // A question without a clear target was failed by the text path already.
                 let answer = match r.media_target(slot, &q.kind) {
                     Some(Ok(MediaTarget::Picture(picture))) => {
-                        let key = (picture.bytes.as_ptr() as usize, picture.bytes.len());
-                        let found = match seen.get(&key) {
-                            Some(f) => f.clone(),
-                            None => {
-                                let f = detect(detector.clone(), picture.bytes.clone()).await;
-                                seen.insert(key, f.clone());
-                                f
-                            }
-                        };
-                        match found {
+                        match detected(detector, &mut seen, &picture.bytes).await {
                             Ok(found) => {
                                 self.answer(detector.kinds(), q, r, &found, None, &mut usage)
                                     .await
@@ -193,16 +172,7 @@ impl DecisionModel {
                         let mut pictures = Vec::with_capacity(r.images.len());
                         let mut failure = None;
                         for picture in &r.images {
-                            let key = (picture.bytes.as_ptr() as usize, picture.bytes.len());
-                            let found = match seen.get(&key) {
-                                Some(f) => f.clone(),
-                                None => {
-                                    let f = detect(detector.clone(), picture.bytes.clone()).await;
-                                    seen.insert(key, f.clone());
-                                    f
-                                }
-                            };
-                            match found {
+                            match detected(detector, &mut seen, &picture.bytes).await {
                                 Ok(f) => pictures.push(f),
                                 Err(f) => {
                                     failure = Some(f);
@@ -231,17 +201,7 @@ impl DecisionModel {
         g: &target::Grounded,
         clip: &Clip,
     ) -> Result<Answer, QuestionFailure> {
-        let seconds = clip.facts.seconds;
-        if !seconds.is_finite() || seconds > BOX_VIDEO_MAX_SECONDS as f64 {
-            return Err(QuestionFailure::new(
-                QuestionErrorKind::InvalidQuestion,
-                reason::BOX_VIDEO_TOO_LONG,
-                format!(
-                    "the video lasts {seconds:.1} s; questions about what it shows read at most {BOX_VIDEO_MAX_SECONDS} s"
-                ),
-            )
-            .with_limit(BOX_VIDEO_MAX_SECONDS));
-        }
+        let seconds = readable_seconds(clip, "questions about what it shows")?;
         let target::Grounded::Presence(kind) = g else {
             return Err(QuestionFailure::malformed(
                 "not a question the video answers",
@@ -271,17 +231,7 @@ impl DecisionModel {
         clip: &Clip,
         usage: &mut Usage,
     ) -> Result<Answer, QuestionFailure> {
-        let seconds = clip.facts.seconds;
-        if !seconds.is_finite() || seconds > BOX_VIDEO_MAX_SECONDS as f64 {
-            return Err(QuestionFailure::new(
-                QuestionErrorKind::InvalidQuestion,
-                reason::BOX_VIDEO_TOO_LONG,
-                format!(
-                    "the video lasts {seconds:.1} s; box questions with at and track questions read at most {BOX_VIDEO_MAX_SECONDS} s"
-                ),
-            )
-            .with_limit(BOX_VIDEO_MAX_SECONDS));
-        }
+        let seconds = readable_seconds(clip, "box questions with at and track questions")?;
         let moments: Vec<f64> = match q.kind {
             QuestionKind::Box { at: Some(at) } if at <= seconds => vec![at],
             QuestionKind::Box { .. } => {
@@ -442,24 +392,7 @@ fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Quest
                 .into_iter()
                 .map(round)
                 .collect();
-            Answer::Score(ScoreAnswer {
-                score: expected_level(&probs),
-                confidence: score_confidence(&probs),
-                legend: Ordered(
-                    legend
-                        .iter()
-                        .enumerate()
-                        .map(|(i, l)| (i.to_string(), l.clone()))
-                        .collect(),
-                ),
-                probabilities: Ordered(
-                    probs
-                        .iter()
-                        .enumerate()
-                        .map(|(i, p)| (i.to_string(), *p))
-                        .collect(),
-                ),
-            })
+            score_answer(&probs, legend)
         }
         _ => Answer::Noul(NoulAnswer {
             noul: round(target::presence(&p).max(confidence(None, 1.0))),
@@ -501,6 +434,39 @@ async fn detect_frames(
         frames.iter().map(|p| look(&*detector, p)).collect()
     })
     .await
+}
+
+/// The video's length, when the detector reads videos that long (`BOX_VIDEO_MAX_SECONDS`);
+/// else `box_video_too_long`, saying which questions (`what`) read at most that.
+fn readable_seconds(clip: &Clip, what: &str) -> Result<f64, QuestionFailure> {
+    let seconds = clip.facts.seconds;
+    if !seconds.is_finite() || seconds > BOX_VIDEO_MAX_SECONDS as f64 {
+        return Err(QuestionFailure::new(
+            QuestionErrorKind::InvalidQuestion,
+            reason::BOX_VIDEO_TOO_LONG,
+            format!(
+                "the video lasts {seconds:.1} s; {what} read at most {BOX_VIDEO_MAX_SECONDS} s"
+            ),
+        )
+        .with_limit(BOX_VIDEO_MAX_SECONDS));
+    }
+    Ok(seconds)
+}
+
+/// What the detector finds in a picture, each picture of a request read once (`seen`, keyed
+/// by where its bytes are).
+async fn detected(
+    detector: &Arc<dyn Detector>,
+    seen: &mut HashMap<(usize, usize), Detected>,
+    bytes: &Bytes,
+) -> Detected {
+    let key = (bytes.as_ptr() as usize, bytes.len());
+    if let Some(f) = seen.get(&key) {
+        return f.clone();
+    }
+    let f = detect(detector.clone(), bytes.clone()).await;
+    seen.insert(key, f.clone());
+    f
 }
 
 /// Decode a picture and run the detector on it, off the async threads.

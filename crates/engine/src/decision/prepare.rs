@@ -468,20 +468,11 @@ impl DecisionModel {
         // text path leaves this stand-in); any other question about them is refused, since it
         // would be answered from the text without seeing them.
         // On the state's only video (and no picture), only whether a kind appears.
-        let media = match (r.images.len(), r.videos.len()) {
-            (0, 0) => None,
-            (_, 0) => Some(true),
-            (0, 1) => Some(false),
-            _ => None,
-        };
-        if let (Some(detector), Some(pictures)) = (&self.detector, media) {
-            let grounded = super::target::grounding(q, detector.kinds()).and_then(|g| match g {
-                super::target::Grounded::Count(..) if !pictures => Err(
-                    "about a video, the detector answers whether a kind appears (a noul), not how many"
-                        .to_string(),
-                ),
-                g => Ok(g),
-            });
+        let grounded = self
+            .detector
+            .as_ref()
+            .and_then(|d| super::target::media_grounding(r, q, d.kinds()));
+        if let Some(grounded) = grounded {
             return Err(match grounded {
                 Ok(_) => QuestionFailure::new(
                     QuestionErrorKind::InvalidQuestion,

@@ -252,24 +252,7 @@ impl DecisionModel {
                     ..
                 } => {
                     let answer = match groups.and_then(|g| g.into_iter().next()) {
-                        Some(probs) => Answer::Score(ScoreAnswer {
-                            score: expected_level(&probs),
-                            confidence: score_confidence(&probs),
-                            legend: Ordered(
-                                legend
-                                    .iter()
-                                    .enumerate()
-                                    .map(|(i, l)| (i.to_string(), l.clone()))
-                                    .collect(),
-                            ),
-                            probabilities: Ordered(
-                                probs
-                                    .iter()
-                                    .enumerate()
-                                    .map(|(i, p)| (i.to_string(), *p))
-                                    .collect(),
-                            ),
-                        }),
+                        Some(probs) => score_answer(&probs, legend),
                         None => broken("score"),
                     };
                     answers.push(id.clone(), entry(answer, *complete));
@@ -406,6 +389,28 @@ pub(super) fn geometric_mean(ps: &[Vec<f64>]) -> Option<Vec<f64>> {
     let w: Vec<f64> = logs.iter().map(|l| (l - top).exp()).collect();
     let z: f64 = w.iter().sum();
     Some(w.into_iter().map(|x| x / z).collect())
+}
+
+/// A score's answer from its levels' probabilities (in level order) and their words.
+pub(crate) fn score_answer(probs: &[f64], legend: &[String]) -> Answer {
+    Answer::Score(ScoreAnswer {
+        score: expected_level(probs),
+        confidence: score_confidence(probs),
+        legend: Ordered(
+            legend
+                .iter()
+                .enumerate()
+                .map(|(i, l)| (i.to_string(), l.clone()))
+                .collect(),
+        ),
+        probabilities: Ordered(
+            probs
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (i.to_string(), *p))
+                .collect(),
+        ),
+    })
 }
 
 /// Combine the answers of a question read in windows. A noul (and each label of a set) takes

@@ -154,19 +154,8 @@ pub(crate) fn candidates(found: &[Found], kind: usize) -> Vec<Found> {
         .filter(|f| f.kind == kind && f.score >= best / 2.0)
         .copied()
         .collect();
-    let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
-    let inside = |small: &Found, big: &Found| {
-        let (a, b) = (&small.edges, &big.edges);
-        let common = [
-            a[0].max(b[0]),
-            a[1].max(b[1]),
-            a[2].min(b[2]),
-            a[3].min(b[3]),
-        ];
-        area(b) > area(a) && area(&common) >= CONTAINED * area(a)
-    };
     sure.iter()
-        .filter(|f| !sure.iter().any(|g| inside(f, g)))
+        .filter(|f| !sure.iter().any(|g| part_of(f, g)))
         .copied()
         .collect()
 }
@@ -176,24 +165,26 @@ pub(crate) fn candidates(found: &[Found], kind: usize) -> Vec<Found> {
 /// object, or a box around a group, is not another object).
 pub(crate) fn objects(found: &[Found], kind: usize) -> Vec<Found> {
     let of: Vec<Found> = found.iter().filter(|f| f.kind == kind).copied().collect();
-    let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
-    let inside = |small: &Found, big: &Found| {
-        let (a, b) = (&small.edges, &big.edges);
-        let common = [
-            a[0].max(b[0]),
-            a[1].max(b[1]),
-            a[2].min(b[2]),
-            a[3].min(b[3]),
-        ];
-        area(b) > area(a) && area(&common) >= CONTAINED * area(a)
-    };
     of.iter()
         .filter(|f| {
             !of.iter()
-                .any(|g| (inside(f, g) || inside(g, f)) && (g.score > f.score))
+                .any(|g| (part_of(f, g) || part_of(g, f)) && (g.score > f.score))
         })
         .copied()
         .collect()
+}
+
+/// Whether `small` lies mostly inside the larger `big` (at least `CONTAINED` of its area).
+fn part_of(small: &Found, big: &Found) -> bool {
+    let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
+    let (a, b) = (&small.edges, &big.edges);
+    let common = [
+        a[0].max(b[0]),
+        a[1].max(b[1]),
+        a[2].min(b[2]),
+        a[3].min(b[3]),
+    ];
+    area(b) > area(a) && area(&common) >= CONTAINED * area(a)
 }
 
 /// The share of a box's area inside a larger box that makes it a part of that one.
@@ -372,6 +363,31 @@ pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Ground
             k.type_name()
         )),
     }
+}
+
+/// What a question asks of the detector about the state's media: `None` when the detector
+/// reads no media for it (the state has no pictures and no video, or a video beside pictures,
+/// or several videos); else what it asks, or why the detector cannot answer it. About the
+/// state's pictures a noul or a count; about its only video, whether a kind appears.
+pub(crate) fn media_grounding(
+    r: &protocol::request::DecisionRequest,
+    q: &protocol::Question,
+    kinds: &[&str],
+) -> Option<Result<Grounded, String>> {
+    let pictures = match (r.images.len(), r.videos.len()) {
+        (0, 1) => false,
+        (n, 0) if n > 0 => true,
+        _ => return None,
+    };
+    Some(grounding(q, kinds).and_then(|g| {
+        match g {
+            Grounded::Count(..) if !pictures => Err(
+                "about a video, the detector answers whether a kind appears (a noul), not how many"
+                    .to_string(),
+            ),
+            g => Ok(g),
+        }
+    }))
 }
 
 /// The count a score level says, and whether it means that many or more.
