@@ -130,6 +130,28 @@ struct Case {
     questions: Vec<(String, Value, Value)>,
 }
 
+impl Case {
+    /// Its questions as one 5.0 request about its state.
+    fn request(&self) -> Result<protocol::request::DecisionBody, String> {
+        let questions: serde_json::Map<String, Value> = self
+            .questions
+            .iter()
+            .map(|(qid, w, _)| (qid.clone(), w.clone()))
+            .collect();
+        let body = json!({"model": "m", "state": self.state, "questions": questions});
+        protocol::request::parse_decision_body(&body, Schema::V5)
+            .map_err(|e| format!("{}: {}", self.at, e.message))
+    }
+
+    /// Each question's request form and truth, by its id.
+    fn truths(&self) -> BTreeMap<String, (Value, Value)> {
+        self.questions
+            .iter()
+            .map(|(qid, w, t)| (qid.clone(), (w.clone(), t.clone())))
+            .collect()
+    }
+}
+
 /// Read and check every manifest before anything is asked or written: each line a JSON
 /// object with a `state` and `questions`; each choice, noul or score question a valid
 /// question whose truth is one of its answers; no state asked the same question twice with
@@ -284,21 +306,13 @@ async fn collect(
     for chunk in items.chunks(8) {
         let mut tasks = tokio::task::JoinSet::new();
         for (at, item) in chunk.iter().enumerate() {
-            let mut questions = serde_json::Map::new();
-            let mut truths = BTreeMap::new();
-            for (qid, w, truth) in &item.questions {
-                questions.insert(qid.clone(), w.clone());
-                truths.insert(qid.clone(), (w.clone(), truth.clone()));
-            }
-            if questions.is_empty() {
+            if item.questions.is_empty() {
                 continue;
             }
-            let body = json!({"model": "m", "state": item.state, "questions": questions});
+            let (body, truths) = (item.request()?, item.truths());
             let model = model.clone();
             let whence = item.at.clone();
             tasks.spawn(async move {
-                let body = protocol::request::parse_decision_body(&body, Schema::V5)
-                    .map_err(|e| format!("{whence}: {}", e.message))?;
                 let protocol::request::DecisionBody::Single(r) = body else {
                     return Err(format!("{whence}: a case is one request"));
                 };
@@ -343,11 +357,7 @@ fn collect_encoded(backbone: &Backbone, items: &[Case]) -> Result<BTreeMap<Strin
         let reads: Vec<&[engine::Token]> = tokens.iter().map(|t| &t[..t.len().min(room)]).collect();
         let vectors = backbone.vectors(&reads).map_err(|e| e.to_string())?;
         for (case, v) in chunk.iter().zip(vectors) {
-            let truths: BTreeMap<String, (Value, Value)> = case
-                .questions
-                .iter()
-                .map(|(qid, w, t)| (qid.clone(), (w.clone(), t.clone())))
-                .collect();
+            let truths = case.truths();
             let features = case
                 .questions
                 .iter()
@@ -639,16 +649,9 @@ fn teach(
         for chunk in cases.chunks_mut(8) {
             let mut tasks = tokio::task::JoinSet::new();
             for (at, case) in chunk.iter().enumerate() {
-                let questions: serde_json::Map<String, Value> = case
-                    .questions
-                    .iter()
-                    .map(|(qid, w, _)| (qid.clone(), w.clone()))
-                    .collect();
-                let body = json!({"model": "m", "state": case.state, "questions": questions});
+                let body = case.request()?;
                 let (model, whence) = (model.clone(), case.at.clone());
                 tasks.spawn(async move {
-                    let body = protocol::request::parse_decision_body(&body, Schema::V5)
-                        .map_err(|e| format!("{whence}: {}", e.message))?;
                     let (decision, _) = model
                         .decide(&body, std::time::Instant::now())
                         .await
@@ -838,6 +841,23 @@ fn adapt_encoder(
     Ok(report)
 }
 
+/// `link` made (or remade) a symbolic link to where `target` really is.
+fn link_to(target: &Path, link: &Path) -> std::io::Result<()> {
+    let target = std::fs::canonicalize(target)?;
+    if link.symlink_metadata().is_ok() {
+        std::fs::remove_file(link)?;
+    }
+    std::os::unix::fs::symlink(&target, link)
+}
+
+/// Write `v` as `dir/name`, pretty-printed (through a JSON value, as the packages always
+/// were written).
+fn write_json(dir: &Path, name: &str, v: &impl serde::Serialize) -> Result<(), String> {
+    let v = serde_json::to_value(v).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join(name), text + "\n").map_err(|e| format!("{}: {e}", dir.display()))
+}
+
 /// An encoder heads package: each file of the encoder's directory linked (not copied), the
 /// heads, and a card naming the base.
 fn write_encoder_package(
@@ -854,23 +874,12 @@ fn write_encoder_package(
         if name == ADAPTERS_FILE || name == "card.json" || name == "decision_config.json" {
             continue;
         }
-        let link = o.out.join(&name);
-        if link.symlink_metadata().is_ok() {
-            std::fs::remove_file(&link).map_err(io)?;
-        }
-        let target = std::fs::canonicalize(entry.path()).map_err(io)?;
-        std::os::unix::fs::symlink(&target, &link).map_err(io)?;
+        link_to(&entry.path(), &o.out.join(&name)).map_err(io)?;
     }
-    let write = |name: &str, v: &Value| {
-        let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
-        std::fs::write(o.out.join(name), text + "\n").map_err(io)
-    };
     let n = file.adapters.len();
-    write(
-        ADAPTERS_FILE,
-        &serde_json::to_value(&file).map_err(|e| e.to_string())?,
-    )?;
-    write(
+    write_json(&o.out, ADAPTERS_FILE, &file)?;
+    write_json(
+        &o.out,
         "card.json",
         &json!({
             "description": format!("{n} decision heads on {base}, trained by vllm-srun adapt"),
@@ -891,26 +900,13 @@ fn write_package(
 ) -> Result<(), String> {
     let io = |e: std::io::Error| format!("{}: {e}", o.out.display());
     std::fs::create_dir_all(&o.out).map_err(io)?;
-    let link = o.out.join("model.gguf");
+    link_to(weights, &o.out.join("model.gguf")).map_err(io)?;
     let target = std::fs::canonicalize(weights).map_err(io)?;
-    if link.symlink_metadata().is_ok() {
-        std::fs::remove_file(&link).map_err(io)?;
-    }
-    std::os::unix::fs::symlink(&target, &link).map_err(io)?;
-    let write = |name: &str, v: &Value| {
-        let text = serde_json::to_string_pretty(v).map_err(|e| e.to_string())?;
-        std::fs::write(o.out.join(name), text + "\n").map_err(io)
-    };
     let n = file.adapters.len();
-    write(
-        ADAPTERS_FILE,
-        &serde_json::to_value(&file).map_err(|e| e.to_string())?,
-    )?;
-    write(
-        "decision_config.json",
-        &serde_json::to_value(config).map_err(|e| e.to_string())?,
-    )?;
-    write(
+    write_json(&o.out, ADAPTERS_FILE, &file)?;
+    write_json(&o.out, "decision_config.json", config)?;
+    write_json(
+        &o.out,
         "card.json",
         &json!({
             "description": format!("{base} with {n} decision adapters trained by vllm-srun adapt"),
