@@ -108,13 +108,8 @@ async fn a_package_temperature_changes_the_answer_as_it_says() {
     }
 }
 
-/// A config the engine cannot honour fails the load, and says why.
-#[tokio::test]
-async fn a_package_config_that_cannot_act_fails_the_load() {
-    let bad = package("bad", json!({"temperature": {"noul": 0.0}}));
-    let mut o = options();
-    o.models = vec![bad.to_string_lossy().into_owned()];
-    let s = start_unready(o);
+/// The model listing once the server's only model has failed to load (within two minutes).
+async fn failed_listing(s: &TestServer) -> serde_json::Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
         let (_, h) = get(&s.url("/health")).await;
@@ -124,7 +119,17 @@ async fn a_package_config_that_cannot_act_fails_the_load() {
         assert!(std::time::Instant::now() < deadline, "{h}");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let (_, m) = get(&s.url("/v1/models")).await;
+    get(&s.url("/v1/models")).await.1
+}
+
+/// A config the engine cannot honour fails the load, and says why.
+#[tokio::test]
+async fn a_package_config_that_cannot_act_fails_the_load() {
+    let bad = package("bad", json!({"temperature": {"noul": 0.0}}));
+    let mut o = options();
+    o.models = vec![bad.to_string_lossy().into_owned()];
+    let s = start_unready(o);
+    let m = failed_listing(&s).await;
     let err = m["models"][0]["last_error"]["message"]
         .as_str()
         .unwrap_or_default()
@@ -419,16 +424,7 @@ async fn heads_on_an_encoder_answer_their_questions_and_refuse_others() {
     let mut o = options();
     o.models = vec![out.to_string_lossy().into_owned()];
     let s = start_unready(o);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let (_, h) = get(&s.url("/health")).await;
-        if h["status"] == "failed" {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{h}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let (_, m) = get(&s.url("/v1/models")).await;
+    let m = failed_listing(&s).await;
     let err = m["models"][0]["last_error"]["message"].to_string();
     assert!(err.contains("32000-token vocabulary"), "{m}");
     std::fs::remove_dir_all(&root).unwrap();
