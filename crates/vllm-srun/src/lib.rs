@@ -243,6 +243,22 @@ struct CardFile {
     aliases: Vec<String>,
 }
 
+/// What a package directory's `card.json` says of the model, over what was planned.
+fn apply_card(meta: &mut ModelMeta, dir: &Path) -> Result<(), String> {
+    let card: CardFile = read_json(&dir.join("card.json"))?;
+    if let Some(d) = card.description {
+        meta.description = d;
+    }
+    if let Some(d) = card.release_date {
+        meta.release_date = d;
+    }
+    if let Some(r) = card.revision {
+        meta.revision = r;
+    }
+    meta.aliases.extend(card.aliases);
+    Ok(())
+}
+
 fn read_json<T: serde::de::DeserializeOwned + Default>(path: &Path) -> Result<T, String> {
     if !path.is_file() {
         return Ok(T::default());
@@ -539,17 +555,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
         config.max_scan_tokens = o.max_scan_tokens;
     }
     if let Some(dir) = resolved.dir.as_deref() {
-        let card: CardFile = read_json(&dir.join("card.json"))?;
-        if let Some(d) = card.description {
-            meta.description = d;
-        }
-        if let Some(d) = card.release_date {
-            meta.release_date = d;
-        }
-        if let Some(r) = card.revision {
-            meta.revision = r;
-        }
-        meta.aliases.extend(card.aliases);
+        apply_card(&mut meta, dir)?;
     }
     if meta.sha256.is_none() {
         meta.sha256 = hub::sha256_file(&resolved.weights).ok();
@@ -657,14 +663,7 @@ fn load_heads(
     slot: &Slot,
     o: &ServeOptions,
 ) -> Result<Loaded, String> {
-    let card: CardFile = read_json(&dir.join("card.json"))?;
-    if let Some(d) = card.description {
-        meta.description = d;
-    }
-    if let Some(r) = card.revision {
-        meta.revision = r;
-    }
-    meta.aliases.extend(card.aliases);
+    apply_card(&mut meta, dir)?;
     let entry = resolved.entry.as_ref();
     let adapters = decision_adapters(spec, Some(dir), entry.and_then(|e| e.decision_adapters))?
         .ok_or_else(|| format!("{spec}: no {}", adapt::ADAPTERS_FILE))?;
