@@ -101,10 +101,6 @@ python3 tests/modgraph.py
 python3 tests/flags_table.py ./target/debug/vllm-srun --check
 pull_models ./target/debug/vllm-srun
 
-# The decision-adapter test (tests/packages.rs) trains on cases `sys1bench generate` writes.
-command -v sys1bench >/dev/null \
-    || python3 -m pip install -q --disable-pip-version-check "sys1bench==0.3.2"
-
 # The keys service's storage tests run on SQLite, and on PostgreSQL when
 # VSR_TEST_POSTGRES_URL names a server (started above; CI must have it).
 if [ -n "${CI:-}" ] && [ -z "${VSR_TEST_POSTGRES_URL:-}" ]; then
@@ -124,10 +120,6 @@ python3 tests/lanes.py "$artifacts" "$lanes" spans packages decisions calibratio
     encoders router long_inputs abuse answers boxes budget cluster generate
 
 # Conformance: the System One suite must pass every MUST.
-if ! python3 -c 'import jevcompat, schemathesis, openapi_spec_validator, openai, msgpack' 2>/dev/null; then
-    python3 -m pip install -q --disable-pip-version-check "jevcompat==0.1.1" \
-        "schemathesis==4.32.5" "openapi-spec-validator==0.9.0" "openai==3.57.0" "msgpack==1.2.4"
-fi
 # The URL a server printed in its log, once its /health answers 200 (at most TRIES × 0.2 s).
 wait_listening() {
     local log="$1" tries="$2" u=""
@@ -291,8 +283,6 @@ if [ ! -x /usr/bin/chromium ]; then
     [ -n "${CI:-}" ] && { echo "CI: /usr/bin/chromium is missing (.ci/run installs it)"; exit 1; }
     echo "pages: skipped (no /usr/bin/chromium; apt-get install chromium)"; exit 0
 fi
-python3 -c 'import playwright' 2>/dev/null \
-    || python3 -m pip install -q --disable-pip-version-check "playwright==1.65.2"
 pages_log="$(mktemp)"
 pages_data="$(mktemp -d)"
 public_router "$pages_data" "$pages_log"
