@@ -8,6 +8,8 @@
 //!   (cross-request batching). A job whose deadline passed before its forward starts is not
 //!   run; a job whose caller went away (the reply receiver dropped) is not run.
 //! - Every job gets exactly one reply.
+//! - A caller with a deadline is answered by it (`DeadlineExceeded`), started or not: the
+//!   deadline bounds the wait, not the forward, which runs on unheard.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -220,7 +222,15 @@ impl Worker {
                 TrySendError::Disconnected(_) => JobError::Unavailable,
             });
         }
-        rx.await.unwrap_or(Err(JobError::Unavailable))
+        // The deadline bounds the caller's wait: past it the caller is answered, and the job,
+        // its receiver gone, is not run (one already running finishes unheard).
+        let answered = match deadline {
+            Some(d) => tokio::time::timeout_at(tokio::time::Instant::from_std(d), rx)
+                .await
+                .map_err(|_| JobError::DeadlineExceeded)?,
+            None => rx.await,
+        };
+        answered.unwrap_or(Err(JobError::Unavailable))
     }
 }
 
@@ -335,5 +345,113 @@ fn run(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{BackendInfo, Session};
+    use crate::budget::Vocab;
+
+    /// A backend whose every forward takes `slow`.
+    struct Slow {
+        info: BackendInfo,
+        slow: Duration,
+    }
+
+    impl Vocab for Slow {
+        fn tokenize_text(&self, text: &str) -> Result<Vec<Token>, BackendError> {
+            Ok(text.bytes().map(Token::from).collect())
+        }
+        fn token_bytes(&self, token: Token) -> Vec<u8> {
+            vec![token as u8]
+        }
+        fn vocab_size(&self) -> usize {
+            256
+        }
+    }
+
+    impl Backend for Slow {
+        fn info(&self) -> &BackendInfo {
+            &self.info
+        }
+        fn tokenize(&self, text: &str, _special: bool) -> Result<Vec<Token>, BackendError> {
+            self.tokenize_text(text)
+        }
+        fn token_text(&self, token: Token) -> String {
+            (token as u8 as char).to_string()
+        }
+        fn session(&self) -> Result<Box<dyn Session + '_>, BackendError> {
+            Ok(Box::new(SlowSession(self.slow)))
+        }
+    }
+
+    struct SlowSession(Duration);
+
+    impl Session for SlowSession {
+        fn load_prefix(&mut self, _tokens: &[Token]) -> Result<(), BackendError> {
+            Ok(())
+        }
+        fn forward(&mut self, roots: &[&Node]) -> Result<Vec<RootLogits>, BackendError> {
+            std::thread::sleep(self.0);
+            Ok(roots.iter().map(|_| Vec::new()).collect())
+        }
+    }
+
+    fn worker(slow: Duration) -> Worker {
+        let info = BackendInfo {
+            engine: "slow".into(),
+            device: "cpu".into(),
+            dtype: "f32".into(),
+            context_tokens: 4096,
+            max_sequences: 4,
+            trained_context: 4096,
+            threads: 1,
+            flash_attention: None,
+            micro_batch_tokens: None,
+            flash_attention_probe: None,
+            prefix_cache_bytes: None,
+            hidden_size: None,
+        };
+        let backend = Arc::new(Slow { info, slow });
+        Worker::start("slow", backend, Vec::new(), SchedulerConfig::default())
+            .expect("the slow worker starts")
+    }
+
+    fn node() -> Node {
+        Node {
+            tokens: vec![1, 2, 3],
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn a_caller_is_answered_at_its_deadline_while_a_forward_runs_on() {
+        let w = worker(Duration::from_secs(3));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            // The first job holds the model for seconds; the second, queued behind it, is
+            // answered at its deadline, before the forward it waits for has ended.
+            let mut first = std::pin::pin!(w.submit(vec![node()], None));
+            let late = async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let deadline = Instant::now() + Duration::from_millis(200);
+                w.submit(vec![node()], Some(deadline)).await
+            };
+            tokio::select! {
+                late = late => {
+                    assert!(matches!(late, Err(JobError::DeadlineExceeded)), "{late:?}");
+                }
+                _ = &mut first => panic!("the forward ended before the deadline answered"),
+            }
+            assert!(
+                first.await.is_ok(),
+                "the running forward still answers its own caller"
+            );
+        });
     }
 }

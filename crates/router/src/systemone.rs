@@ -234,6 +234,19 @@ fn media_as_assets(req: &mut Map<String, Value>) -> Result<bool, RouterError> {
     Ok(true)
 }
 
+/// How much longer than its own `options.deadline_ms` the router waits for a worker, which
+/// answers that deadline itself (in place on /v1/decisions).
+const WORKER_GRACE: Duration = Duration::from_millis(500);
+
+/// How long the router waits for a call's answer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Wait {
+    /// The request's deadline, the one its 504 names.
+    budget: Duration,
+    /// Past the budget, for the worker's own answer to a deadline it was given.
+    grace: Duration,
+}
+
 /// How long a published request may wait: its own `options.deadline_ms`, else the listener's
 /// deadline, else for a long-context request (`options.long_context` or the standard's
 /// header) the listener's whole `max_deadline_ms` (worker-api.txt, "Errors"); never more than
@@ -243,7 +256,7 @@ fn wait(
     headers: &HeaderMap,
     deadline_ms: u64,
     max_deadline_ms: u64,
-) -> Duration {
+) -> Wait {
     let options = req.get("options");
     let long_context = options
         .and_then(|o| o.get("long_context"))
@@ -253,16 +266,24 @@ fn wait(
             .get("typesafe-danger-zone-long-context")
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let ms = options
+    let own = options
         .and_then(|o| o.get("deadline_ms"))
-        .and_then(Value::as_u64)
+        .and_then(Value::as_u64);
+    let ms = own
         .unwrap_or(if long_context {
             max_deadline_ms
         } else {
             deadline_ms
         })
         .clamp(1, max_deadline_ms);
-    Duration::from_millis(ms)
+    Wait {
+        budget: Duration::from_millis(ms),
+        grace: if own.is_some() {
+            WORKER_GRACE
+        } else {
+            Duration::ZERO
+        },
+    }
 }
 
 /// Remove what a standard target must not see; refuse what it cannot answer.
@@ -324,7 +345,7 @@ async fn split_batch(
     headers: &HeaderMap,
     mut req: Map<String, Value>,
     parts: &Parts,
-    deadline: Duration,
+    deadline: Wait,
 ) -> Response<Body> {
     let model = req.get("model").cloned();
     let requests = match req.remove("requests") {
@@ -391,7 +412,7 @@ async fn call(
     path: &str,
     headers: &HeaderMap,
     (body, parts): (Bytes, &Parts),
-    deadline: Duration,
+    deadline: Wait,
     flavor: Flavor,
 ) -> Response<Body> {
     let lease = match pool.pick_checked().await {
@@ -425,9 +446,11 @@ async fn call(
         let bytes = axum::body::to_bytes(body, 256 * 1024 * 1024).await.ok()?;
         Some((parts, bytes))
     };
-    let (mut parts, bytes) = match tokio::time::timeout(deadline, exchange).await {
+    let cut = deadline.budget + deadline.grace;
+    let (mut parts, bytes) = match tokio::time::timeout(cut, exchange).await {
         Err(_) => {
-            return RouterError::DeadlineExceeded(deadline.as_millis() as u64).response(flavor)
+            let ms = deadline.budget.as_millis() as u64;
+            return RouterError::DeadlineExceeded(ms).response(flavor);
         }
         Ok(None) => return RouterError::NotReady.response(flavor),
         Ok(Some(x)) => x,
@@ -697,8 +720,9 @@ mod tests {
     fn a_long_context_request_may_wait_the_whole_max_deadline() {
         let body = |v: Value| -> Map<String, Value> { serde_json::from_value(v).unwrap() };
         let none = HeaderMap::new();
-        let ms =
-            |req: &Map<String, Value>, h: &HeaderMap| wait(req, h, 30_000, 600_000).as_millis();
+        let ms = |req: &Map<String, Value>, h: &HeaderMap| {
+            wait(req, h, 30_000, 600_000).budget.as_millis()
+        };
         assert_eq!(ms(&body(json!({})), &none), 30_000);
         assert_eq!(
             ms(&body(json!({"options": {"long_context": true}})), &none),
@@ -713,6 +737,10 @@ mod tests {
         // Its own deadline wins, within max_deadline_ms.
         let own = body(json!({"options": {"long_context": true, "deadline_ms": 5000}}));
         assert_eq!(ms(&own, &none), 5000);
+        // Only a deadline the worker was given too is waited a moment past, for its answer.
+        assert_eq!(wait(&own, &none, 30_000, 600_000).grace, WORKER_GRACE);
+        let listeners = wait(&body(json!({})), &header, 30_000, 600_000);
+        assert_eq!(listeners.grace, Duration::ZERO);
         assert_eq!(
             ms(
                 &body(json!({"options": {"deadline_ms": 10_000_000}})),

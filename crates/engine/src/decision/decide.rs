@@ -365,7 +365,7 @@ impl DecisionModel {
             Err(JobError::DeadlineExceeded) => Ok(Err(QuestionFailure::new(
                 QuestionErrorKind::DeadlineExceeded,
                 reason::DEADLINE,
-                "options.deadline_ms passed before the model started this work",
+                "options.deadline_ms passed before the model answered",
             ))),
             Err(JobError::Overloaded) => Err(EngineError::Overloaded),
             Err(JobError::OutOfMemory { shared }) => Err(EngineError::OutOfMemory { shared }),

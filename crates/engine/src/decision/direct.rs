@@ -173,7 +173,7 @@ fn answer_body(
     let deadline = QuestionFailure::new(
         QuestionErrorKind::DeadlineExceeded,
         reason::DEADLINE,
-        "options.deadline_ms passed before the model started this work",
+        "options.deadline_ms passed before the model answered",
     );
     let t_forward = Instant::now();
     let mut evaluated = Vec::with_capacity(prepared.len());
