@@ -200,7 +200,9 @@ impl BertEncoder {
         })
     }
 
-    fn forward(&self, batch: &[Vec<Token>]) -> candle_core::Result<Vec<Vec<f32>>> {
+    /// The last hidden state of every token of each input (padded to the longest) and the
+    /// attention mask.
+    fn hidden_states(&self, batch: &[Vec<Token>]) -> candle_core::Result<(Tensor, Tensor)> {
         let n = batch.len();
         let len = batch.iter().map(Vec::len).max().unwrap_or(0).max(1);
         let mut ids = Vec::with_capacity(n * len);
@@ -219,6 +221,11 @@ impl BertEncoder {
             .as_ref()
             .ok_or_else(|| candle_core::Error::Msg("loaded without its weights".into()))?;
         let hidden = model.forward(&ids, &types, Some(&mask))?; // (n, len, dims)
+        Ok((hidden, mask))
+    }
+
+    fn forward(&self, batch: &[Vec<Token>]) -> candle_core::Result<Vec<Vec<f32>>> {
+        let (hidden, mask) = self.hidden_states(batch)?;
         use candle_core::Module;
         match &self.head {
             Some(Head::Sequence { pooler, classifier }) => {
@@ -353,5 +360,21 @@ impl Encoder for BertEncoder {
         }
         self.forward(batch)
             .map_err(|e| BackendError::Forward(e.to_string()))
+    }
+
+    fn token_states(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<Vec<f32>>>, BackendError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .hidden_states(batch)
+            .and_then(|(hidden, _)| hidden.to_vec3::<f32>())
+            .map_err(|e| BackendError::Forward(e.to_string()))?;
+        // Each input's own tokens, its padding left out.
+        Ok(rows
+            .into_iter()
+            .zip(batch)
+            .map(|(r, t)| r.into_iter().take(t.len()).collect())
+            .collect())
     }
 }

@@ -58,8 +58,10 @@ unsafe impl Send for Context {}
 
 /// An encoder whose forward runs in llama.cpp and whose text side is `E`'s.
 pub struct LlamaEncoder<E> {
-    // Declared before `model`: it borrows the model and must be dropped first.
+    // Declared before `model`: they borrow the model and must be dropped first.
     ctx: Mutex<(Context, LlamaBatch<'static>)>,
+    /// A context that pools nothing: every token's last hidden state.
+    token_ctx: Mutex<(Context, LlamaBatch<'static>)>,
     #[allow(dead_code)]
     model: Box<LlamaModel>,
     text: E,
@@ -99,30 +101,41 @@ impl<E: Encoder> LlamaEncoder<E> {
             other => return Err(load_err(format!("{other} pooling"))),
         };
         let n = NonZeroU32::new(tokens as u32);
-        let params = LlamaContextParams::default()
-            .with_n_ctx(n)
-            .with_n_batch(tokens as u32)
-            .with_n_ubatch(tokens as u32)
-            .with_n_seq_max(sequences as u32)
-            .with_embeddings(true)
-            .with_pooling_type(pooling)
-            // LLAMA_FLASH_ATTN_TYPE_ENABLED (1) or _DISABLED (0).
-            .with_flash_attention_policy(i32::from(config.flash_attention))
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads);
+        let params = |pooling| {
+            LlamaContextParams::default()
+                .with_n_ctx(n)
+                .with_n_batch(tokens as u32)
+                .with_n_ubatch(tokens as u32)
+                .with_n_seq_max(sequences as u32)
+                .with_embeddings(true)
+                .with_pooling_type(pooling)
+                // LLAMA_FLASH_ATTN_TYPE_ENABLED (1) or _DISABLED (0).
+                .with_flash_attention_policy(i32::from(config.flash_attention))
+                .with_n_threads(threads)
+                .with_n_threads_batch(threads)
+        };
         let model_ref: &LlamaModel = &model;
         // SAFETY: the model is boxed (its address never changes) and lives in the same struct
-        // as the context, which is dropped first (field order).
+        // as the contexts, which are dropped first (field order).
         let model_ref: &'static LlamaModel = unsafe { &*(model_ref as *const LlamaModel) };
-        let ctx = model_ref
-            .new_context(rt, params)
-            .map_err(|e| load_err(format!("cannot create a context: {e}")))?;
+        let context = |pooling| {
+            model_ref
+                .new_context(rt, params(pooling))
+                .map_err(|e| load_err(format!("cannot create a context: {e}")))
+        };
+        let ctx = context(pooling)?;
+        // Every token's own state, for span heads: a context that pools nothing.
+        let token_ctx = context(LlamaPoolingType::None)?;
         let dims = model.n_embd() as usize;
         let mut info = info;
         info.engine = "llama.cpp".into();
         info.dtype = config.dtype;
         Ok(LlamaEncoder {
             ctx: Mutex::new((Context(ctx), LlamaBatch::new(tokens, sequences as i32))),
+            token_ctx: Mutex::new((
+                Context(token_ctx),
+                LlamaBatch::new(tokens, sequences as i32),
+            )),
             model,
             text,
             info,
@@ -204,7 +217,56 @@ impl<E: Encoder> Encoder for LlamaEncoder<E> {
             .map_err(|_| BackendError::Forward("the encoder's context was poisoned".into()))?;
         let (Context(ctx), llama_batch) = &mut *guard;
         let mut out = Vec::with_capacity(batch.len());
-        // Inputs packed in order into evaluations of at most `tokens` tokens.
+        for (start, end) in self.packs(batch)? {
+            self.evaluate(&batch[start..end], ctx, llama_batch, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn token_states(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<Vec<f32>>>, BackendError> {
+        let fwd = |e: String| BackendError::Forward(e);
+        let mut guard = self
+            .token_ctx
+            .lock()
+            .map_err(|_| fwd("the encoder's context was poisoned".into()))?;
+        let (Context(ctx), llama_batch) = &mut *guard;
+        let mut out = Vec::with_capacity(batch.len());
+        for (start, end) in self.packs(batch)? {
+            llama_batch.clear();
+            for (s, input) in batch[start..end].iter().enumerate() {
+                for (i, &t) in input.iter().enumerate() {
+                    llama_batch
+                        .add(LlamaToken(t as i32), i as i32, &[s as i32], true)
+                        .map_err(|e| fwd(e.to_string()))?;
+                }
+            }
+            ctx.encode(llama_batch).map_err(|e| fwd(e.to_string()))?;
+            let mut at = 0i32;
+            for input in &batch[start..end] {
+                let mut rows = Vec::with_capacity(input.len());
+                for _ in input {
+                    let v = ctx.embeddings_ith(at).map_err(|e| fwd(e.to_string()))?;
+                    rows.push(v[..self.dims.min(v.len())].to_vec());
+                    at += 1;
+                }
+                out.push(rows);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl<E: Encoder> LlamaEncoder<E> {
+    /// Inputs packed in order into evaluations of at most `tokens` tokens and `sequences`
+    /// inputs: each evaluation's range of `batch`.
+    fn packs(&self, batch: &[Vec<Token>]) -> Result<Vec<(usize, usize)>, BackendError> {
+        if batch.iter().any(|t| t.is_empty() || t.len() > self.tokens) {
+            return Err(BackendError::Forward(format!(
+                "an input must hold 1 to {} tokens",
+                self.tokens
+            )));
+        }
+        let mut out = Vec::new();
         let mut start = 0;
         while start < batch.len() {
             let mut end = start;
@@ -216,16 +278,7 @@ impl<E: Encoder> Encoder for LlamaEncoder<E> {
                 used += batch[end].len();
                 end += 1;
             }
-            if batch[start..end]
-                .iter()
-                .any(|t| t.is_empty() || t.len() > self.tokens)
-            {
-                return Err(BackendError::Forward(format!(
-                    "an input must hold 1 to {} tokens",
-                    self.tokens
-                )));
-            }
-            self.evaluate(&batch[start..end], ctx, llama_batch, &mut out)?;
+            out.push((start, end));
             start = end;
         }
         Ok(out)

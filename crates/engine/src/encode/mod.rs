@@ -61,6 +61,13 @@ pub trait Encoder: Vocab + Send + Sync + 'static {
     fn special(&self) -> (Vec<Token>, Vec<Token>);
     /// The vector of each input (a batch of token sequences of any lengths).
     fn embed(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<f32>>, BackendError>;
+    /// The last hidden state of every token of each input (a span head's features).
+    fn token_states(&self, batch: &[Vec<Token>]) -> Result<Vec<Vec<Vec<f32>>>, BackendError> {
+        let _ = batch;
+        Err(BackendError::Forward(
+            "this encoder gives no token states".into(),
+        ))
+    }
     /// `text`'s tokens with their code-point ranges and words (for token heads).
     fn words(&self, text: &str) -> Result<Words, BackendError> {
         let _ = text;
