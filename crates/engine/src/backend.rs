@@ -330,6 +330,25 @@ pub trait DirectBackend: Vocab + Send + Sync + 'static {
         let _ = tokens;
         Ok(None)
     }
+    /// The words of `text` as a trained span head reads them, reading at most `budget` of its
+    /// tokens; `None` where the model gives no word features.
+    fn word_rows(&self, text: &str, budget: usize) -> Result<Option<WordRows>, BackendError> {
+        let _ = (text, budget);
+        Ok(None)
+    }
+}
+
+/// A text's words as a trained span head reads them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WordRows {
+    /// Each word's code-point range in the text.
+    pub ranges: Vec<(usize, usize)>,
+    /// Each word's features.
+    pub rows: Vec<Vec<f32>>,
+    /// Tokens read, special tokens of every window included.
+    pub tokens: usize,
+    /// The text had more tokens than the budget; the words past it were not read.
+    pub truncated: bool,
 }
 
 /// One object a [`Detector`] found.

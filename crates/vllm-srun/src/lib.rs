@@ -668,7 +668,17 @@ fn load_heads(
     let adapters = decision_adapters(spec, Some(dir), entry.and_then(|e| e.decision_adapters))?
         .ok_or_else(|| format!("{spec}: no {}", adapt::ADAPTERS_FILE))?;
     let mut config = decision_config(spec, Some(dir), entry.and_then(|e| e.decision_config))?;
-    config.question_types = vec!["choice".into(), "noul".into(), "score".into()];
+    config.question_types = if adapters.questions().is_empty() {
+        Vec::new()
+    } else {
+        vec!["choice".into(), "noul".into(), "score".into()]
+    };
+    if let Some(span) = adapters.span_head() {
+        config.question_types.push("span".into());
+        // A head trained on the preset answers it; one trained on labels answers those.
+        let preset = span.head.question.get("preset").and_then(|p| p.as_str());
+        config.presets.extend(preset.map(String::from));
+    }
     config.router_questions =
         router_questions(spec, Some(dir), entry.and_then(|e| e.router_questions))?;
     config

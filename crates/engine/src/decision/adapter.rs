@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::backend::Token;
+use crate::encode::tagger::{entity_types, merge, Word};
+use crate::span::may_hold;
 
 /// The key a question is known by where its answer depends only on what the prompt shows:
 /// its type, instructions and options (a choice's sorted, as the prompt shows them). Content-
@@ -65,6 +67,11 @@ pub struct AdapterFile {
     #[serde(default)]
     pub default: bool,
     pub adapters: Vec<Head>,
+    /// A span head: one row of tag probabilities per word (`classes` are BIO tags, `O`,
+    /// `B-LABEL`, `I-LABEL`), read from the backbone's word features; its `question` is the
+    /// span question it answers (a preset, or labels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spans: Option<Head>,
 }
 
 /// One question's head: standardised features, then a softmax layer over its classes.
@@ -81,12 +88,56 @@ pub struct Head {
     /// One row of `features` per class.
     pub weights: Vec<Vec<f32>>,
     pub bias: Vec<f32>,
+    /// A hidden layer between the standardised features and the softmax (ReLU units); the
+    /// softmax's rows then read its units. A span head has one; question heads are linear.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden: Option<Layer>,
     /// How it was fitted and what cross-validation measured (for people; not read).
     #[serde(default)]
     pub fit: Value,
 }
 
+/// A layer of ReLU units: one row of weights per unit, and its bias.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub weights: Vec<Vec<f32>>,
+    pub bias: Vec<f32>,
+}
+
+/// `rows · x + bias`, each row a unit.
+fn affine(rows: &[Vec<f32>], bias: &[f32], x: &[f64]) -> Vec<f64> {
+    rows.iter()
+        .zip(bias)
+        .map(|(w, b)| f64::from(*b) + w.iter().zip(x).map(|(w, x)| f64::from(*w) * x).sum::<f64>())
+        .collect()
+}
+
 impl Head {
+    /// How many inputs the softmax rows read: the hidden units, or the features.
+    fn softmax_inputs(&self) -> usize {
+        self.hidden
+            .as_ref()
+            .map_or(self.mean.len(), |h| h.bias.len())
+    }
+
+    /// Whether every part has the width the others say.
+    fn well_shaped(&self) -> bool {
+        let d = self.mean.len();
+        let hidden = self.hidden.as_ref().is_none_or(|h| {
+            h.weights.len() == h.bias.len() && h.weights.iter().all(|w| w.len() == d)
+        });
+        hidden
+            && self.scale.len() == d
+            && self.scale.iter().all(|s| s.is_finite() && *s > 0.0)
+            && self.weights.len() == self.classes.len()
+            && self
+                .weights
+                .iter()
+                .all(|w| w.len() == self.softmax_inputs())
+            && self.bias.len() == self.classes.len()
+    }
+
     /// Class probabilities from a question's features, in the order `classes` lists them.
     pub fn probabilities(&self, features: &[f32]) -> Option<Vec<f64>> {
         if features.len() != self.mean.len() {
@@ -97,18 +148,14 @@ impl Head {
             .zip(self.mean.iter().zip(&self.scale))
             .map(|(h, (m, s))| (f64::from(*h) - f64::from(*m)) / f64::from(*s))
             .collect();
-        let z: Vec<f64> = self
-            .weights
-            .iter()
-            .zip(&self.bias)
-            .map(|(w, b)| {
-                f64::from(*b)
-                    + w.iter()
-                        .zip(&x)
-                        .map(|(w, x)| f64::from(*w) * x)
-                        .sum::<f64>()
-            })
-            .collect();
+        let x = match &self.hidden {
+            Some(h) => affine(&h.weights, &h.bias, &x)
+                .into_iter()
+                .map(|v| v.max(0.0))
+                .collect(),
+            None => x,
+        };
+        let z = affine(&self.weights, &self.bias, &x);
         let max = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = z.iter().map(|v| (v - max).exp()).collect();
         let sum: f64 = e.iter().sum();
@@ -151,6 +198,120 @@ pub struct Adapters {
     pub features: usize,
     pub default: bool,
     heads: HashMap<String, Arc<Head>>,
+    span: Option<Arc<SpanHead>>,
+}
+
+/// Whether a span found under a label has the form every such part has: a preset label's
+/// ([`crate::span::may_hold`]), and a name or a place holds a letter (a span of one without
+/// is a number the head misread).
+fn has_form(label: &str, description: Option<&str>, text: &str) -> bool {
+    let named = ["PERSON", "LOCATION"].contains(&label);
+    may_hold(label, description, text.as_bytes())
+        && (!named || text.chars().any(char::is_alphabetic))
+}
+
+/// Preset labels whose parts are written without spaces (an address, a number): a span of
+/// one covers the whole chunk it stands in.
+const WRITTEN_WHOLE: [&str; 5] = ["EMAIL_ADDRESS", "URL", "IP_ADDRESS", "IBAN", "PHONE_NUMBER"];
+
+/// Spans as written: a span of a [`WRITTEN_WHOLE`] label reaches over the chunk of
+/// characters between spaces it stands in (its closing marks left out), and takes the
+/// place of any other span there; any span's trailing comma, stop or colon is left out.
+fn written_whole(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<protocol::SpanFound> {
+    let closing = |c: char| matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | ')' | '"' | '\'');
+    let mut out: Vec<protocol::SpanFound> = Vec::with_capacity(spans.len());
+    for mut s in spans {
+        if WRITTEN_WHOLE.contains(&s.label.as_str()) {
+            let (mut a, mut b) = (s.start.min(chars.len()), s.end.min(chars.len()));
+            while a > 0 && !chars[a - 1].is_whitespace() {
+                a -= 1;
+            }
+            while b < chars.len() && !chars[b].is_whitespace() {
+                b += 1;
+            }
+            // An opening bracket stays (a telephone's area code); closing marks go.
+            while b > s.end && closing(chars[b - 1]) {
+                b -= 1;
+            }
+            (s.start, s.end) = (a, b);
+            out.retain(|o| o.end <= a || o.start >= b);
+        } else if out.iter().any(|o| {
+            WRITTEN_WHOLE.contains(&o.label.as_str()) && o.start < s.end && s.start < o.end
+        }) {
+            continue;
+        }
+        while s.end > s.start + 1 && closing(chars[s.end - 1]) && chars[s.end - 1] != ')' {
+            s.end -= 1;
+        }
+        s.text = chars[s.start..s.end].iter().collect();
+        out.push(s);
+    }
+    out
+}
+
+/// A trained span head and the labels its tags name.
+#[derive(Debug)]
+pub struct SpanHead {
+    pub head: Head,
+    /// The labels its tags name, in the order they first appear.
+    pub labels: Vec<String>,
+}
+
+impl SpanHead {
+    /// The spans of `text` from its words' features (`ranges` their code-point ranges), of
+    /// the `wanted` labels (with their descriptions) only. Two spans of one label with
+    /// nothing but glued words between them are one (an address or number whose middle word
+    /// was read apart); a span of a preset label without that label's form is dropped, as
+    /// the prompted path drops a copy without it ([`has_form`]).
+    pub fn spans(
+        &self,
+        text: &str,
+        ranges: &[(usize, usize)],
+        rows: &[Vec<f32>],
+        wanted: &[(String, Option<String>)],
+    ) -> Option<Vec<protocol::SpanFound>> {
+        let words = ranges
+            .iter()
+            .zip(rows)
+            .map(|(&(start, end), row)| {
+                let probs = self.head.probabilities(row)?;
+                Some(Word {
+                    start,
+                    end,
+                    probs: probs.into_iter().map(|p| p as f32).collect(),
+                })
+            })
+            .collect::<Option<Vec<Word>>>()?;
+        let chars: Vec<char> = text.chars().collect();
+        let mut joined: Vec<protocol::SpanFound> = Vec::new();
+        for s in merge(&self.head.classes, &words, text) {
+            if let Some(last) = joined.last_mut() {
+                let between = chars.get(last.end..s.start).unwrap_or_default();
+                if last.label == s.label && !between.iter().any(|c| c.is_whitespace()) {
+                    last.probability = (last.probability + s.probability) / 2.0;
+                    last.end = s.end;
+                    last.text = chars[last.start..last.end].iter().collect();
+                    continue;
+                }
+            }
+            joined.push(s);
+        }
+        Some(
+            written_whole(joined, &chars)
+                .into_iter()
+                .filter(|s| {
+                    wanted
+                        .iter()
+                        .any(|(k, d)| *k == s.label && has_form(k, d.as_deref(), &s.text))
+                })
+                .collect(),
+        )
+    }
+
+    /// How many features a word row holds.
+    pub fn width(&self) -> usize {
+        self.head.mean.len()
+    }
 }
 
 impl Adapters {
@@ -168,25 +329,26 @@ impl Adapters {
             want.sort();
             have.sort();
             let d = file.features;
-            let shapes = h.mean.len() == d
-                && h.scale.len() == d
-                && h.scale.iter().all(|s| s.is_finite() && *s > 0.0)
-                && h.weights.len() == h.classes.len()
-                && h.weights.iter().all(|w| w.len() == d)
-                && h.bias.len() == h.classes.len();
-            if want != have || !shapes {
+            if want != have || h.mean.len() != d || !h.well_shaped() {
                 return Err(format!(
                     "decision_adapters.json: adapter {i} does not fit its question or {d} features"
                 ));
             }
             heads.insert(key, Arc::new(h));
         }
+        let span = file.spans.map(span_head).transpose()?.map(Arc::new);
         Ok(Adapters {
             vocab_size: file.vocab_size,
             features: file.features,
             default: file.default,
             heads,
+            span,
         })
+    }
+
+    /// The span head, when the package has one.
+    pub fn span_head(&self) -> Option<&Arc<SpanHead>> {
+        self.span.as_ref()
     }
 
     /// The head trained on this question, if any.
@@ -200,6 +362,44 @@ impl Adapters {
         heads.sort_by_key(|(k, _)| *k);
         heads.into_iter().map(|(_, h)| &h.question).collect()
     }
+}
+
+/// A span question's labels: its own, or with none, those of the preset it names.
+pub fn span_labels(
+    labels: &[(String, Option<String>)],
+    preset: Option<&str>,
+) -> Result<Vec<(String, Option<String>)>, protocol::error::QuestionFailure> {
+    if !labels.is_empty() {
+        return Ok(labels.to_vec());
+    }
+    match preset {
+        Some(protocol::PII_PRESET) => Ok(protocol::PII_LABELS
+            .iter()
+            .map(|(k, d)| (k.to_string(), Some(d.to_string())))
+            .collect()),
+        Some(other) => Err(protocol::error::QuestionFailure::malformed(format!(
+            "preset {other:?} is not one this model answers (it answers pii); name the labels in criteria"
+        ))),
+        None => Err(protocol::error::QuestionFailure::malformed("a span takes 1 or more labels in criteria")),
+    }
+}
+
+/// Check a span head: a span question, BIO tags naming its labels, rows of one width.
+fn span_head(h: Head) -> Result<SpanHead, String> {
+    let bad = |why: &str| Err(format!("decision_adapters.json: the span head {why}"));
+    let q = parse_question(&h.question, Schema::V5)
+        .map_err(|f| format!("decision_adapters.json: the span head: {}", f.message))?;
+    if !matches!(q.kind, QuestionKind::Span { .. }) {
+        return bad("answers a span question");
+    }
+    if h.mean.is_empty() || !h.well_shaped() {
+        return bad("has rows of different widths");
+    }
+    let labels = entity_types(&h.classes);
+    if labels.is_empty() || !h.classes.iter().any(|c| c == "O") {
+        return bad("names no label, or has no O tag");
+    }
+    Ok(SpanHead { head: h, labels })
 }
 
 #[cfg(test)]
@@ -217,6 +417,7 @@ mod tests {
                 .map(|c| (0..d).map(|i| if i == c { 1.0 } else { 0.0 }).collect())
                 .collect(),
             bias: vec![0.0; classes.len()],
+            hidden: None,
             fit: Value::Null,
         }
     }
@@ -230,6 +431,7 @@ mod tests {
             features: 3,
             default: false,
             adapters: vec![head(q, &["billing", "account"], 3)],
+            spans: None,
         };
         let a = Adapters::new(file).unwrap();
         let asked = parse_question(
@@ -272,6 +474,7 @@ mod tests {
             features: 2,
             default: false,
             adapters: vec![head(q.clone(), &["yes", "maybe"], 2)],
+            spans: None,
         };
         assert!(Adapters::new(bad_classes).is_err());
         let bad_width = AdapterFile {
@@ -279,7 +482,132 @@ mod tests {
             features: 3,
             default: false,
             adapters: vec![head(q, &["yes", "no"], 2)],
+            spans: None,
         };
         assert!(Adapters::new(bad_width).is_err());
+    }
+
+    fn found(label: &str, start: usize, end: usize) -> protocol::SpanFound {
+        protocol::SpanFound {
+            label: label.into(),
+            start,
+            end,
+            text: String::new(),
+            probability: 0.9,
+        }
+    }
+
+    /// An address or number written without spaces is found whole, over any other label read
+    /// inside it; a name's trailing comma is left out.
+    #[test]
+    fn a_chunk_written_without_spaces_is_one_span() {
+        let text = "Mail umueller@example.org, call (480)599-3261x100. Ann Lee, Oslo";
+        let chars: Vec<char> = text.chars().collect();
+        let spans = vec![
+            found("LOCATION", 5, 13),       // umueller
+            found("EMAIL_ADDRESS", 13, 25), // @example.org
+            found("PHONE_NUMBER", 33, 49),  // 480)599-3261x100
+            found("PERSON", 51, 59),        // Ann Lee,
+        ];
+        let got: Vec<(String, String)> = written_whole(spans, &chars)
+            .into_iter()
+            .map(|s| (s.label, s.text))
+            .collect();
+        let want = [
+            ("EMAIL_ADDRESS", "umueller@example.org"),
+            ("PHONE_NUMBER", "(480)599-3261x100"),
+            ("PERSON", "Ann Lee"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(l, t)| (l.to_string(), t.to_string()))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    fn span_file(question: Value, tags: &[&str], d: usize) -> AdapterFile {
+        AdapterFile {
+            vocab_size: 10,
+            features: 3,
+            default: true,
+            adapters: Vec::new(),
+            spans: Some(head(question, tags, d)),
+        }
+    }
+
+    /// A span head's tags name its labels; its words' rows merge into spans of the labels
+    /// asked, with code-point offsets; spans of a label glued together are one, and a span
+    /// without its label's form is dropped.
+    #[test]
+    fn a_span_head_tags_words_and_merges_them() {
+        let tags = [
+            "O",
+            "B-PERSON",
+            "I-PERSON",
+            "B-PHONE_NUMBER",
+            "I-PHONE_NUMBER",
+            "B-URL",
+            "I-URL",
+            "B-IP_ADDRESS",
+            "I-IP_ADDRESS",
+        ];
+        let q = json!({"type": "span", "preset": "pii"});
+        let a = Adapters::new(span_file(q.clone(), &tags, 9)).unwrap();
+        let h = a.span_head().unwrap();
+        assert_eq!(
+            h.labels,
+            vec!["PERSON", "PHONE_NUMBER", "URL", "IP_ADDRESS"]
+        );
+        let row =
+            |t: usize| -> Vec<f32> { (0..9).map(|i| if i == t { 9.0 } else { 0.0 }).collect() };
+        // Zoë Lee: +1 415 555 0199, see http://banks.com/ hi
+        let text = "Zoë Lee: +1 415 555 0199, see http://banks.com/ hi";
+        let words = [
+            ((0, 3), 1),
+            ((4, 7), 2),
+            ((7, 8), 0), // Zoë Lee :
+            ((9, 10), 3),
+            ((10, 11), 4),
+            ((12, 15), 4),
+            ((16, 19), 4),
+            ((20, 24), 4), // +1 415 555 0199
+            ((24, 25), 0),
+            ((26, 29), 0), // , see
+            ((30, 34), 5),
+            ((34, 35), 6),
+            ((35, 36), 6),
+            ((36, 37), 6), // http : / /
+            ((37, 42), 0),
+            ((42, 43), 6),
+            ((43, 46), 6),
+            ((46, 47), 6), // banks read apart, . com /
+            ((48, 50), 7), // hi: not an address
+        ];
+        let ranges: Vec<(usize, usize)> = words.iter().map(|(r, _)| *r).collect();
+        let rows: Vec<Vec<f32>> = words.iter().map(|(_, t)| row(*t)).collect();
+        let wanted: Vec<(String, Option<String>)> =
+            h.labels.iter().map(|l| (l.clone(), None)).collect();
+        let spans = h.spans(text, &ranges, &rows, &wanted).unwrap();
+        let got: Vec<(&str, usize, usize, &str)> = spans
+            .iter()
+            .map(|s| (s.label.as_str(), s.start, s.end, s.text.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("PERSON", 0, 7, "Zoë Lee"),
+                ("PHONE_NUMBER", 9, 24, "+1 415 555 0199"),
+                ("URL", 30, 47, "http://banks.com/"),
+            ]
+        );
+        // Only the labels asked are answered.
+        let phone = h.spans(text, &ranges, &rows, &wanted[1..2]).unwrap();
+        assert_eq!(phone.len(), 1);
+        // A head whose tags name no label, or that is not a span question's, is refused.
+        assert!(Adapters::new(span_file(q, &["O", "X"], 5)).is_ok());
+        let q = json!({"type": "span", "preset": "pii"});
+        assert!(Adapters::new(span_file(q, &["B-A", "I-A"], 5)).is_err());
+        let noul = json!({"type": "noul", "instructions": "Is it urgent?"});
+        assert!(Adapters::new(span_file(noul, &tags, 5)).is_err());
     }
 }

@@ -179,10 +179,11 @@ fn answer_body(
     let mut evaluated = Vec::with_capacity(prepared.len());
     for p in prepared {
         evaluated.push(match p {
-            Ok(p) if late => Ok((p, None)),
-            Ok(p) => {
+            Ok(p) if late => Ok((p, None, Vec::new())),
+            Ok(mut p) => {
                 let groups = evaluate(backend, &p)?;
-                Ok((p, Some(groups)))
+                let spans = find_spans(model, backend, &mut p)?;
+                Ok((p, Some(groups), spans))
             }
             Err(e) => Err(e),
         });
@@ -192,7 +193,7 @@ fn answer_body(
     let mut responses = Vec::with_capacity(evaluated.len());
     for ((name, r), e) in requests.iter().zip(evaluated) {
         let resp = match e {
-            Ok((p, groups)) => {
+            Ok((p, groups, spans)) => {
                 timings.batch_tokens += p.usage.input_tokens as usize;
                 let failure = groups.is_none().then_some(&deadline);
                 let mut groups = groups.unwrap_or_default().into_iter();
@@ -201,7 +202,7 @@ fn answer_body(
                     .iter()
                     .map(|(_, plan, _)| (plan, groups.next().flatten()))
                     .collect();
-                model.response(read, Vec::new(), failure, p.usage)
+                model.response(read, spans, failure, p.usage)
             }
             Err(e) => model.refused(r, &e),
         };
@@ -220,10 +221,20 @@ struct Prepared<'r> {
     /// what the backend reads.
     plans: Vec<(Option<usize>, Plan, Option<DirectQuestion>)>,
     usage: Usage,
+    /// The most tokens of its text a span question reads.
+    span_budget: usize,
 }
 
 /// A valid question: the view it reads, the question, its plan and what the backend reads.
 type Asked<'q> = (usize, &'q Question, Plan, DirectQuestion);
+
+/// A valid question, as it is answered.
+enum Ask<'q> {
+    /// Read by the backend, or by a head on a read of the state.
+    Read(Asked<'q>),
+    /// A span question the package's span head answers from the words of its text.
+    Spans(Plan),
+}
 
 fn prepare<'r>(
     model: &DecisionModel,
@@ -237,7 +248,7 @@ fn prepare<'r>(
 
     // 1. Each question as the backend reads it, and the view of the state it reads.
     let mut views: Vec<Option<&[String]>> = Vec::new();
-    let mut asked: Vec<Result<Asked, QuestionFailure>> = Vec::with_capacity(r.questions.len());
+    let mut asked: Vec<Result<Ask, QuestionFailure>> = Vec::with_capacity(r.questions.len());
     let mut own_tokens = 0usize;
     for slot in &r.questions {
         let q = match &slot.question {
@@ -247,10 +258,30 @@ fn prepare<'r>(
                 continue;
             }
         };
-        let question = model
+        let checked = model
             .image_check(q, slot, r)
             .and_then(|()| model.check_type(q))
-            .and_then(|_| direct_question(model, backend, &slot.id, q, n_decisions));
+            .and_then(|_| model.span_head_for(q));
+        let question = match checked {
+            Ok(Some(labels)) => {
+                asked.push(Ok(Ask::Spans(Plan::Span {
+                    id: slot.id.clone(),
+                    labels,
+                    threshold: match &q.kind {
+                        QuestionKind::Span { threshold, .. } => *threshold,
+                        _ => None,
+                    }
+                    .unwrap_or(model.config.span_threshold),
+                    complete: q.require_full_input,
+                    text: span_text(backend, r).into_owned(),
+                    reads: Vec::new(),
+                    asked: Vec::new(),
+                })));
+                continue;
+            }
+            Ok(None) => direct_question(model, backend, &slot.id, q, n_decisions),
+            Err(f) => Err(f),
+        };
         let (plan, question) = match question {
             Ok(pq) => pq,
             Err(f) => {
@@ -266,15 +297,17 @@ fn prepare<'r>(
             return Err(model.over_request_tokens());
         }
         let view = view_index(&mut views, over_keys(r, q));
-        asked.push(Ok((view, q, plan, question)));
+        asked.push(Ok(Ask::Read((view, q, plan, question))));
     }
 
     // 2. Read each view within its questions' budgets.
     let texts: Vec<Cow<'r, str>> = views.iter().map(|v| view_text(backend, r, *v)).collect();
     let needs: Vec<(usize, usize)> = asked
         .iter()
-        .filter_map(|a| a.as_ref().ok())
-        .map(|(view, ..)| (*view, cap))
+        .filter_map(|a| match a {
+            Ok(Ask::Read((view, ..))) => Some((*view, cap)),
+            _ => None,
+        })
         .collect();
     let mut views = model.read_views(backend, texts, &needs, max_tokens)?;
 
@@ -290,7 +323,11 @@ fn prepare<'r>(
             failure,
         };
         let (view, q, plan, question) = match a {
-            Ok(a) => a,
+            Ok(Ask::Read(a)) => a,
+            Ok(Ask::Spans(plan)) => {
+                plans.push((None, plan, None));
+                continue;
+            }
             Err(f) => {
                 plans.push((None, failed(f), None));
                 continue;
@@ -335,7 +372,47 @@ fn prepare<'r>(
         keys,
         plans,
         usage,
+        span_budget: cap,
     })
+}
+
+/// The text a span head reads: a text state as it is (offsets count into it), another
+/// state as the backend renders it.
+fn span_text<'r>(backend: &dyn DirectBackend, r: &'r DecisionRequest) -> Cow<'r, str> {
+    match &r.state {
+        serde_json::Value::String(s) => Cow::Borrowed(s.as_str()),
+        state => backend.render_state(state),
+    }
+}
+
+/// Each span plan's spans, in plan order, from the package's span head; the tokens read are
+/// added to `usage`, and a plan whose text was read only in part is not complete.
+fn find_spans(
+    model: &DecisionModel,
+    backend: &dyn DirectBackend,
+    p: &mut Prepared<'_>,
+) -> Result<Vec<Option<Vec<protocol::SpanFound>>>, EngineError> {
+    let head = model.adapters().and_then(|a| a.span_head());
+    let mut out = Vec::new();
+    for (_, plan, _) in &mut p.plans {
+        let Plan::Span {
+            labels,
+            text,
+            complete,
+            ..
+        } = plan
+        else {
+            continue;
+        };
+        let (Some(head), Some(words)) = (head, backend.word_rows(text, p.span_budget)?) else {
+            out.push(None);
+            continue;
+        };
+        p.usage.input_tokens += words.tokens as u64;
+        *complete &= !words.truncated;
+        out.push(head.spans(text, &words.ranges, &words.rows, labels));
+    }
+    Ok(out)
 }
 
 /// The state, or with `over` only the keys it names (in state order), as the model reads it.

@@ -355,6 +355,25 @@ impl DecisionModel {
                 ),
             ));
         }
+        if let Some(span) = adapters.span_head() {
+            // The head must read the rows this backbone gives its words.
+            let width = match &self.engine {
+                Engine::Direct(d) => d
+                    .word_rows("Ann Lee called +1 415 555 0199.", 64)?
+                    .and_then(|w| w.rows.first().map(Vec::len)),
+                Engine::Tree(_) => None,
+            };
+            if width != Some(span.width()) {
+                return Err(EngineError::LoadFailed(
+                    self.meta.name.clone(),
+                    format!(
+                        "the span head reads {} features a word; this model gives {}",
+                        span.width(),
+                        width.map_or("none".to_string(), |w| w.to_string())
+                    ),
+                ));
+            }
+        }
         self.adapters = Some(adapters);
         Ok(self)
     }

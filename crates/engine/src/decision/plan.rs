@@ -4,6 +4,7 @@
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{Question, QuestionKind};
 
+use super::adapter::span_labels;
 use super::model::{DecisionModel, Plan, Readout, Tree};
 use crate::backend::{Node, Token};
 use crate::labels::{option_code, Trie};
@@ -73,6 +74,34 @@ impl DecisionModel {
             ));
         }
         self.readout_for(q)
+    }
+
+    /// The labels a span question asks of the package's span head, where it has one (`None`
+    /// where it has none, or the question is not a span). A label the head was not trained
+    /// on is refused, not guessed.
+    pub(crate) fn span_head_for(
+        &self,
+        q: &Question,
+    ) -> Result<Option<Vec<(String, Option<String>)>>, QuestionFailure> {
+        let QuestionKind::Span { labels, .. } = &q.kind else {
+            return Ok(None);
+        };
+        let Some(head) = self.adapters.as_ref().and_then(|a| a.span_head()) else {
+            return Ok(None);
+        };
+        let labels = span_labels(labels, q.preset.as_deref())?;
+        if let Some((missing, _)) = labels.iter().find(|(k, _)| !head.labels.contains(k)) {
+            return Err(QuestionFailure::new(
+                QuestionErrorKind::InvalidQuestion,
+                reason::DECISION_ADAPTER_UNSUPPORTED,
+                format!(
+                    "model {} finds only the labels its span head was trained on ({}); {missing:?} is not one",
+                    self.meta.name,
+                    head.labels.join(", ")
+                ),
+            ));
+        }
+        Ok(Some(labels))
     }
 
     /// How a question's answer is read. A question that asks for a decision adapter
@@ -381,25 +410,5 @@ fn read_features(nodes: &mut [Node], readout: &Readout, features: &[Token]) {
     }
     if let Some(read) = nodes.first_mut().and_then(|n| n.reads.first_mut()) {
         read.candidates.extend_from_slice(features);
-    }
-}
-
-/// A span question's labels: its own, or with none, those of the preset it names.
-pub(super) fn span_labels(
-    labels: &[(String, Option<String>)],
-    preset: Option<&str>,
-) -> Result<Vec<(String, Option<String>)>, QuestionFailure> {
-    if !labels.is_empty() {
-        return Ok(labels.to_vec());
-    }
-    match preset {
-        Some(protocol::PII_PRESET) => Ok(protocol::PII_LABELS
-            .iter()
-            .map(|(k, d)| (k.to_string(), Some(d.to_string())))
-            .collect()),
-        Some(other) => Err(QuestionFailure::malformed(format!(
-            "preset {other:?} is not one this model answers (it answers pii); name the labels in criteria"
-        ))),
-        None => Err(QuestionFailure::malformed("a span takes 1 or more labels in criteria")),
     }
 }
