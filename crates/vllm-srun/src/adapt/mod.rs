@@ -23,6 +23,8 @@ use protocol::request::parse_question;
 use protocol::Schema;
 use serde_json::{json, Value};
 
+mod spans;
+
 /// The file a package keeps its adapters in.
 pub const ADAPTERS_FILE: &str = "decision_adapters.json";
 /// L2 weights cross-validation chooses from (on standardised features, per case).
@@ -34,8 +36,11 @@ const L2_GRID: &[f64] = &[1e-3, 1e-2, 3e-2, 1e-1, 3e-1];
 /// get surer without end, and a head made surer than its fit on that evidence reads too sure
 /// on the first case unlike its training.
 const TEMPERATURES: usize = 31;
-/// Optimiser steps of one fit (full batch).
+/// Optimiser steps of one fit.
 const STEPS: usize = 300;
+/// Rows one step reads: every row of a question's cases (full batch) up to this many; a span
+/// head's many words are read this many a step, in turn.
+const BATCH_ROWS: usize = 2048;
 /// Fewest labelled cases a question needs to get an adapter.
 pub const MIN_CASES: usize = 20;
 
@@ -128,6 +133,8 @@ struct Case {
     at: String,
     state: Value,
     questions: Vec<(String, Value, Value)>,
+    /// Its labelled span questions.
+    spans: Vec<spans::SpanCase>,
 }
 
 impl Case {
@@ -178,7 +185,15 @@ fn read_cases(data: &[PathBuf], unlabelled: bool) -> Result<Vec<Case>, String> {
                 ));
             };
             let mut questions = Vec::new();
+            let mut span_cases = Vec::new();
             for (qid, q) in asked {
+                if q.get("type").and_then(Value::as_str) == Some("span") {
+                    // A teacher labels no spans.
+                    if !unlabelled {
+                        span_cases.extend(spans::read_span(&at, qid, q, state)?);
+                    }
+                    continue;
+                }
                 let Some((w, truth)) = wire(q) else {
                     continue;
                 };
@@ -224,6 +239,7 @@ fn read_cases(data: &[PathBuf], unlabelled: bool) -> Result<Vec<Case>, String> {
                 at,
                 state: state.clone(),
                 questions,
+                spans: span_cases,
             });
         }
     }
@@ -346,6 +362,7 @@ fn collect_encoded(backbone: &Backbone, items: &[Case]) -> Result<BTreeMap<Strin
     let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
     let bar = progress(items.len());
     let room = engine::DirectBackend::info(backbone).trained_context;
+    let items: Vec<&Case> = items.iter().filter(|c| !c.questions.is_empty()).collect();
     for chunk in items.chunks(16) {
         let tokens = chunk
             .iter()
@@ -371,18 +388,18 @@ fn collect_encoded(backbone: &Backbone, items: &[Case]) -> Result<BTreeMap<Strin
 }
 
 /// Mean and standard deviation of each feature.
-fn standardiser(x: &[Vec<f32>]) -> (Vec<f32>, Vec<f32>) {
-    let d = x.first().map_or(0, Vec::len);
+fn standardiser<R: AsRef<[f32]>>(x: &[R]) -> (Vec<f32>, Vec<f32>) {
+    let d = x.first().map_or(0, |r| r.as_ref().len());
     let n = x.len().max(1) as f64;
     let mut mean = vec![0f64; d];
     for row in x {
-        for (m, v) in mean.iter_mut().zip(row) {
+        for (m, v) in mean.iter_mut().zip(row.as_ref()) {
             *m += f64::from(*v) / n;
         }
     }
     let mut var = vec![0f64; d];
     for row in x {
-        for ((s, v), m) in var.iter_mut().zip(row).zip(&mean) {
+        for ((s, v), m) in var.iter_mut().zip(row.as_ref()).zip(&mean) {
             *s += (f64::from(*v) - m).powi(2) / n;
         }
     }
@@ -408,12 +425,22 @@ fn fit(x: &[Vec<f32>], t: &[Vec<f32>], k: usize, l2: f64) -> candle_core::Result
         })
         .collect();
     let dev = Device::Cpu;
+    // Rows in a fixed shuffled order, so a step's rows are a fair sample of every case.
+    let order = shuffled(n);
+    let flat: Vec<f32> = order
+        .iter()
+        .flat_map(|&i| flat[i * d..(i + 1) * d].iter().copied())
+        .collect();
     let xs = Tensor::from_vec(flat, (n, d), &dev)?;
     let ts = Tensor::from_vec(
-        t.iter().flatten().copied().collect::<Vec<_>>(),
+        order
+            .iter()
+            .flat_map(|&i| t[i].iter().copied())
+            .collect::<Vec<_>>(),
         (n, k),
         &dev,
     )?;
+    let batch = n.min(BATCH_ROWS);
     let w = Var::zeros((d, k), DType::F32, &dev)?;
     let b = Var::zeros(k, DType::F32, &dev)?;
     let mut opt = AdamW::new(
@@ -424,11 +451,15 @@ fn fit(x: &[Vec<f32>], t: &[Vec<f32>], k: usize, l2: f64) -> candle_core::Result
             ..Default::default()
         },
     )?;
-    for _ in 0..STEPS {
-        let logits = xs.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?;
+    for step in 0..STEPS {
+        // Every row at once, or for many rows (a span head's words) the next `batch` of them.
+        let start = (step * batch) % n;
+        let start = start.min(n - batch);
+        let (xb, tb) = (xs.narrow(0, start, batch)?, ts.narrow(0, start, batch)?);
+        let logits = xb.matmul(w.as_tensor())?.broadcast_add(b.as_tensor())?;
         // Cross-entropy against each case's target distribution (one-hot for a truth).
         let logp = candle_nn::ops::log_softmax(&logits, 1)?;
-        let loss = ((ts.clone() * logp)?.sum_all()? * (-1.0 / n as f64))?;
+        let loss = ((tb * logp)?.sum_all()? * (-1.0 / batch as f64))?;
         let penalty = (w.as_tensor().sqr()?.sum_all()? * (l2 / 2.0))?;
         opt.backward_step(&(loss + penalty)?)?;
     }
@@ -441,8 +472,22 @@ fn fit(x: &[Vec<f32>], t: &[Vec<f32>], k: usize, l2: f64) -> candle_core::Result
         scale,
         weights: wt,
         bias,
+        hidden: None,
         fit: Value::Null,
     })
+}
+
+/// `0..n` in a fixed pseudo-random order (the same for the same `n`).
+fn shuffled(n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in (1..n).rev() {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        order.swap(i, (state >> 33) as usize % (i + 1));
+    }
+    order
 }
 
 /// Accuracy, mean NLL and ECE (15 bins of the top answer's probability) of answers `p`.
@@ -761,6 +806,12 @@ fn adapt_llm(
     )
     .map_err(|e| e.to_string())?;
     let backend: Arc<dyn engine::Backend> = Arc::new(backend);
+    if let Some(c) = cases.iter().find(|c| !c.spans.is_empty()) {
+        return Err(format!(
+            "{}: span heads are trained on an encoder backbone (e.g. --model minilm-l6)",
+            c.at
+        ));
+    }
     let vocab_size = backend.vocab_size();
     let features =
         engine::adapter::feature_tokens(vocab_size, backend.info().hidden_size.unwrap_or(0)).len();
@@ -794,6 +845,7 @@ fn adapt_llm(
             features,
             default: o.default_on,
             adapters: heads,
+            spans: None,
         },
     )?;
     Ok(report)
@@ -826,6 +878,18 @@ fn adapt_encoder(
         1e3 * took / cases.len().max(1) as f64
     );
     let (heads, report) = train_all(&by_question, o.folds)?;
+    let span_cases: Vec<spans::SpanCase> =
+        cases.iter().flat_map(|c| c.spans.iter().cloned()).collect();
+    let span = spans::train_spans(&backbone, &span_cases)?;
+    if let Some((_, f)) = &span {
+        eprintln!(
+            "span head: {} cases, {} words, temperature {:.2}; exact spans of the held-out fifth:",
+            f.cases, f.words, f.temperature
+        );
+        for (label, (p, r, f1)) in &f.labels {
+            eprintln!("  {label:<16} precision {p:.3}  recall {r:.3}  F1 {f1:.3}");
+        }
+    }
     let meta = super::plan_meta(&o.model, false, &[]);
     write_encoder_package(
         o,
@@ -836,6 +900,7 @@ fn adapt_encoder(
             features,
             default: true,
             adapters: heads,
+            spans: span.map(|(h, _)| h),
         },
     )?;
     Ok(report)
@@ -877,12 +942,17 @@ fn write_encoder_package(
         link_to(&entry.path(), &o.out.join(&name)).map_err(io)?;
     }
     let n = file.adapters.len();
+    let and_spans = if file.spans.is_some() {
+        " and a span head"
+    } else {
+        ""
+    };
     write_json(&o.out, ADAPTERS_FILE, &file)?;
     write_json(
         &o.out,
         "card.json",
         &json!({
-            "description": format!("{n} decision heads on {base}, trained by vllm-srun adapt"),
+            "description": format!("{n} decision heads{and_spans} on {base}, trained by vllm-srun adapt"),
             "revision": format!("{base}+heads"),
             "base": base,
             "decision_adapter_default": true,
