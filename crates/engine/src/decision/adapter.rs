@@ -364,11 +364,14 @@ impl Adapters {
     }
 }
 
+/// A span question's labels, each with its description.
+pub type Labels = Vec<(String, Option<String>)>;
+
 /// A span question's labels: its own, or with none, those of the preset it names.
 pub fn span_labels(
     labels: &[(String, Option<String>)],
     preset: Option<&str>,
-) -> Result<Vec<(String, Option<String>)>, protocol::error::QuestionFailure> {
+) -> Result<Labels, protocol::error::QuestionFailure> {
     if !labels.is_empty() {
         return Ok(labels.to_vec());
     }

@@ -4,7 +4,7 @@
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
 use protocol::request::{Question, QuestionKind};
 
-use super::adapter::span_labels;
+use super::adapter::{span_labels, Labels};
 use super::model::{DecisionModel, Plan, Readout, Tree};
 use crate::backend::{Node, Token};
 use crate::labels::{option_code, Trie};
@@ -79,10 +79,7 @@ impl DecisionModel {
     /// The labels a span question asks of the package's span head, where it has one (`None`
     /// where it has none, or the question is not a span). A label the head was not trained
     /// on is refused, not guessed.
-    pub(crate) fn span_head_for(
-        &self,
-        q: &Question,
-    ) -> Result<Option<Vec<(String, Option<String>)>>, QuestionFailure> {
+    pub(crate) fn span_head_for(&self, q: &Question) -> Result<Option<Labels>, QuestionFailure> {
         let QuestionKind::Span { labels, .. } = &q.kind else {
             return Ok(None);
         };

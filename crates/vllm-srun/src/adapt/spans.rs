@@ -195,7 +195,7 @@ pub(super) fn train_spans(
     let started = std::time::Instant::now();
     // Fitted on four cases in five, the fifth answered: the temperature is chosen on those
     // answers, and they are what the report measures. Then fitted again on every case.
-    let held = |i: &usize| i % HOLD_OUT == 0;
+    let held = |i: &usize| i.is_multiple_of(HOLD_OUT);
     let rows_of = |keep: &dyn Fn(&usize) -> bool| {
         let (mut x, mut t) = (Vec::new(), Vec::new());
         for i in (0..cases.len()).filter(|i| keep(i)) {
