@@ -67,6 +67,7 @@ pull_models() {
     "$bin" models pull minilm-l6 &&
     # The default router's guard: heads on the same encoder.
     "$bin" models pull minilm-l6-router &&
+    "$bin" models pull minilm-l6-pii &&
     "$bin" models pull qwen2.5-0.5b &&
     # Span questions need the 1.5B decision backbone (tests/spans.rs).
     "$bin" models pull qwen2.5-1.5b &&

@@ -184,8 +184,11 @@ def run(args):
     labels = [only[0]] if only else LABELS
     predicted, bad = [], 0
     t0 = time.time()
+    times = []
     for i, case in enumerate(cases):
+        started = time.time()
         v = ask(args.url, args.model, case["text"], args.timeout, only)
+        times.append(time.time() - started)
         spans = v.get("spans", {}).get("pii", [])
         chars = list(case["text"])
         for s in spans:
@@ -211,7 +214,10 @@ def run(args):
     print(f"at threshold {args.threshold}:")
     ours = score(cases, predicted, labels)
     base = score(cases, [regex_spans(c["text"]) for c in cases], list(PATTERNS))
-    print(f"{len(cases)} texts, {elapsed:.0f} s ({elapsed / max(1, len(cases)):.2f} s per text)")
+    times.sort()
+    pct = lambda q: times[min(len(times) - 1, int(q * len(times)))] if times else 0.0
+    print(f"{len(cases)} texts, {elapsed:.0f} s ({elapsed / max(1, len(cases)):.2f} s per text; "
+          f"p50 {pct(0.5) * 1000:.1f} ms, p99 {pct(0.99) * 1000:.1f} ms)")
     print(f"{'label':15} {'n':>4} {'P':>6} {'R':>6} {'F1':>6}   regex P/R/F1")
     for label in labels:
         o = ours[label]

@@ -194,6 +194,24 @@ pub fn catalog() -> Vec<Entry> {
             )),
         },
         Entry {
+            id: "minilm-l6-pii",
+            description: "The pii preset on a trained span head: all-MiniLM-L6-v2 (the \
+                          minilm-l6 weights) with a tag head over its words trained by \
+                          `vllm-srun adapt` on tools/pii_cases.py's generated texts; finds \
+                          the preset's nine labels in milliseconds and refuses every other \
+                          question.",
+            release_date: "2026-12-06",
+            kind: Kind::Encoder,
+            parts: minilm(),
+            sha256: MINILM_SHA256,
+            size: MINILM_SIZE,
+            decision_config: None,
+            router_questions: None,
+            decision_adapters: Some(include_str!(
+                "../catalogue/minilm-l6-pii/decision_adapters.json"
+            )),
+        },
+        Entry {
             id: "sparrow-nano",
             description: "Sparrow nano general v1.1: a static decision model (int8 WordPiece \
                           embeddings and a 3-layer MLP over state, question and option \

@@ -571,3 +571,83 @@ async fn a_student_distilled_from_a_teacher_answers_as_it_does() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// The `pii` preset on the catalogue's span head (`minilm-l6-pii`): spans with code-point
+/// offsets (after emoji and CJK), the telephone number found, a label the head was
+/// not trained on refused, and questions of other types refused: it answers nothing else.
+#[tokio::test]
+async fn a_span_head_answers_the_pii_preset_and_refuses_other_labels() {
+    let mut o = options();
+    o.models = vec!["minilm-l6-pii".into()];
+    o.generate = None;
+    let s = start(o);
+    let (_, m) = get(&s.url("/v1/models")).await;
+    let card = &m["models"][0]["card"];
+    assert_eq!(card["question_types"], json!(["span"]), "{card}");
+    assert_eq!(card["presets"], json!(["pii"]), "{card}");
+    let ask = |state: &str, q: serde_json::Value| json!({"model": "minilm-l6-pii", "state": state, "questions": {"pii": q}});
+    let text = "…call +1 415 555 0199 before Friday.";
+    let (status, _, v) = post(
+        &s.url("/v1/decisions"),
+        &ask(text, json!({"preset": "pii"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let found: Vec<(&str, &str)> = v["spans"]["pii"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["label"].as_str().unwrap(), s["text"].as_str().unwrap()))
+        .collect();
+    assert!(found.contains(&("PHONE_NUMBER", "+1 415 555 0199")), "{v}");
+    // Offsets count code points, after an emoji and CJK characters.
+    let text = "😀 東京: write to ana.lima@example.org today";
+    let (status, _, v) = post(
+        &s.url("/v1/systemone"),
+        &ask(text, json!({"preset": "pii"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let email = v["spans"]["pii"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["label"] == "EMAIL_ADDRESS")
+        .unwrap_or_else(|| panic!("{v}"));
+    let (start, end) = (
+        email["start"].as_u64().unwrap(),
+        email["end"].as_u64().unwrap(),
+    );
+    let chars: Vec<char> = text.chars().collect();
+    let at: String = chars[start as usize..end as usize].iter().collect();
+    assert_eq!(
+        (at.as_str(), email["text"].as_str()),
+        ("ana.lima@example.org", Some("ana.lima@example.org"))
+    );
+    // A label the head names, asked alone, finds only that label.
+    let phone = json!({"type": "span", "criteria": {"PHONE_NUMBER": "a telephone number"}});
+    let (_, _, v) = post(
+        &s.url("/v1/decisions"),
+        &ask("Ring 020 7946 0958, Ana.", phone),
+    )
+    .await;
+    let spans = v["spans"]["pii"].as_array().unwrap();
+    assert!(
+        spans.iter().all(|s| s["label"] == "PHONE_NUMBER") && !spans.is_empty(),
+        "{v}"
+    );
+    // A label it was not trained on, and other question types, are refused in place.
+    let body = json!({"model": "minilm-l6-pii", "state": "Ana bought a kettle.", "questions": {
+        "pii": {"preset": "pii"},
+        "product": {"type": "span", "criteria": {"PRODUCT": "a product name"}},
+        "phone": {"type": "noul", "instructions": "Is a phone number given?"}}});
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["answers"]["product"]["error"], "invalid_question", "{v}");
+    assert_eq!(
+        v["answers"]["product"]["reason"], "decision_adapter_unsupported",
+        "{v}"
+    );
+    assert_eq!(v["answers"]["phone"]["error"], "invalid_question", "{v}");
+    assert!(v["answers"]["pii"]["error"].is_null(), "{v}");
+}
