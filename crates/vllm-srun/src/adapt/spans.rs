@@ -15,7 +15,7 @@ use protocol::request::parse_question;
 use protocol::Schema;
 use serde_json::{json, Value};
 
-use super::{best_temperature, progress, scores, shuffled, standardiser, temper};
+use super::fit::{best_temperature, progress, scores, shuffled, standardiser, temper};
 
 /// Hidden units of a span head.
 const UNITS: usize = 256;
