@@ -953,7 +953,13 @@ mod tests {
             shipped.push((e.id, adapters, config));
         }
         let ids: Vec<&str> = shipped.iter().map(|(id, ..)| *id).collect();
-        assert_eq!(ids, ["qwen2.5-1.5b", "minilm-l6-router"]);
+        assert_eq!(ids, ["qwen2.5-1.5b", "minilm-l6-router", "minilm-l6-pii"]);
+        // The pii package is a span head alone, trained on the preset.
+        let pii = &shipped[2].1;
+        assert!(pii.questions().is_empty());
+        let span = pii.span_head().expect("a span head");
+        assert_eq!(span.head.question["preset"], "pii");
+        assert_eq!(span.labels.len(), protocol::PII_LABELS.len());
         let built_in = default_router().expect("the built-in config");
         let mut answered = Vec::new();
         for (id, adapters, config) in &shipped {
