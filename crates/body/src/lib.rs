@@ -4,13 +4,13 @@
 //!
 //! The limit applies to the body as sent and again while decoding: the decoder is read into a
 //! buffer capped at the limit, so a small body that inflates past it is refused without ever
-//! holding more than the limit of inflated bytes. A [`BodyError`] names its status, code,
-//! reason word and limit once, here; each face renders them in its own error shape.
+//! holding more than the limit of inflated bytes. A [`BodyError`] names the limit it broke;
+//! the `errors` crate gives it its status, code and reason word.
 
 use std::io::Read;
 
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 
 /// Every asset part of a multipart body, by part name.
 pub type Parts = std::collections::BTreeMap<String, Bytes>;
@@ -31,36 +31,6 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    /// The HTTP status every face answers this refusal with.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            BodyError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            BodyError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            BodyError::Malformed(_) | BodyError::Multipart(_) => StatusCode::BAD_REQUEST,
-            BodyError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
-        }
-    }
-
-    /// The error code (worker-api.txt's list).
-    pub fn code(&self) -> &'static str {
-        match self {
-            BodyError::TooLarge { .. } => "request_too_large",
-            BodyError::Unsupported(_) => "unsupported_media_type",
-            _ => "invalid_request",
-        }
-    }
-
-    /// The fixed reason word beside the code.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            BodyError::TooLarge { .. } => "body_too_large",
-            BodyError::Unsupported(_) => "encoding_unsupported",
-            BodyError::Malformed(_) => "encoding_malformed",
-            BodyError::Multipart(_) => "multipart_malformed",
-            BodyError::TimedOut(_) => "body_timeout",
-        }
-    }
-
     /// The limit the body broke: bytes, or the deadline in milliseconds.
     pub fn limit(&self) -> Option<u64> {
         match self {

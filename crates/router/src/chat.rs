@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response};
 use serde_json::{json, Map, Value};
 
 use crate::config::{Action, Decision, ModelRef, ReasoningKind, Signal, AUTO_MODEL};
-use crate::error::{Flavor, RouterError};
+use crate::error::{RouterError, Shape};
 use crate::rules::{self, SignalValue, Signals};
 use crate::signals;
 use crate::Runtime;
@@ -42,7 +42,7 @@ pub async fn chat_completions(
 ) -> Response<Body> {
     let start = Instant::now();
     let (bytes, mut req, _) =
-        match crate::read_object(&rt, &headers, body, Flavor::OpenAi, false, None).await {
+        match crate::read_object(&rt, &headers, body, Shape::OpenAi, false, None).await {
             Ok(x) => x,
             Err(r) => return r,
         };
@@ -52,7 +52,7 @@ pub async fn chat_completions(
             param: Some("model".into()),
             reason: None,
         }
-        .response(Flavor::OpenAi);
+        .response(Shape::OpenAi);
     };
     let debug = headers
         .get("x-vsr-debug")
@@ -61,7 +61,7 @@ pub async fn chat_completions(
     if model != AUTO_MODEL {
         // A concrete model: straight to its backend, body untouched.
         if !rt.backends.contains_key(&model) {
-            return RouterError::ModelNotFound(model).response(Flavor::OpenAi);
+            return RouterError::ModelNotFound(model).response(Shape::OpenAi);
         }
         let routed = Routed {
             decision: "none".into(),
@@ -109,7 +109,7 @@ pub async fn chat_completions(
     let (decision, confidence): (&Decision, f64) = match (ranking.first(), default) {
         (Some(r), _) => (r.decision, r.confidence),
         (None, Some(d)) => (d, 0.0),
-        (None, None) => return RouterError::BackendUnavailable.response(Flavor::OpenAi),
+        (None, None) => return RouterError::BackendUnavailable.response(Shape::OpenAi),
     };
     let mut hs = Vec::new();
     if debug {
@@ -146,7 +146,7 @@ pub async fn chat_completions(
                 )
             }),
         }
-        .response(Flavor::OpenAi);
+        .response(Shape::OpenAi);
         Routed {
             decision: decision.name.clone(),
             headers: hs,
@@ -290,7 +290,7 @@ async fn forward(
         }
     }
     tracing::warn!(?last_error, "no backend answered");
-    let mut resp = RouterError::BackendUnavailable.response(Flavor::OpenAi);
+    let mut resp = RouterError::BackendUnavailable.response(Shape::OpenAi);
     routed.apply(resp.headers_mut());
     resp
 }

@@ -1,9 +1,12 @@
-//! The router's own refusals, and the one place they become status codes and bodies.
+//! The router's own refusals, as the `errors` crate's [`ApiError`]s.
 
 use ::body::BodyError;
 use axum::body::Body;
-use axum::http::{header, HeaderValue, Response, StatusCode};
-use serde_json::{json, Map, Value};
+use axum::http::{Response, StatusCode};
+use errors::{ApiError, Code};
+use serde_json::Value;
+
+pub use errors::Shape;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RouterError {
@@ -34,158 +37,67 @@ pub enum RouterError {
     Malformed(String),
 }
 
-/// The body shape of the API that answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavor {
-    /// `{"error": {message, type, param, code}}`.
-    OpenAi,
-    /// vllm-sr/5.0's detail with the flat fields (POST /v1/systemone).
-    V5,
-    /// `{"error": {code, message}}` (POST /v1/decisions and the worker endpoints).
-    Internal,
-}
-
 impl RouterError {
-    pub fn status(&self) -> StatusCode {
-        match self {
-            RouterError::BadRequest { .. } | RouterError::Malformed(_) => StatusCode::BAD_REQUEST,
-            RouterError::ModelNotFound(_) => StatusCode::NOT_FOUND,
-            RouterError::Overloaded => StatusCode::TOO_MANY_REQUESTS,
-            RouterError::NotReady | RouterError::BackendUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            RouterError::DeadlineExceeded(_) => StatusCode::GATEWAY_TIMEOUT,
-            RouterError::Blocked { .. } => StatusCode::FORBIDDEN,
-            RouterError::Body(e) => e.status(),
-        }
-    }
-
-    pub fn code(&self) -> &'static str {
-        match self {
-            RouterError::BadRequest { .. } | RouterError::Malformed(_) => "invalid_request",
-            RouterError::ModelNotFound(_) => "model_not_found",
-            RouterError::Overloaded => "overloaded",
-            RouterError::NotReady => "not_ready",
-            RouterError::DeadlineExceeded(_) => "systemone_deadline_exceeded",
-            RouterError::Blocked { .. } => "request_blocked",
-            RouterError::BackendUnavailable => "model_unavailable",
-            RouterError::Body(e) => e.code(),
-        }
-    }
-
-    fn retry_after(&self) -> Option<u64> {
-        match self {
-            RouterError::Overloaded => Some(1),
-            RouterError::NotReady | RouterError::BackendUnavailable => Some(5),
-            _ => None,
-        }
-    }
-
-    /// The code in `flavor`'s body: on the published System One API (vllm-sr/5.0) a model
-    /// with no ready worker is `model_unavailable` (system-duo-api.txt); the runtime's own
-    /// shape keeps the worker's `not_ready`.
-    fn code_in(&self, flavor: Flavor) -> &'static str {
-        match (self, flavor) {
-            (RouterError::NotReady, Flavor::V5) => "model_unavailable",
-            _ => self.code(),
-        }
-    }
-
-    pub fn body(&self, flavor: Flavor) -> Value {
+    /// This refusal as the errors crate renders it.
+    pub fn api(&self) -> ApiError {
         let message = self.to_string();
-        let reason = match self {
-            RouterError::BadRequest { reason, .. } => *reason,
-            RouterError::Malformed(_) => Some("body_malformed"),
-            RouterError::Body(e) => Some(e.reason()),
-            _ => None,
-        };
-        let limit = match self {
-            RouterError::Body(e) => e.limit(),
-            _ => None,
-        };
-        match flavor {
-            Flavor::OpenAi => {
-                let kind = match self.status().as_u16() {
-                    429 => "rate_limit_error",
-                    s if s >= 500 => "server_error",
-                    _ => "invalid_request_error",
-                };
-                let param = match self {
-                    RouterError::BadRequest { param, .. } => param.clone(),
-                    RouterError::ModelNotFound(_) => Some("model".into()),
-                    _ => None,
-                };
-                json!({"error": {"message": message, "type": kind, "param": param, "code": reason.unwrap_or(self.code())}})
+        match self {
+            RouterError::BadRequest { param, reason, .. } => {
+                let mut e = ApiError::new(Code::InvalidRequest, message);
+                e.param = param.clone();
+                e.reason = *reason;
+                e
             }
-            Flavor::V5 | Flavor::Internal => {
-                let mut flat = Map::new();
-                flat.insert("code".into(), json!(self.code_in(flavor)));
-                if let Some(r) = reason {
-                    flat.insert("reason".into(), json!(r));
-                }
-                if let Some(l) = limit {
-                    flat.insert("limit".into(), json!(l));
-                }
-                if flavor == Flavor::Internal {
-                    flat.insert("message".into(), json!(message));
-                    return json!({ "error": flat });
-                }
-                let detail = match self {
-                    RouterError::Malformed(_) => {
-                        json!([{"loc": ["body"], "msg": message, "type": "body_malformed"}])
-                    }
-                    _ => json!({"error_type": self.code_in(flavor), "message": message}),
-                };
-                flat.insert("detail".into(), detail);
-                flat.insert("message".into(), json!(message));
-                Value::Object(flat)
+            RouterError::ModelNotFound(_) => {
+                let mut e = ApiError::new(Code::ModelNotFound, message);
+                e.param = Some("model".into());
+                e
             }
+            RouterError::Overloaded => ApiError::new(Code::Overloaded, message),
+            RouterError::NotReady => ApiError::new(Code::NotReady, message),
+            RouterError::DeadlineExceeded(_) => {
+                ApiError::new(Code::SystemoneDeadlineExceeded, message)
+            }
+            RouterError::Blocked { .. } => ApiError::new(Code::RequestBlocked, message),
+            RouterError::BackendUnavailable => ApiError::new(Code::ModelUnavailable, message),
+            RouterError::Body(e) => ApiError::from(e.clone()),
+            RouterError::Malformed(m) => ApiError::malformed(m.clone()),
         }
     }
 
-    /// The status in `flavor`: a malformed body is a validation failure (422) on vllm-sr/5.0.
-    pub fn status_in(&self, flavor: Flavor) -> StatusCode {
-        match (self, flavor) {
-            (RouterError::Malformed(_), Flavor::V5) => StatusCode::UNPROCESSABLE_ENTITY,
-            _ => self.status(),
-        }
+    pub fn status(&self) -> StatusCode {
+        self.api().status()
     }
 
-    pub fn response(&self, flavor: Flavor) -> Response<Body> {
-        let body = serde_json::to_vec(&self.body(flavor)).unwrap_or_default();
-        let mut r = Response::new(Body::from(body));
-        *r.status_mut() = self.status_in(flavor);
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Some(s) = self.retry_after() {
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        r
+    pub fn body(&self, shape: Shape) -> Value {
+        self.api().body(shape)
+    }
+
+    pub fn response(&self, shape: Shape) -> Response<Body> {
+        self.api().response(shape)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn statuses_codes_and_retry_after() {
-        let r = RouterError::Overloaded.response(Flavor::V5);
+        let r = RouterError::Overloaded.response(Shape::One);
         assert_eq!(r.status(), 429);
         assert_eq!(r.headers()["retry-after"], "1");
-        let r = RouterError::NotReady.response(Flavor::Internal);
+        let r = RouterError::NotReady.response(Shape::Internal);
         assert_eq!(r.status(), 503);
         assert_eq!(r.headers()["retry-after"], "5");
-        let b = RouterError::DeadlineExceeded(30_000).body(Flavor::V5);
+        let b = RouterError::DeadlineExceeded(30_000).body(Shape::One);
         assert_eq!(b["code"], "systemone_deadline_exceeded");
         assert!(b["message"]
             .as_str()
             .unwrap()
             .contains("options.deadline_ms"));
-        let b = RouterError::ModelNotFound("x".into()).body(Flavor::OpenAi);
+        let b = RouterError::ModelNotFound("x".into()).body(Shape::OpenAi);
         assert_eq!(b["error"]["code"], "model_not_found");
         assert_eq!(b["error"]["param"], "model");
         let big = RouterError::Body(BodyError::TooLarge {
@@ -193,27 +105,27 @@ mod tests {
             what: "as sent",
         });
         assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(big.body(Flavor::Internal)["error"]["limit"], 10);
-        assert_eq!(big.body(Flavor::V5)["reason"], "body_too_large");
+        assert_eq!(big.body(Shape::Internal)["error"]["limit"], 10);
+        assert_eq!(big.body(Shape::One)["reason"], "body_too_large");
         // A body that is not JSON reads as the worker's validation failure on vllm-sr/5.0.
         let bad = RouterError::Malformed("the body is not valid JSON".into());
-        let r = bad.response(Flavor::V5);
+        let r = bad.response(Shape::One);
         assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        let v = bad.body(Flavor::V5);
+        let v = bad.body(Shape::One);
         assert_eq!(v["detail"][0]["loc"], json!(["body"]));
         assert_eq!(v["detail"][0]["type"], "body_malformed");
         assert_eq!(
-            bad.response(Flavor::Internal).status(),
+            bad.response(Shape::Internal).status(),
             StatusCode::BAD_REQUEST
         );
         assert_eq!(
-            bad.body(Flavor::Internal)["error"]["reason"],
+            bad.body(Shape::Internal)["error"]["reason"],
             "body_malformed"
         );
         let coded = RouterError::Body(BodyError::Unsupported("br".into()));
         assert_eq!(coded.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
         assert_eq!(
-            coded.body(Flavor::OpenAi)["error"]["code"],
+            coded.body(Shape::OpenAi)["error"]["code"],
             "encoding_unsupported"
         );
     }

@@ -269,7 +269,7 @@ async fn read_object(
     rt: &Runtime,
     headers: &axum::http::HeaderMap,
     body: axum::body::Body,
-    flavor: error::Flavor,
+    flavor: error::Shape,
     multipart: bool,
     reason: Option<&'static str>,
 ) -> Result<
@@ -469,11 +469,7 @@ async fn health(State(rt): State<Arc<Runtime>>) -> Response {
         .collect();
     let ready = rt.deployments.iter().all(|(_, p)| p.ready());
     json_response(
-        if ready {
-            StatusCode::OK
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        },
+        errors::probe(ready),
         &json!({"status": if ready { "ready" } else { "degraded" }, "deployments": deployments}),
     )
 }

@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use crate::config::{Deployment, Schema};
-use crate::error::{Flavor, RouterError};
+use crate::error::{RouterError, Shape};
 use crate::pool::{PickError, Pool};
 use crate::Runtime;
 
@@ -40,10 +40,10 @@ enum Endpoint {
 }
 
 impl Endpoint {
-    fn flavor(self) -> Flavor {
+    fn flavor(self) -> Shape {
         match self {
-            Endpoint::Decisions => Flavor::Internal,
-            _ => Flavor::V5,
+            Endpoint::Decisions => Shape::Internal,
+            _ => Shape::One,
         }
     }
 
@@ -356,7 +356,7 @@ async fn split_batch(
                 param: Some("requests".into()),
                 reason: Some("body_malformed"),
             }
-            .response(Flavor::V5)
+            .response(Shape::One)
         }
     };
     let calls = requests.into_iter().map(|(name, entry)| {
@@ -374,7 +374,7 @@ async fn split_batch(
                 headers,
                 (Bytes::from(body), parts),
                 deadline,
-                Flavor::V5,
+                Shape::One,
             )
             .await;
             let status = r.status();
@@ -413,7 +413,7 @@ async fn call(
     headers: &HeaderMap,
     (body, parts): (Bytes, &Parts),
     deadline: Wait,
-    flavor: Flavor,
+    flavor: Shape,
 ) -> Response<Body> {
     let lease = match pool.pick_checked().await {
         Ok(l) => l,
@@ -465,7 +465,7 @@ async fn call(
     if let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) {
         // A model that is starting (or failed) on its worker is, on the published System
         // One API, a model that is unavailable: 503 model_unavailable with Retry-After.
-        if flavor == Flavor::V5
+        if flavor == Shape::One
             && parts.status == StatusCode::SERVICE_UNAVAILABLE
             && v.pointer("/error/code").or_else(|| v.get("code")) == Some(&json!("not_ready"))
         {
@@ -674,7 +674,7 @@ mod tests {
         ] {
             let e = media_as_assets(&mut object(bad.clone())).unwrap_err();
             assert_eq!(e.status(), StatusCode::BAD_REQUEST, "{bad}");
-            assert_eq!(e.body(Flavor::V5)["reason"], "encoding_malformed", "{bad}");
+            assert_eq!(e.body(Shape::One)["reason"], "encoding_malformed", "{bad}");
         }
     }
 

@@ -30,7 +30,7 @@ use protocol::Schema;
 
 use routes::{bundle, decisions, encoders, gateway, meta, openai, sie};
 
-pub use error::{ApiError, Flavor};
+pub use error::{ApiError, Shape};
 pub use transport::{Transport, LARGE_BODY_BYTES};
 pub use work::QueueHandler;
 

@@ -3,11 +3,11 @@
 
 use utoipa::OpenApi;
 
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use protocol::error::ErrorCode;
 
-use crate::error::{ApiError, Flavor};
+use crate::error::{ApiError, Shape};
 use crate::respond::json::error_response;
 use crate::routes::{bundle, decisions, encoders, meta, openai, sie};
 
@@ -65,12 +65,8 @@ pub async fn openapi_yaml() -> Response {
     match yaml() {
         Ok(y) => ([(header::CONTENT_TYPE, "application/yaml")], y).into_response(),
         Err(e) => error_response(
-            &ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::InternalError,
-                e,
-            ),
-            Flavor::Internal,
+            &ApiError::new(ErrorCode::InternalError, e),
+            Shape::Internal,
             None,
         ),
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, Method, Request, StatusCode};
+use axum::http::{header, HeaderMap, Method, Request};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
@@ -32,7 +32,7 @@ use tokio::time::Sleep;
 use tower::ServiceExt;
 
 use crate::body::{BodyTimedOut, Coding};
-use crate::error::{ApiError, Flavor};
+use crate::error::{ApiError, Shape};
 use crate::AppState;
 
 /// A body larger than this as sent is answered off the async runtime's threads.
@@ -106,23 +106,20 @@ pub(crate) async fn admit(
     if !is_large {
         return next.run(Request::from_parts(parts, body)).await;
     }
-    let flavor = Flavor::of_path(parts.uri.path(), state.config.schema);
+    let flavor = crate::error::shape_of_path(parts.uri.path(), state.config.schema);
     let refuse = |e: ApiError| {
-        if flavor == Flavor::Sie {
+        if flavor == Shape::Sie {
             return crate::respond::sie::error_response(&parts.headers, e);
         }
-        let e = e.for_flavor(flavor);
         crate::respond::json::error_response(&e, flavor, None)
     };
     let Ok(permit) = admission.large.clone().try_acquire_owned() else {
         metrics::counter!("vllm_srun_large_requests_refused_total").increment(1);
-        let mut e = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
+        let e = ApiError::new(
             ErrorCode::Overloaded,
             "every slot for large request bodies is taken; retry after the Retry-After delay",
         )
         .with_reason(reason::QUEUE_FULL);
-        e.retry_after = Some(1);
         return refuse(e);
     };
     // The handler runs inside its connection's task, which reads the socket: the body is
@@ -313,7 +310,7 @@ mod tests {
         let e = crate::body::raw(body, 1000).await.unwrap_err();
         assert_eq!(e, crate::body::BodyError::TimedOut(50));
         let api = ApiError::from(e);
-        assert_eq!(api.status, StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(api.status(), axum::http::StatusCode::REQUEST_TIMEOUT);
         assert_eq!(api.reason, Some("body_timeout"));
         // A body that arrives in time is read whole.
         let body = Body::new(Deadline::new(Body::from("{}"), Duration::from_secs(5)));

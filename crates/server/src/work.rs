@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, Method, Request, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, Request};
 use axum::Router;
 use bytes::Bytes;
 use protocol::ErrorCode;
@@ -119,7 +119,6 @@ impl queue::Handler for QueueHandler {
                 Ok(uri) => *req.uri_mut() = uri,
                 Err(_) => {
                     let e = ApiError::new(
-                        StatusCode::BAD_REQUEST,
                         ErrorCode::InvalidRequest,
                         "the model name does not make a path",
                     );
@@ -137,7 +136,6 @@ impl queue::Handler for QueueHandler {
         refusal(
             item,
             ApiError::new(
-                StatusCode::GATEWAY_TIMEOUT,
                 ErrorCode::DeadlineExceeded,
                 "the request's deadline passed before a worker started it; it was not run",
             ),
@@ -148,7 +146,6 @@ impl queue::Handler for QueueHandler {
         refusal(
             item,
             ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
                 ErrorCode::InternalError,
                 format!(
                     "the answer is {size} bytes and NATS carries at most {max} in one message: \

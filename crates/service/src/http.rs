@@ -26,6 +26,7 @@ use crate::limits::{reset_text, Budgets, Check, Exceeded, Subject, Taken};
 use crate::live::percentile;
 use crate::store::{DayRow, KeyRow, RequestRow};
 use crate::Service;
+use errors::{ApiError, Code, Shape};
 
 /// The most bytes the guard reads of a request body (the router applies its own limit).
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -221,7 +222,7 @@ struct CreateKey {
     label: Option<String>,
 }
 
-fn bad(message: impl Into<String>, code: &'static str) -> ServiceError {
+fn bad(message: impl Into<String>, code: Code) -> ServiceError {
     ServiceError::BadRequest {
         message: message.into(),
         code,
@@ -243,22 +244,25 @@ async fn create_key_inner(svc: &Service, req: Request) -> Result<Response, Servi
     let addr = address(svc, req.headers(), peer(&req));
     let bytes = axum::body::to_bytes(req.into_body(), 64 * 1024)
         .await
-        .map_err(|_| bad("the body is larger than 64 KiB", "invalid_request"))?;
+        .map_err(|_| bad("the body is larger than 64 KiB", Code::InvalidRequest))?;
     let body: CreateKey = serde_json::from_slice(&bytes).map_err(|e| {
         bad(
             format!("the body must be {{\"challenge\", \"nonce\", \"accept_terms\"}}: {e}"),
-            "invalid_request",
+            Code::InvalidRequest,
         )
     })?;
     if !body.accept_terms {
         return Err(bad(
             "creating a key needs \"accept_terms\": true (the terms of use)",
-            "terms_not_accepted",
+            Code::TermsNotAccepted,
         ));
     }
     let label = body.label.unwrap_or_default();
     if label.chars().count() > 100 {
-        return Err(bad("label has at most 100 characters", "invalid_request"));
+        return Err(bad(
+            "label has at most 100 characters",
+            Code::InvalidRequest,
+        ));
     }
     let _one = CREATING.lock().await;
     let now = svc.clock.now_ms();
@@ -285,13 +289,13 @@ async fn create_key_inner(svc: &Service, req: Request) -> Result<Response, Servi
     let Some(difficulty) = svc.store.take_challenge(&body.challenge, now).await? else {
         return Err(bad(
             "the challenge is unknown, used or expired: ask POST /api/keys/challenge for a new one",
-            "invalid_challenge",
+            Code::InvalidChallenge,
         ));
     };
     if !keys::solves(&body.challenge, &body.nonce, difficulty) {
         return Err(bad(
             format!("the nonce does not give {difficulty} leading zero bits; the challenge is used, ask a new one"),
-            "invalid_proof",
+            Code::InvalidProof,
         ));
     }
     let secret = Secret::generate();
@@ -514,10 +518,11 @@ async fn usage_body(svc: &Service, k: &KeyRow, two: bool) -> Result<Value, Servi
 /// answered requests of the last minutes, the wait for a place included).
 async fn status(svc: Arc<Service>, inner: Router) -> Response {
     let Some((status, mut v)) = inner_json(inner, "/api/status").await else {
-        return json_response(
-            StatusCode::BAD_GATEWAY,
-            json!({"error": {"code": "status_unavailable"}}),
-        );
+        return ApiError::new(
+            Code::StatusUnavailable,
+            "the router's status did not answer",
+        )
+        .response(Shape::Duo);
     };
     let now = svc.clock.now_ms();
     if let Some(models) = v.get_mut("models").and_then(Value::as_array_mut) {
@@ -621,10 +626,8 @@ async fn info(svc: Arc<Service>, inner: Router) -> Response {
 /// limits) with each key's System Two budgets beside them.
 async fn info_two(svc: Arc<Service>, inner: Router) -> Response {
     let Some((status, mut v)) = inner_json(inner, "/pt/api/info").await else {
-        return json_response(
-            StatusCode::NOT_FOUND,
-            json!({"error": {"code": "not_found"}}),
-        );
+        return ApiError::new(Code::NotFound, "the router serves no System Two")
+            .response(Shape::Duo);
     };
     if let Some(o) = v.as_object_mut() {
         o.insert(
@@ -776,7 +779,7 @@ impl Ctx {
     }
 }
 
-/// The guard, and then one shape for System One's errors (`error::both_shapes`): whether a
+/// The guard, and then one shape for System One's errors (`errors::both_shapes`): whether a
 /// refusal is the service's own or came from the router or a worker, a client of
 /// system-duo-api and one of worker-api's vllm-sr/5.0 both read it.
 async fn guard(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Response {
@@ -800,7 +803,7 @@ async fn one_error_shape(resp: Response, flat: bool) -> Response {
     let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
         return Response::from_parts(parts, Body::from(bytes));
     };
-    crate::error::both_shapes(&mut v, parts.status.as_u16(), flat);
+    errors::both_shapes(&mut v, parts.status.as_u16(), flat);
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.insert(
         header::CONTENT_TYPE,

@@ -223,7 +223,7 @@ async fn asset(
         Some((_, d)) => d.answer(&h),
         None => {
             let mut r = Response::new(Body::from("not found"));
-            *r.status_mut() = StatusCode::NOT_FOUND;
+            *r.status_mut() = errors::Code::NotFound.http_status();
             r
         }
     }

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use axum::http::StatusCode;
 use engine::{Decision, DecisionModel};
 use protocol::assets::Parts;
 use protocol::error::ErrorCode;
@@ -99,11 +98,11 @@ pub(crate) async fn answer(
     let model = state
         .registry
         .ready(body.model())
-        .map_err(|e| ApiError::from_engine(e, &served))?;
+        .map_err(|e| crate::error::from_engine(e, &served))?;
     let (decision, timings) = model
         .decide(&body, started)
         .await
-        .map_err(|e| ApiError::from_engine(e, &served))?;
+        .map_err(|e| crate::error::from_engine(e, &served))?;
     phases.engine = timings;
     let return_meta = body.options().return_meta;
     let model_name = model.meta.name.clone();
@@ -139,13 +138,7 @@ pub(crate) async fn answer(
             serde_json::to_value(&b)
         }
     }
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::InternalError,
-            e.to_string(),
-        )
-    })?;
+    .map_err(|e| ApiError::new(ErrorCode::InternalError, e.to_string()))?;
     Ok((value, model_name))
 }
 

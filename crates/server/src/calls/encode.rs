@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use base64::Engine as _;
 use engine::recipes::{self, Ask};
 use engine::{EncoderModel, ModelKind, Timings};
@@ -22,14 +21,13 @@ use crate::error::{invalid, unsupported_param, ApiError};
 use crate::AppState;
 
 pub(crate) fn engine_err(state: &AppState, e: engine::EngineError) -> ApiError {
-    ApiError::from_engine(e, &state.registry.names())
+    crate::error::from_engine(e, &state.registry.names())
 }
 
 /// A classification head is served by /v1/classify only.
 pub(crate) fn vectors_only(m: &EncoderModel) -> Result<(), ApiError> {
     if m.info().labels.is_some() {
         return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::UnsupportedSurface,
             format!(
                 "model {} is a sequence-classification head: it serves /v1/classify, not vectors",
@@ -56,7 +54,6 @@ pub(crate) async fn within(
     match tokio::time::timeout_at(deadline, work).await {
         Ok(answer) if tokio::time::Instant::now() < deadline => answer,
         _ => Err(ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
             ErrorCode::DeadlineExceeded,
             format!("options.deadline_ms ({d} ms) passed before the work was answered"),
         )),
@@ -131,11 +128,15 @@ pub(crate) async fn embed(state: &AppState, req: EmbeddingsRequest) -> CoreResul
                 }
             }
         };
-        tokenized.push(t.map_err(|e| ApiError::from(e).prefixed(&format!("input[{i}]: ")))?);
+        tokenized
+            .push(t.map_err(|e| crate::error::from_encode(e).prefixed(&format!("input[{i}]: ")))?);
     }
     let tokenize = t0.elapsed();
     let n_tokens: usize = tokenized.iter().map(Vec::len).sum();
-    let out = m.embed_tokens(tokenized).await.map_err(ApiError::from)?;
+    let out = m
+        .embed_tokens(tokenized)
+        .await
+        .map_err(crate::error::from_encode)?;
     let data: Vec<Value> = out
         .vectors
         .iter()
@@ -194,12 +195,8 @@ pub(crate) async fn decide_batch(
 
 /// A decision question's failure as a request error (400 with its reason word and limit).
 pub(crate) fn failed_question(failure: &protocol::QuestionFailure) -> ApiError {
-    let mut e = ApiError::new(
-        StatusCode::BAD_REQUEST,
-        ErrorCode::InvalidRequest,
-        failure.message.clone(),
-    )
-    .with_reason(failure.reason);
+    let mut e = ApiError::new(ErrorCode::InvalidRequest, failure.message.clone())
+        .with_reason(failure.reason);
     e.limit = failure.limit;
     e
 }
@@ -236,7 +233,10 @@ pub(crate) async fn relevance(
             .map_err(|e| engine_err(state, e))?;
         let mut texts: Vec<&str> = vec![query];
         texts.extend(documents.iter().map(String::as_str));
-        let out = m.embed(&texts, true).await.map_err(ApiError::from)?;
+        let out = m
+            .embed(&texts, true)
+            .await
+            .map_err(crate::error::from_encode)?;
         let q = &out.vectors[0];
         let scores = out.vectors[1..]
             .iter()
@@ -328,7 +328,6 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
         if let Some(n) = name {
             if state.registry.find(Some(n)).is_ok() {
                 return Err(ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
                     ErrorCode::UnsupportedSurface,
                     format!(
                         "model {n:?} has no classification head; classification entries: {}",
@@ -338,7 +337,6 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
             }
         }
         return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
             ErrorCode::ModelNotFound,
             format!(
                 "classifier {:?} is not served; classification entries: {}",
@@ -367,7 +365,6 @@ pub(crate) async fn classify_core(state: &AppState, body: &Value) -> CoreResult 
     }
     if o.return_spans && !c.spans {
         return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::UnsupportedSurface,
             format!(
                 "classifier {:?}: backbone {} has no span capability",
@@ -439,7 +436,6 @@ pub(crate) async fn classify_head(m: &EncoderModel, req: &ClassifyRequest) -> Co
     let o = &req.options;
     if o.return_spans && !m.info().per_token {
         return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
             ErrorCode::UnsupportedSurface,
             format!(
                 "model {}: a sequence-classification head has no spans",
@@ -496,7 +492,7 @@ pub(crate) async fn classify_head(m: &EncoderModel, req: &ClassifyRequest) -> Co
                 at.push(i);
             }
             Err(e) => {
-                let a = ApiError::from(e);
+                let a = crate::error::from_encode(e);
                 data[i] = Some(json!({"index": i, "error": "max_length_exceeded",
                     "reason": a.reason.unwrap_or(protocol::reason::INPUT_TOO_LONG), "message": a.message, "limit": a.limit}));
             }
@@ -504,7 +500,10 @@ pub(crate) async fn classify_head(m: &EncoderModel, req: &ClassifyRequest) -> Co
     }
     let tokenize = t0.elapsed();
     let tokens: usize = batch.iter().map(Vec::len).sum();
-    let out = m.embed_tokens(batch).await.map_err(ApiError::from)?;
+    let out = m
+        .embed_tokens(batch)
+        .await
+        .map_err(crate::error::from_encode)?;
     for (i, probs) in at.into_iter().zip(out.vectors) {
         let mut scored: Vec<(&String, f32)> = labels.iter().zip(probs).collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -537,7 +536,7 @@ pub(crate) async fn classify_head(m: &EncoderModel, req: &ClassifyRequest) -> Co
 
 /// An item error of a token head's text, as the sequence heads give it.
 pub(crate) fn item_error(index: usize, e: engine::EncodeError) -> Value {
-    let a = ApiError::from(e);
+    let a = crate::error::from_encode(e);
     let error = if a.reason == Some(protocol::reason::SCAN_BUDGET) {
         "scan_budget_exceeded"
     } else if a.reason == Some(protocol::reason::INPUT_TOO_LONG) {
@@ -557,7 +556,10 @@ pub(crate) async fn classify_spans(
     overflow: engine::TagOverflow,
 ) -> CoreResult {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let (tagged, t) = m.tag(&refs, overflow).await.map_err(ApiError::from)?;
+    let (tagged, t) = m
+        .tag(&refs, overflow)
+        .await
+        .map_err(crate::error::from_encode)?;
     let mut tokens = 0;
     let data: Vec<Value> = tagged
         .into_iter()
@@ -595,11 +597,11 @@ mod tests {
 
     #[tokio::test]
     async fn work_done_after_the_deadline_is_refused_and_within_it_answered() {
-        let code = |r: CoreResult| r.err().map(|e| e.status);
+        let code = |r: CoreResult| r.err().map(|e| e.status());
         // Finished at once, but a deadline of 0 ms has passed before anything can answer.
         assert_eq!(
             code(within(Some(0), async { answered() }).await),
-            Some(StatusCode::GATEWAY_TIMEOUT)
+            Some(axum::http::StatusCode::GATEWAY_TIMEOUT)
         );
         assert_eq!(code(within(Some(60_000), async { answered() }).await), None);
         assert_eq!(code(within(None, async { answered() }).await), None);

@@ -14,7 +14,7 @@ use crate::AppState;
 pub(crate) type Events = UnboundedReceiver<GenEvent>;
 
 pub(crate) fn fail(state: &AppState, e: EngineError) -> ApiError {
-    ApiError::from_engine(e, &state.registry.names())
+    crate::error::from_engine(e, &state.registry.names())
 }
 
 /// The model's worker, started on first use off the async threads.

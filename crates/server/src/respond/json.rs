@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use crate::calls::CoreResult;
-use crate::error::{ApiError, Flavor};
+use crate::error::{ApiError, Shape};
 use crate::timing::Phases;
 use crate::AppState;
 
@@ -33,12 +33,12 @@ pub(crate) fn json_response(
     resp
 }
 
-pub(crate) fn error_response(err: &ApiError, flavor: Flavor, phases: Option<&Phases>) -> Response {
-    let body = serde_json::to_vec(&err.body(flavor)).unwrap_or_default();
-    let mut resp = json_response(err.status, body, phases);
-    if let Some(s) = err.retry_after {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+pub(crate) fn error_response(err: &ApiError, flavor: Shape, phases: Option<&Phases>) -> Response {
+    let mut resp = err.response(flavor);
+    if let Some(p) = phases {
+        if let Ok(v) = HeaderValue::from_str(&p.header()) {
+            resp.headers_mut().insert("server-timing", v);
+        }
     }
     resp
 }
@@ -47,7 +47,7 @@ pub(crate) fn error_response(err: &ApiError, flavor: Flavor, phases: Option<&Pha
 /// histograms and the request counter. The one tail of every JSON worker endpoint.
 pub(crate) fn respond(
     result: Result<(StatusCode, Value, String), ApiError>,
-    flavor: Flavor,
+    flavor: Shape,
     started: Instant,
     mut phases: Phases,
     path: &'static str,
@@ -61,13 +61,12 @@ pub(crate) fn respond(
             (json_response(status, bytes, Some(&phases)), model, status)
         }
         Err(e) => {
-            let e = e.for_flavor(flavor);
             phases.serialize = t_ser.elapsed();
             phases.total = started.elapsed();
             (
                 error_response(&e, flavor, Some(&phases)),
                 String::new(),
-                e.status,
+                e.status_in(flavor),
             )
         }
     };
@@ -115,5 +114,5 @@ where
         phases.engine = timings;
         (StatusCode::OK, value, model)
     });
-    respond(result, Flavor::Internal, started, phases, path)
+    respond(result, Shape::Internal, started, phases, path)
 }

@@ -6,7 +6,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
-use crate::error::{invalid, ApiError, Flavor};
+use crate::error::{invalid, ApiError, Shape};
 
 pub(crate) const MSGPACK: &str = "application/msgpack";
 
@@ -49,9 +49,8 @@ pub(crate) fn encode(headers: &HeaderMap, status: StatusCode, v: &Value) -> Resp
 
 /// An error in the SIE family, in msgpack or JSON as the caller asked, with Retry-After.
 pub(crate) fn error_response(headers: &HeaderMap, e: ApiError) -> Response {
-    let e = e.for_flavor(Flavor::Sie);
-    let mut r = encode(headers, e.status, &e.body(Flavor::Sie));
-    if let Some(s) = e.retry_after {
+    let mut r = encode(headers, e.status_in(Shape::Sie), &e.body(Shape::Sie));
+    if let Some(s) = e.retry_after_in(Shape::Sie) {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(s));
     }

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use crate::calls::decide::decisions_core;
 use crate::calls::encode::{classify_core, embeddings_core, rerank_core, within};
 use crate::calls::CoreResult;
-use crate::error::Flavor;
+use crate::error::Shape;
 use crate::respond::json::serve;
 use crate::AppState;
 
@@ -91,8 +91,8 @@ pub(crate) async fn bundle_core(state: &AppState, body: &Value) -> CoreResult {
                 results.push(json!({"id": id, "type": kind.as_str(), "status": 200, "body": body}));
             }
             Err(e) => results.push(
-                json!({"id": id, "type": kind.as_str(), "status": e.status.as_u16(),
-                "body": e.body(Flavor::Internal)}),
+                json!({"id": id, "type": kind.as_str(), "status": e.status_in(Shape::Internal).as_u16(),
+                "body": e.body(Shape::Internal)}),
             ),
         }
     }

@@ -17,7 +17,7 @@ use protocol::request::{Schema, SystemOneBatch, SystemOneBatchWire};
 use serde_json::{json, Value};
 
 use crate::calls::decide::{answer, Call, Endpoint};
-use crate::error::{ApiError, Flavor};
+use crate::error::ApiError;
 use crate::respond::json::respond;
 use crate::timing::Phases;
 use crate::AppState;
@@ -35,7 +35,7 @@ async fn handle(
         Endpoint::Decisions => Schema::Internal,
         _ => state.config.schema,
     };
-    let flavor = Flavor::of_path(endpoint.path(), schema);
+    let flavor = crate::error::shape_of_path(endpoint.path(), schema);
     let long_context = headers
         .get(LONG_CONTEXT_HEADER)
         .and_then(|v| v.to_str().ok())
@@ -95,7 +95,7 @@ async fn batch(
     phases: &mut Phases,
 ) -> Result<(StatusCode, Value, String), ApiError> {
     let requests = SystemOneBatch::parse(&value)?.requests;
-    let flavor = Flavor::of_path(Endpoint::SystemOneBatch.path(), schema);
+    let flavor = crate::error::shape_of_path(Endpoint::SystemOneBatch.path(), schema);
     let mut set = tokio::task::JoinSet::new();
     let count = requests.len();
     for (i, (name, req)) in requests.into_iter().enumerate() {
@@ -117,13 +117,8 @@ async fn batch(
     let mut out: Vec<(usize, String, Value)> = Vec::with_capacity(count);
     let mut model_name = String::new();
     while let Some(joined) = set.join_next().await {
-        let (i, name, r, p) = joined.map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::InternalError,
-                e.to_string(),
-            )
-        })?;
+        let (i, name, r, p) =
+            joined.map_err(|e| ApiError::new(ErrorCode::InternalError, e.to_string()))?;
         phases.parse = phases.parse.max(p.parse);
         phases.engine.tokenize += p.engine.tokenize;
         phases.engine.queue = phases.engine.queue.max(p.engine.queue);
@@ -135,10 +130,9 @@ async fn batch(
                 v
             }
             Err(e) => {
-                let e = e.for_flavor(flavor);
                 let mut b = e.body(flavor);
                 if let Some(o) = b.as_object_mut() {
-                    o.insert("status".into(), json!(e.status.as_u16()));
+                    o.insert("status".into(), json!(e.status_in(flavor).as_u16()));
                 }
                 b
             }

@@ -42,34 +42,19 @@ fn header_text(headers: &HeaderMap, name: impl header::AsHeaderName) -> Option<S
 pub(crate) fn queue_error(e: QueueError) -> ApiError {
     match e {
         QueueError::NoWorkers(model) => ApiError::new(
-            StatusCode::NOT_FOUND,
             ErrorCode::ModelNotFound,
             format!("Model '{model}' not found: no worker behind this gateway serves it"),
         ),
         QueueError::Timeout => ApiError::new(
-            StatusCode::GATEWAY_TIMEOUT,
             ErrorCode::DeadlineExceeded,
             "no worker answered before the request's deadline",
         ),
-        QueueError::Connect(m) | QueueError::Unavailable(m) => {
-            let mut e = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::NotReady,
-                format!("the work queue is unavailable: {m}"),
-            );
-            e.retry_after = Some(1);
-            e
-        }
-        QueueError::TooLarge { .. } => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::RequestTooLarge,
-            e.to_string(),
+        QueueError::Connect(m) | QueueError::Unavailable(m) => ApiError::new(
+            ErrorCode::NotReady,
+            format!("the work queue is unavailable: {m}"),
         ),
-        QueueError::Internal(m) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::InternalError,
-            m,
-        ),
+        QueueError::TooLarge { .. } => ApiError::new(ErrorCode::RequestTooLarge, e.to_string()),
+        QueueError::Internal(m) => ApiError::new(ErrorCode::InternalError, m),
     }
 }
 
@@ -163,11 +148,8 @@ pub(crate) async fn healthz() -> Response {
 /// `GET /readyz`: the gateway can accept requests (its NATS connection is up); it does not
 /// wait for workers, as sie-api says of the gateway.
 pub(crate) async fn readyz(State(state): State<Arc<GatewayState>>) -> Response {
-    if state.gateway.connected() {
-        text(StatusCode::OK, "ok")
-    } else {
-        text(StatusCode::SERVICE_UNAVAILABLE, "not ready")
-    }
+    let ready = state.gateway.connected();
+    text(errors::probe(ready), if ready { "ok" } else { "not ready" })
 }
 
 /// `GET /metrics`: the gateway's counters in Prometheus text (`sie_gateway_requests_total`,

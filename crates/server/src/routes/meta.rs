@@ -7,12 +7,11 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::ModelState;
-use protocol::error::ErrorCode;
 use protocol::listing::{HealthDoc, ModelListDoc};
 use serde_json::{json, Value};
 
 use crate::cards::{listing_entry, stalled, surfaces};
-use crate::error::{ApiError, Flavor};
+use crate::error::{ApiError, Shape};
 use crate::respond::json::{error_response, json_response};
 use crate::AppState;
 
@@ -89,11 +88,7 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Response {
         .zip(&states)
         .map(|(s, st)| (s.meta().name.clone(), json!(st.word())))
         .collect();
-    let status = if overall == "ready" {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
+    let status = errors::probe(overall == "ready");
     // The extension set this process's System One answers with (extension-reference.txt,
     // GET /health): 5.0, or 4.0 on a vllm-sr/4.0 process.
     let version = match state.config.schema {
@@ -113,7 +108,7 @@ pub async fn live(State(state): State<Arc<AppState>>) -> Response {
     let limit = state.config.forward_timeout;
     let (status, body) = match stalled(&state) {
         Some((name, running)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
+            errors::probe(false),
             json!({
                 "status": "stalled",
                 "api_version": protocol::API_VERSION,
@@ -172,11 +167,5 @@ pub async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn not_found() -> Response {
-    let e = ApiError::new(
-        StatusCode::NOT_FOUND,
-        ErrorCode::InvalidRequest,
-        "no such route",
-    )
-    .with_reason("route_not_found");
-    error_response(&e, Flavor::Internal, None)
+    error_response(&ApiError::no_route(), Shape::Internal, None)
 }

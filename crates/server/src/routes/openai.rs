@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::calls::generate::{fail, first, observe, submit, Events};
-use crate::error::{ApiError, Flavor};
+use crate::error::{ApiError, Shape};
 use crate::respond::json::{count_request, error_response, json_response};
 use crate::respond::openai::{data, sse_response, OpenAiErrors};
 use crate::AppState;
@@ -108,7 +108,7 @@ pub async fn chat_completions(
 ) -> Response {
     let resp = match chat(&state, &headers, body).await {
         Ok(r) => r,
-        Err(e) => error_response(&e.for_flavor(Flavor::OpenAi), Flavor::OpenAi, None),
+        Err(e) => error_response(&e, Shape::OpenAi, None),
     };
     count_request("/v1/chat/completions", String::new(), resp.status());
     resp
@@ -299,8 +299,8 @@ async fn chat(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Respo
                             Some(GenEvent::Failed(e)) => e.into(),
                             _ => EngineError::Unavailable,
                         };
-                        let api = ApiError::from_engine(e, &[]);
-                        out.extend(data(&api.body(Flavor::OpenAi)));
+                        let api = crate::error::from_engine(e, &[]);
+                        out.extend(data(&api.body(Shape::OpenAi)));
                         out.extend_from_slice(b"data: [DONE]\n\n");
                         st.ended = true;
                         return Some((Ok(Bytes::from(out)), st));
@@ -361,7 +361,7 @@ pub async fn completions(
 ) -> Response {
     let resp = match complete(&state, &headers, body).await {
         Ok(r) => r,
-        Err(e) => error_response(&e.for_flavor(Flavor::OpenAi), Flavor::OpenAi, None),
+        Err(e) => error_response(&e, Shape::OpenAi, None),
     };
     count_request("/v1/completions", String::new(), resp.status());
     resp
@@ -516,13 +516,13 @@ async fn complete(state: &AppState, headers: &HeaderMap, body: Body) -> Result<R
                     st.done += 1;
                 }
                 Some((_, GenEvent::Failed(e))) => {
-                    let api = ApiError::from_engine(e.into(), &[]);
-                    out.extend(data(&api.body(Flavor::OpenAi)));
+                    let api = crate::error::from_engine(e.into(), &[]);
+                    out.extend(data(&api.body(Shape::OpenAi)));
                     st.done = n;
                 }
                 None => {
-                    let api = ApiError::from_engine(EngineError::Unavailable, &[]);
-                    out.extend(data(&api.body(Flavor::OpenAi)));
+                    let api = crate::error::from_engine(EngineError::Unavailable, &[]);
+                    out.extend(data(&api.body(Shape::OpenAi)));
                     st.done = n;
                 }
             }

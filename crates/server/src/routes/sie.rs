@@ -29,7 +29,7 @@ use crate::calls::encode::{decide_batch, relevance, shortened, vectors_only, wid
 use crate::calls::generate::{fail, first, observe, submit, Events};
 use crate::calls::CoreResult;
 use crate::cards::{listing_entry, stalled};
-use crate::error::{invalid, ApiError, Flavor};
+use crate::error::{invalid, ApiError, Shape};
 use crate::respond::json::count_request;
 use crate::respond::openai::sse_response;
 use crate::respond::sie::{decode, encode, error_response, ms, set_trace_id, SieErrors};
@@ -99,12 +99,8 @@ fn backbone_overflow(policy: OverflowPolicy) -> Overflow {
 
 /// INPUT_TOO_LONG for an item over the model's length under `overflow_policy: error`.
 fn too_long(message: String, limit: Option<u64>) -> ApiError {
-    let mut e = ApiError::new(
-        StatusCode::BAD_REQUEST,
-        protocol::ErrorCode::InvalidRequest,
-        message,
-    )
-    .with_reason(protocol::reason::INPUT_TOO_LONG);
+    let mut e = ApiError::new(protocol::ErrorCode::InvalidRequest, message)
+        .with_reason(protocol::reason::INPUT_TOO_LONG);
     e.limit = limit;
     e
 }
@@ -146,7 +142,7 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> CoreResult 
     let m = state
         .registry
         .encoder(Some(model))
-        .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
+        .map_err(|e| crate::error::from_engine(e, &state.registry.names()))?;
     vectors_only(&m)?;
     let texts: Vec<String> = req
         .items
@@ -160,7 +156,10 @@ async fn encode_core(state: &AppState, model: &str, body: &Value) -> CoreResult 
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let info = m.info().clone();
     let dims = width(req.dimensions, &m.meta.name, info.dims)?;
-    let out = m.embed(&refs, truncate).await.map_err(ApiError::from)?;
+    let out = m
+        .embed(&refs, truncate)
+        .await
+        .map_err(crate::error::from_encode)?;
     let mut results = Vec::with_capacity(req.items.len());
     let dtype = req.output_dtype;
     for (it, v) in req.items.iter().zip(&out.vectors) {
@@ -240,7 +239,7 @@ async fn extract_core(state: &AppState, model: &str, body: &Value) -> CoreResult
     let m = state
         .registry
         .ready(Some(model))
-        .map_err(|e| ApiError::from_engine(e, &state.registry.names()))?;
+        .map_err(|e| crate::error::from_engine(e, &state.registry.names()))?;
     let ids = &req.ids;
     // Items that cannot be read, and an entity request on a model without spans, fail alone.
     let mut out: Vec<Option<Value>> = vec![None; req.items.len()];
@@ -366,7 +365,10 @@ async fn extract_tagged(m: &engine::EncoderModel, req: &ExtractRequest) -> CoreR
         }
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let (tagged, t) = m.tag(&refs, overflow).await.map_err(ApiError::from)?;
+    let (tagged, t) = m
+        .tag(&refs, overflow)
+        .await
+        .map_err(crate::error::from_encode)?;
     let labels = req.labels.as_deref();
     let wanted = |kind: &str| labels.is_none_or(|l| l.iter().any(|x| x.eq_ignore_ascii_case(kind)));
     for (i, r) in at.into_iter().zip(tagged) {
@@ -375,7 +377,7 @@ async fn extract_tagged(m: &engine::EncoderModel, req: &ExtractRequest) -> CoreR
                 .map(|s| json!({"text": s.text, "label": s.label, "score": s.probability,
                     "start": s.start, "end": s.end})).collect::<Vec<_>>()}),
             Err(e) => {
-                let a = ApiError::from(e);
+                let a = crate::error::from_encode(e);
                 if a.reason == Some(protocol::reason::INPUT_TOO_LONG)
                     || a.reason == Some(protocol::reason::SCAN_BUDGET)
                 {
@@ -476,7 +478,10 @@ pub async fn model_route(
             let v = listing_entry(&state, slot);
             encode(&headers, StatusCode::OK, &v)
         }
-        Err(e) => error_response(&headers, ApiError::from_engine(e, &state.registry.names())),
+        Err(e) => error_response(
+            &headers,
+            crate::error::from_engine(e, &state.registry.names()),
+        ),
     }
 }
 
@@ -498,21 +503,17 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         .slots()
         .iter()
         .all(|s| s.state() == engine::ModelState::Ready);
-    if ready {
-        text(StatusCode::OK, "ok")
-    } else {
-        text(StatusCode::SERVICE_UNAVAILABLE, "not ready")
-    }
+    text(errors::probe(ready), if ready { "ok" } else { "not ready" })
 }
 
 /// `GET /livez`: no forward has outrun --forward-timeout-seconds.
 #[utoipa::path(get, path = "/livez", tag = "sie", responses((status = 200, description = "ok", body = String, content_type = "text/plain"), (status = 503, description = "stalled", body = String, content_type = "text/plain")))]
 pub async fn livez(State(state): State<Arc<AppState>>) -> Response {
-    if stalled(&state).is_some() {
-        text(StatusCode::SERVICE_UNAVAILABLE, "stalled")
-    } else {
-        text(StatusCode::OK, "ok")
-    }
+    let stalled = stalled(&state).is_some();
+    text(
+        errors::probe(!stalled),
+        if stalled { "stalled" } else { "ok" },
+    )
 }
 
 /// Text from a prompt (SIE). The model id uses `__` for `/`; an id with `/` is refused.
@@ -635,8 +636,8 @@ async fn generate(
                         Some(GenEvent::Failed(e)) => e.into(),
                         _ => EngineError::Unavailable,
                     };
-                    let api = ApiError::from_engine(e, &[]);
-                    event("error", &api.body(Flavor::Sie))
+                    let api = crate::error::from_engine(e, &[]);
+                    event("error", &api.body(Shape::Sie))
                 }
             };
             Some((Ok::<_, Infallible>(Bytes::from(out)), st))
@@ -658,7 +659,7 @@ mod tests {
                 "params": {"labels": ["a"], "options": {"overflow_policy": policy}}});
             protocol::sie::ExtractRequest::parse(&body)
                 .map(|r| super::backbone_overflow(r.overflow))
-                .map_err(|e| crate::error::ApiError::from(e).status.as_u16())
+                .map_err(|e| crate::error::ApiError::from(e).status().as_u16())
         };
         assert_eq!(of(json!(null)), Ok(protocol::request::Overflow::Window));
         assert_eq!(
