@@ -98,6 +98,8 @@ if [ -n "$pulls" ]; then
 fi
 # No import circle inside any crate; the server's route modules import no other route module.
 python3 tests/modgraph.py
+# No HTTP error status or OpenAI error type chosen outside the errors crate.
+python3 tests/errors_check.py
 # docs/serving.md's flags table is the one `serve --help` gives.
 python3 tests/flags_table.py ./target/debug/vllm-srun --check
 pull_models ./target/debug/vllm-srun
