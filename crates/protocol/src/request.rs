@@ -436,6 +436,53 @@ pub enum QuestionType {
     Track,
 }
 
+impl QuestionType {
+    pub const ALL: [QuestionType; 7] = [
+        QuestionType::Choice,
+        QuestionType::Noul,
+        QuestionType::Score,
+        QuestionType::Set,
+        QuestionType::Span,
+        QuestionType::Box,
+        QuestionType::Track,
+    ];
+
+    /// The type's word on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuestionType::Choice => "choice",
+            QuestionType::Noul => "noul",
+            QuestionType::Score => "score",
+            QuestionType::Set => "set",
+            QuestionType::Span => "span",
+            QuestionType::Box => "box",
+            QuestionType::Track => "track",
+        }
+    }
+
+    pub fn from_word(word: &str) -> Option<QuestionType> {
+        QuestionType::ALL.into_iter().find(|t| t.as_str() == word)
+    }
+
+    /// The members this type takes beside the common ones; `legacy` adds vllm-sr/4.0's
+    /// `choices`, `levels` and `labels`.
+    fn fields(self, legacy: bool) -> &'static [&'static str] {
+        use QuestionType as T;
+        match (self, legacy) {
+            (T::Choice | T::Noul, false) => &["criteria", "decision_adapter"],
+            (T::Choice | T::Noul, true) => &["criteria", "choices", "decision_adapter"],
+            (T::Score, false) => &["criteria", "decision_adapter"],
+            (T::Score, true) => &["criteria", "levels", "decision_adapter"],
+            (T::Set, false) => &["criteria", "threshold"],
+            (T::Set, true) => &["criteria", "labels", "threshold"],
+            (T::Span, false) => &["criteria", "threshold", "head"],
+            (T::Span, true) => &["criteria", "labels", "threshold", "head"],
+            (T::Box, _) => &["at"],
+            (T::Track, _) => &["rate"],
+        }
+    }
+}
+
 /// A question. Members other than `type` depend on the type (a member another type takes is
 /// refused); a question the model cannot answer is answered with its error in place (or fails
 /// the request on /v1/systemone).
@@ -943,45 +990,23 @@ const COMMON: &[&str] = &[
     "require_full_input",
 ];
 
-fn type_fields(t: &str, legacy: bool) -> &'static [&'static str] {
-    match (t, legacy) {
-        ("choice", false) => &["criteria", "decision_adapter"],
-        ("choice", true) => &["criteria", "choices", "decision_adapter"],
-        ("noul", false) => &["criteria", "decision_adapter"],
-        ("noul", true) => &["criteria", "choices", "decision_adapter"],
-        ("score", false) => &["criteria", "decision_adapter"],
-        ("score", true) => &["criteria", "levels", "decision_adapter"],
-        ("set", false) => &["criteria", "threshold"],
-        ("set", true) => &["criteria", "labels", "threshold"],
-        ("span", false) => &["criteria", "threshold", "head"],
-        ("span", true) => &["criteria", "labels", "threshold", "head"],
-        ("box", _) => &["at"],
-        ("track", _) => &["rate"],
-        _ => &[],
-    }
-}
-
 /// Decode one question; any problem is an `invalid_question` with a message naming the field.
 pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, QuestionFailure> {
     let obj = value
         .as_object()
         .ok_or_else(|| QuestionFailure::malformed("a question must be an object"))?;
     let t = match obj.get("type") {
-        Some(Value::String(t)) => t.as_str(),
+        Some(Value::String(word)) => QuestionType::from_word(word).ok_or_else(|| {
+            QuestionFailure::malformed(format!(
+                "type {word:?} is not one of choice, noul, score, set, span, box, track"
+            ))
+        })?,
         Some(_) => return Err(QuestionFailure::malformed("type must be a string")),
         // A preset names its type: `{"preset": "pii"}` is a span question.
-        None if obj.get("preset").and_then(Value::as_str) == Some(PII_PRESET) => "span",
+        None if obj.get("preset").and_then(Value::as_str) == Some(PII_PRESET) => QuestionType::Span,
         None => return Err(QuestionFailure::malformed("type is required")),
     };
-    if !matches!(
-        t,
-        "choice" | "noul" | "score" | "set" | "span" | "box" | "track"
-    ) {
-        return Err(QuestionFailure::malformed(format!(
-            "type {t:?} is not one of choice, noul, score, set, span, box, track"
-        )));
-    }
-    let fields = type_fields(t, schema.legacy());
+    let fields = t.fields(schema.legacy());
     let stray: Vec<&String> = obj
         .keys()
         .filter(|k| !COMMON.contains(&k.as_str()) && !fields.contains(&k.as_str()))
@@ -989,7 +1014,8 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
     if !stray.is_empty() {
         let names: Vec<String> = stray.iter().map(|s| format!("'{s}'")).collect();
         return Err(QuestionFailure::malformed(format!(
-            "{t} questions do not take [{}]",
+            "{} questions do not take [{}]",
+            t.as_str(),
             names.join(", ")
         )));
     }
@@ -1050,8 +1076,8 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         }
     };
     let kind = match t {
-        "choice" => choice_kind(keyed_options(obj, "choices", "option")?)?,
-        "noul" => {
+        QuestionType::Choice => choice_kind(keyed_options(obj, "choices", "option")?)?,
+        QuestionType::Noul => {
             let criteria = if obj.contains_key("choices") {
                 keyed_options(obj, "choices", "outcome")?
             } else {
@@ -1088,7 +1114,7 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
                 when_true,
             }
         }
-        "score" => {
+        QuestionType::Score => {
             let key = if obj.contains_key("levels") {
                 "levels"
             } else {
@@ -1123,13 +1149,13 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             QuestionKind::Score { levels: out }
         }
         // A span question that names a preset may leave its labels to the preset.
-        "set" | "span" => labels_kind(
+        QuestionType::Set | QuestionType::Span => labels_kind(
             t,
             keyed_options(obj, "labels", "label")?,
             threshold,
             preset.is_some(),
         )?,
-        "box" => {
+        QuestionType::Box => {
             if instructions.is_none() {
                 return Err(QuestionFailure::malformed(
                     "a box question needs instructions",
@@ -1142,7 +1168,7 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
             }
             QuestionKind::Box { at: w.at }
         }
-        _ => {
+        QuestionType::Track => {
             if instructions.is_none() {
                 return Err(QuestionFailure::malformed(
                     "a track question needs instructions",
@@ -1208,19 +1234,20 @@ fn choice_kind(options: Vec<(String, Option<String>)>) -> Result<QuestionKind, Q
 /// A set or span question (`t`) over `labels`: 1 to [`MAX_OPTIONS`] of them, or none for a
 /// span question that names a preset (its labels are the preset's).
 fn labels_kind(
-    t: &str,
+    t: QuestionType,
     labels: Vec<(String, Option<String>)>,
     threshold: Option<f64>,
     preset: bool,
 ) -> Result<QuestionKind, QuestionFailure> {
-    let preset_labels = t == "span" && preset && labels.is_empty();
+    let preset_labels = t == QuestionType::Span && preset && labels.is_empty();
     if (labels.is_empty() && !preset_labels) || labels.len() > MAX_OPTIONS {
         return Err(QuestionFailure::malformed(format!(
-            "a {t} takes 1 to {MAX_OPTIONS} labels in criteria; got {}",
+            "a {} takes 1 to {MAX_OPTIONS} labels in criteria; got {}",
+            t.as_str(),
             labels.len()
         )));
     }
-    Ok(if t == "set" {
+    Ok(if t == QuestionType::Set {
         QuestionKind::Set { labels, threshold }
     } else {
         QuestionKind::Span { labels, threshold }
@@ -1249,7 +1276,12 @@ impl QuestionKind {
 
     /// A set question over `labels`, checked as a body's criteria are.
     pub fn set(labels: Vec<(String, Option<String>)>) -> Result<Self, QuestionFailure> {
-        labels_kind("set", runtime_names(labels, "label")?, None, false)
+        labels_kind(
+            QuestionType::Set,
+            runtime_names(labels, "label")?,
+            None,
+            false,
+        )
     }
 
     /// A span question over `labels`, or over a preset's labels when `labels` is empty and
@@ -1258,7 +1290,12 @@ impl QuestionKind {
         labels: Vec<(String, Option<String>)>,
         preset: bool,
     ) -> Result<Self, QuestionFailure> {
-        labels_kind("span", runtime_names(labels, "label")?, None, preset)
+        labels_kind(
+            QuestionType::Span,
+            runtime_names(labels, "label")?,
+            None,
+            preset,
+        )
     }
 }
 
