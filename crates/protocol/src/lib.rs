@@ -13,6 +13,7 @@ pub mod encoder;
 pub mod error;
 pub mod limits;
 pub mod listing;
+pub mod member;
 pub mod openai;
 pub mod ordered;
 pub mod precount;
