@@ -3,6 +3,7 @@
 //! backend. The body is edited as raw JSON (members the router does not know survive), and
 //! the answer — streamed or not — passes through byte for byte with the routing headers.
 
+use protocol::member;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,7 +47,11 @@ pub async fn chat_completions(
             Ok(x) => x,
             Err(r) => return r,
         };
-    let Some(model) = req.get("model").and_then(Value::as_str).map(str::to_string) else {
+    let Some(model) = req
+        .get(member::MODEL)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
         return RouterError::BadRequest {
             message: "model is required".into(),
             param: Some("model".into()),
@@ -207,7 +212,7 @@ async fn forward(
         };
         let body = match req.as_deref_mut() {
             Some(m) => {
-                m.insert("model".into(), json!(r.model));
+                m.insert(member::MODEL.into(), json!(r.model));
                 if let Some(f) = &backend.family {
                     apply_reasoning(m, f.kind, &f.parameter, r);
                 }

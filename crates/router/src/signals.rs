@@ -4,6 +4,7 @@
 //! guard signals read what the client wrote, turn by turn ([`conversation`]), each turn in
 //! windows, answered together in the same batch.
 
+use protocol::member;
 use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Map, Value};
@@ -27,10 +28,13 @@ pub fn conversation(body: &Map<String, Value>) -> (String, Vec<String>) {
     let mut last_user = String::new();
     let mut turns = Vec::new();
     let mut turn = String::new();
-    if let Some(messages) = body.get("messages").and_then(Value::as_array) {
+    if let Some(messages) = body.get(member::MESSAGES).and_then(Value::as_array) {
         for m in messages {
-            let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-            let text = content_text(m.get("content"));
+            let role = m
+                .get(member::ROLE)
+                .and_then(Value::as_str)
+                .unwrap_or("user");
+            let text = content_text(m.get(member::CONTENT));
             if text.is_empty() || role == "assistant" {
                 continue;
             }
@@ -61,7 +65,7 @@ fn content_text(c: Option<&Value>) -> String {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(parts)) => parts
             .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .filter_map(|p| p.get(member::TEXT).and_then(Value::as_str))
             .collect::<Vec<_>>()
             .join("\n"),
         _ => String::new(),
@@ -106,23 +110,23 @@ fn question(s: &Signal, schema: Schema) -> Value {
         SignalType::Score => "score",
         SignalType::Span => "span",
     };
-    q.insert("type".into(), json!(kind));
-    q.insert("instructions".into(), json!(s.instructions));
+    q.insert(member::TYPE.into(), json!(kind));
+    q.insert(member::INSTRUCTIONS.into(), json!(s.instructions));
     if let Some(c) = &s.criteria {
-        q.insert("criteria".into(), c.clone());
+        q.insert(member::CRITERIA.into(), c.clone());
     }
     if schema == Schema::V5 {
         if let Some(p) = &s.preset {
-            q.insert("preset".into(), json!(p));
+            q.insert(member::PRESET.into(), json!(p));
         }
         if s.usage == SignalUse::Guard {
-            q.insert("overflow".into(), json!("window"));
+            q.insert(member::OVERFLOW.into(), json!("window"));
         }
         if let Some(o) = &s.over {
-            q.insert("over".into(), o.clone());
+            q.insert(member::OVER.into(), o.clone());
         }
         if let Some(r) = s.require_full_input {
-            q.insert("require_full_input".into(), json!(r));
+            q.insert(member::REQUIRE_FULL_INPUT.into(), json!(r));
         }
     }
     Value::Object(q)
@@ -183,27 +187,27 @@ pub fn calls(
             .into_iter()
             .map(|(name, state, questions)| Call {
                 path: "/v1/systemone",
-                body: json!({"model": model, "state": state, "questions": questions}),
+                body: json!({member::MODEL: model, member::STATE: state, member::QUESTIONS: questions}),
                 windows: usize::from(name.starts_with("guard-")),
                 whole,
             })
             .collect(),
         Schema::V5 => {
-            let mut options = json!({"deadline_ms": timeout_ms});
+            let mut options = json!({ member::DEADLINE_MS: timeout_ms });
             if let Some(t) = dep.input.max_tokens.filter(|_| !guard.is_empty()) {
-                options["max_tokens"] = json!(t);
+                options[member::MAX_TOKENS] = json!(t);
             }
             let body = if entries.len() == 1 {
                 let (_, state, questions) = entries.remove(0);
-                json!({"model": model, "state": state, "questions": questions, "options": options})
+                json!({member::MODEL: model, member::STATE: state, member::QUESTIONS: questions, member::OPTIONS: options})
             } else {
                 let states: Map<String, Value> = entries
                     .into_iter()
                     .map(|(name, state, questions)| {
-                        (name, json!({"state": state, "questions": questions}))
+                        (name, json!({member::STATE: state, member::QUESTIONS: questions}))
                     })
                     .collect();
-                json!({"model": model, "states": states, "options": options})
+                json!({member::MODEL: model, member::STATES: states, member::OPTIONS: options})
             };
             vec![Call {
                 path: "/v1/decisions",
@@ -262,7 +266,7 @@ pub fn read(signals: &[&Signal], calls: &[Call], answers: &[Option<Value>]) -> S
     let mut entries: BTreeMap<String, Value> = BTreeMap::new();
     for (call, answer) in calls.iter().zip(answers) {
         let Some(answer) = answer else { continue };
-        if let Some(states) = answer.get("states").and_then(Value::as_object) {
+        if let Some(states) = answer.get(member::STATES).and_then(Value::as_object) {
             for (name, r) in states {
                 if let Some(a) = r.get("answers") {
                     entries.insert(name.clone(), a.clone());
@@ -272,7 +276,7 @@ pub fn read(signals: &[&Signal], calls: &[Call], answers: &[Option<Value>]) -> S
             // A single request: name it by what it asked.
             let guard = call
                 .body
-                .get("questions")
+                .get(member::QUESTIONS)
                 .and_then(Value::as_object)
                 .is_some_and(|q| {
                     signals

@@ -3,6 +3,7 @@
 //! deployment gets the standard part only: stripped fields removed, fields it cannot carry
 //! refused, batches split. Error messages from the runtime are replaced by fixed words.
 
+use protocol::member;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,8 +19,8 @@ use crate::pool::{PickError, Pool};
 use crate::Runtime;
 
 /// Request members a standard target never sees (the standard part already says them).
-const STRIPPED: &[&str] = &["roles", "options"];
-const STRIPPED_QUESTION: &[&str] = &["preset", "overflow"];
+const STRIPPED: &[&str] = &[member::ROLES, member::OPTIONS];
+const STRIPPED_QUESTION: &[&str] = &[member::PRESET, member::OVERFLOW];
 /// Question members and types a standard target cannot carry.
 const REFUSED_QUESTION: &[&str] = &[
     "head",
@@ -89,7 +90,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
         Err(r) => return r,
     };
     let model = req
-        .get("model")
+        .get(member::MODEL)
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
@@ -149,7 +150,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
 /// A member that is not a list of `data:<kind>/...;base64,` URLs is refused with the worker's
 /// words (links and paths are never fetched); the worker reads the bytes.
 fn media_as_assets(req: &mut Map<String, Value>) -> Result<bool, RouterError> {
-    if !req.contains_key("images") && !req.contains_key("videos") {
+    if !req.contains_key(member::IMAGES) && !req.contains_key(member::VIDEOS) {
         return Ok(false);
     }
     let malformed = |message: String, param: &str| RouterError::BadRequest {
@@ -157,7 +158,7 @@ fn media_as_assets(req: &mut Map<String, Value>) -> Result<bool, RouterError> {
         param: Some(param.to_string()),
         reason: Some("encoding_malformed"),
     };
-    let mut assets = match req.remove("assets") {
+    let mut assets = match req.remove(member::ASSETS) {
         None => Map::new(),
         Some(Value::Object(m)) => m,
         Some(_) => return Err(malformed("assets must be an object".into(), "assets")),
@@ -197,18 +198,18 @@ fn media_as_assets(req: &mut Map<String, Value>) -> Result<bool, RouterError> {
             }
             assets.insert(
                 reference.clone(),
-                json!({"type": kind, "data_base64": data}),
+                json!({member::TYPE: kind, member::DATA_BASE64: data}),
             );
             placed.push_str(&reference);
         }
     }
     if !assets.is_empty() {
-        req.insert("assets".into(), Value::Object(assets));
+        req.insert(member::ASSETS.into(), Value::Object(assets));
     }
     if placed.is_empty() {
         return Ok(true);
     }
-    match req.get_mut("state") {
+    match req.get_mut(member::STATE) {
         Some(Value::String(text)) => text.insert_str(0, &placed),
         Some(Value::Object(parts)) => {
             // In front of the first part that is text.
@@ -227,7 +228,7 @@ fn media_as_assets(req: &mut Map<String, Value>) -> Result<bool, RouterError> {
             }
         }
         None | Some(Value::Null) => {
-            req.insert("state".into(), Value::String(placed));
+            req.insert(member::STATE.into(), Value::String(placed));
         }
         Some(_) => {}
     }
@@ -257,9 +258,9 @@ fn wait(
     deadline_ms: u64,
     max_deadline_ms: u64,
 ) -> Wait {
-    let options = req.get("options");
+    let options = req.get(member::OPTIONS);
     let long_context = options
-        .and_then(|o| o.get("long_context"))
+        .and_then(|o| o.get(member::LONG_CONTEXT))
         .and_then(Value::as_bool)
         .unwrap_or(false)
         || headers
@@ -267,7 +268,7 @@ fn wait(
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let own = options
-        .and_then(|o| o.get("deadline_ms"))
+        .and_then(|o| o.get(member::DEADLINE_MS))
         .and_then(Value::as_u64);
     let ms = own
         .unwrap_or(if long_context {
@@ -302,7 +303,7 @@ fn standardize(req: &mut Map<String, Value>) -> Result<(), RouterError> {
                 .find(|k| q.contains_key(**k))
                 .map(|k| k.to_string())
                 .or_else(|| {
-                    q.get("type")
+                    q.get(member::TYPE)
                         .and_then(Value::as_str)
                         .filter(|t| REFUSED_TYPES.contains(t))
                         .map(|t| format!("type {t}"))
@@ -319,16 +320,19 @@ fn standardize(req: &mut Map<String, Value>) -> Result<(), RouterError> {
         }
         Ok(())
     };
-    if let Some(qs) = req.get_mut("questions").and_then(Value::as_object_mut) {
+    if let Some(qs) = req
+        .get_mut(member::QUESTIONS)
+        .and_then(Value::as_object_mut)
+    {
         check(qs, "")?;
     }
-    if let Some(requests) = req.get_mut("requests").and_then(Value::as_object_mut) {
+    if let Some(requests) = req.get_mut(member::REQUESTS).and_then(Value::as_object_mut) {
         for (name, e) in requests.iter_mut() {
             let Some(e) = e.as_object_mut() else { continue };
             for k in STRIPPED {
                 e.remove(*k);
             }
-            if let Some(qs) = e.get_mut("questions").and_then(Value::as_object_mut) {
+            if let Some(qs) = e.get_mut(member::QUESTIONS).and_then(Value::as_object_mut) {
                 check(qs, &format!("requests.{name}."))?;
             }
         }
@@ -347,8 +351,8 @@ async fn split_batch(
     parts: &Parts,
     deadline: Wait,
 ) -> Response<Body> {
-    let model = req.get("model").cloned();
-    let requests = match req.remove("requests") {
+    let model = req.get(member::MODEL).cloned();
+    let requests = match req.remove(member::REQUESTS) {
         Some(Value::Object(r)) if !r.is_empty() => r,
         _ => {
             return RouterError::BadRequest {
@@ -364,7 +368,7 @@ async fn split_batch(
         async move {
             let mut one = entry.as_object().cloned().unwrap_or_default();
             if let Some(m) = model {
-                one.entry("model").or_insert(m);
+                one.entry(member::MODEL).or_insert(m);
             }
             let body = serde_json::to_vec(&one).unwrap_or_default();
             let r = call(

@@ -2,6 +2,7 @@
 //! question, the NFC UTF-8 bytes of its state plus the bytes of the question's JSON, plus
 //! 1,650 per image, 3,200 per video and 40. A state-once model counts the state once.
 
+use protocol::member;
 use serde_json::{Map, Value};
 use unicode_normalization::UnicodeNormalization;
 
@@ -27,7 +28,7 @@ fn count(v: Option<&Value>) -> u64 {
 
 /// The questions of one standard request, as a list or an object of ids to questions.
 fn questions(e: &Map<String, Value>) -> Vec<&Value> {
-    match e.get("questions") {
+    match e.get(member::QUESTIONS) {
         Some(Value::Array(a)) => a.iter().collect(),
         Some(Value::Object(m)) => m.values().collect(),
         _ => Vec::new(),
@@ -36,9 +37,9 @@ fn questions(e: &Map<String, Value>) -> Vec<&Value> {
 
 /// The estimate of one standard request (a state, its media and its questions).
 fn entry(e: &Map<String, Value>, extra_images: u64, state_once: bool) -> u64 {
-    let state = state_bytes(e.get("state"));
-    let media =
-        (count(e.get("images")) + extra_images) * PER_IMAGE + count(e.get("videos")) * PER_VIDEO;
+    let state = state_bytes(e.get(member::STATE));
+    let media = (count(e.get(member::IMAGES)) + extra_images) * PER_IMAGE
+        + count(e.get(member::VIDEOS)) * PER_VIDEO;
     let questions = questions(e);
     let own: u64 = questions
         .iter()
@@ -55,7 +56,7 @@ fn entry(e: &Map<String, Value>, extra_images: u64, state_once: bool) -> u64 {
 /// `/v1/systemone/batch` body whose `requests` are each a whole request).
 /// Top-level image assets count as images of every entry.
 pub fn input_tokens(body: &Map<String, Value>, state_once: bool) -> u64 {
-    if let Some(requests) = body.get("requests").and_then(Value::as_object) {
+    if let Some(requests) = body.get(member::REQUESTS).and_then(Value::as_object) {
         return requests
             .values()
             .filter_map(Value::as_object)
@@ -63,14 +64,14 @@ pub fn input_tokens(body: &Map<String, Value>, state_once: bool) -> u64 {
             .sum();
     }
     let assets = body
-        .get("assets")
+        .get(member::ASSETS)
         .and_then(Value::as_object)
         .map_or(0, |a| {
             a.values()
-                .filter(|v| v.get("type").and_then(Value::as_str) == Some("image"))
+                .filter(|v| v.get(member::TYPE).and_then(Value::as_str) == Some("image"))
                 .count() as u64
         });
-    match body.get("states").and_then(Value::as_object) {
+    match body.get(member::STATES).and_then(Value::as_object) {
         Some(states) => states
             .values()
             .filter_map(Value::as_object)
@@ -83,9 +84,12 @@ pub fn input_tokens(body: &Map<String, Value>, state_once: bool) -> u64 {
 /// Whether a System One body asks a box or track question (in any of its requests).
 pub fn asks_boxes(body: &Map<String, Value>) -> bool {
     let asks = |e: &Map<String, Value>| {
-        questions(e)
-            .iter()
-            .any(|q| matches!(q.get("type").and_then(Value::as_str), Some("box" | "track")))
+        questions(e).iter().any(|q| {
+            matches!(
+                q.get(member::TYPE).and_then(Value::as_str),
+                Some("box" | "track")
+            )
+        })
     };
     let nested = |k: &str| {
         body.get(k)
@@ -99,7 +103,7 @@ pub fn asks_boxes(body: &Map<String, Value>) -> bool {
 /// bytes), plus `max_tokens` when asked for.
 pub fn chat_tokens(body: &Map<String, Value>) -> u64 {
     let messages = body
-        .get("messages")
+        .get(member::MESSAGES)
         .map_or(0, |m| m.to_string().len() as u64);
     let out = ["max_completion_tokens", "max_tokens"]
         .iter()

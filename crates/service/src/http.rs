@@ -1,6 +1,7 @@
 //! The service's HTTP edge: `/api/keys…` and `/api/info`, and the guard in front of the
 //! router's `/v1` routes (key check, limits, admission, usage, rate-limit headers).
 
+use protocol::member;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -856,7 +857,7 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
     let obj: Option<Map<String, Value>> = serde_json::from_slice(&request).ok();
     let model = obj
         .as_ref()
-        .and_then(|o| o.get("model"))
+        .and_then(|o| o.get(member::MODEL))
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
