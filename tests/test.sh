@@ -100,6 +100,8 @@ fi
 python3 tests/modgraph.py
 # No HTTP error status or OpenAI error type chosen outside the errors crate.
 python3 tests/errors_check.py
+# Request members the router and the keys service name come from protocol::member.
+python3 tests/members_check.py
 # docs/serving.md's flags table is the one `serve --help` gives.
 python3 tests/flags_table.py ./target/debug/vllm-srun --check
 pull_models ./target/debug/vllm-srun
