@@ -8,6 +8,8 @@ pub mod budget;
 pub mod decision;
 pub mod encode;
 pub mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 pub mod generate;
 pub mod labels;
 pub mod package;

@@ -1,0 +1,207 @@
+//! The worker's HTTP behaviour, in process and without weights: routes called with
+//! `tower::ServiceExt::oneshot` on a decision model whose backend scripts its logits
+//! (`engine::fake`). Error words, validation, body codings and limits are asserted here;
+//! what only a real model shows (answers, bit-exactness, speed) stays in `crates/vllm-srun/tests`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::sync::{Arc, OnceLock};
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use engine::package::DecisionConfig;
+use engine::registry::{Loaded, ModelKind, Registry, Slot};
+use serde_json::{json, Value};
+use server::ServerConfig;
+use tower::ServiceExt;
+
+const LIMIT: usize = 4096;
+
+/// One fake model, "fake", that says Yes (logit 2) over No (logit 0), loaded once for every
+/// test (on a thread of its own: loading runs the model's self-check outside any runtime).
+fn registry() -> Arc<Registry> {
+    static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(|| {
+            std::thread::spawn(|| {
+                let m = engine::fake::model_named(
+                    "fake",
+                    DecisionConfig::default(),
+                    engine::fake::table(&[("Yes", 2.0), ("No", 0.0)]),
+                )
+                .expect("the fake model loads");
+                let slot = Slot::new(m.meta.clone(), ModelKind::Decision);
+                slot.ready(Loaded::Decision(Arc::new(m)));
+                Arc::new(Registry::new(vec![slot]))
+            })
+            .join()
+            .expect("the loading thread")
+        })
+        .clone()
+}
+
+/// The worker's routes on the fake model, with a small body limit.
+fn app() -> axum::Router {
+    let registry = registry();
+    let config = ServerConfig {
+        max_request_bytes: LIMIT,
+        ..ServerConfig::default()
+    };
+    server::router(registry, config)
+}
+
+/// POST `body` to `path` with `headers`; the status, the headers and the JSON body.
+async fn post(
+    path: &str,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> (StatusCode, axum::http::HeaderMap, Value) {
+    let mut req = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = app()
+        .oneshot(req.body(Body::from(body)).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, headers, v)
+}
+
+fn noul() -> Value {
+    json!({"model": "fake", "state": "It rains.",
+           "questions": {"q": {"type": "noul", "instructions": "Does it rain?"}}})
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+#[tokio::test]
+async fn a_noul_is_answered_with_the_scripted_probability() {
+    let (status, _, v) = post("/v1/decisions", noul().to_string().into_bytes(), &[]).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let p = v["answers"]["q"]["noul"].as_f64().unwrap();
+    let want = 2f64.exp() / (2f64.exp() + 1.0);
+    assert!((p - want).abs() < 1e-6, "p {p}, want {want}");
+}
+
+#[tokio::test]
+async fn gzip_and_zstd_bodies_are_answered_as_the_plain_one() {
+    let plain = noul().to_string().into_bytes();
+    let (_, _, want) = post("/v1/decisions", plain.clone(), &[]).await;
+    let (s, _, g) = post(
+        "/v1/decisions",
+        gzip(&plain),
+        &[("content-encoding", "gzip")],
+    )
+    .await;
+    assert_eq!((s, &g["answers"]), (StatusCode::OK, &want["answers"]));
+    let z = zstd::encode_all(&plain[..], 3).unwrap();
+    let (s, _, z) = post("/v1/systemone", z, &[("content-encoding", "zstd")]).await;
+    assert_eq!(s, StatusCode::OK, "{z}");
+    assert_eq!(z["answers"]["q"]["noul"], want["answers"]["q"]["noul"]);
+}
+
+#[tokio::test]
+async fn an_unread_coding_is_415_encoding_unsupported() {
+    let (s, _, v) = post(
+        "/v1/decisions",
+        noul().to_string().into_bytes(),
+        &[("content-encoding", "br")],
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(v["error"]["code"], "unsupported_media_type");
+    assert_eq!(v["error"]["reason"], "encoding_unsupported");
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413_as_sent_and_once_decoded() {
+    let mut big = noul();
+    big["state"] = json!("x".repeat(LIMIT));
+    let bytes = big.to_string().into_bytes();
+    let (s, _, v) = post("/v1/decisions", bytes.clone(), &[]).await;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(v["error"]["code"], "request_too_large");
+    assert_eq!(v["error"]["reason"], "body_too_large");
+    assert_eq!(v["error"]["limit"], LIMIT);
+    // Far under the limit as sent, over it once inflated.
+    let packed = gzip(&bytes);
+    assert!(packed.len() < LIMIT / 4);
+    let (s, _, v) = post("/v1/systemone", packed, &[("content-encoding", "gzip")]).await;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(v["reason"], "body_too_large");
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_json_is_422_on_systemone_and_400_on_decisions() {
+    let (s, _, v) = post("/v1/systemone", b"{not json".to_vec(), &[]).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(v["detail"][0]["loc"], json!(["body"]));
+    assert_eq!(v["detail"][0]["type"], "body_malformed");
+    let (s, _, v) = post("/v1/decisions", b"{not json".to_vec(), &[]).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["reason"], "body_malformed");
+}
+
+#[tokio::test]
+async fn an_unknown_member_is_refused_by_name() {
+    let mut body = noul();
+    body["colour"] = json!("red");
+    let (s, _, v) = post("/v1/decisions", body.to_string().into_bytes(), &[]).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["reason"], "unknown_member");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("colour"),
+        "{v}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_model_is_404_and_an_unknown_route_404_route_not_found() {
+    let mut body = noul();
+    body["model"] = json!("nope");
+    let (s, _, v) = post("/v1/decisions", body.to_string().into_bytes(), &[]).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["code"], "model_not_found");
+    let (s, _, v) = post("/v1/nothing-here", b"{}".to_vec(), &[]).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["reason"], "route_not_found");
+}
+
+#[tokio::test]
+async fn a_bad_question_fails_in_place_on_decisions_and_the_request_on_systemone() {
+    let body = json!({"model": "fake", "state": "It rains.", "questions": {
+        "q": {"type": "noul", "instructions": "Does it rain?"},
+        "bad": {"type": "score", "instructions": "How much?", "criteria": ["only one"]}}});
+    let (s, _, v) = post("/v1/decisions", body.to_string().into_bytes(), &[]).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["answers"]["bad"]["error"], "invalid_question");
+    assert!(v["answers"]["q"]["noul"].is_number());
+    let (s, _, v) = post("/v1/systemone", body.to_string().into_bytes(), &[]).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(v["code"], "question_failed");
+    assert_eq!(v["question"], "bad");
+    assert_eq!(v["question_error"], "invalid_question");
+    assert_eq!(v["detail"][0]["loc"], json!(["body", "questions", "bad"]));
+}
+
+#[tokio::test]
+async fn chat_on_a_decision_model_answers_in_openai_shape() {
+    let body = json!({"model": "fake", "messages": [{"role": "user", "content": "hi"}]});
+    let (s, _, v) = post("/v1/chat/completions", body.to_string().into_bytes(), &[]).await;
+    assert!(s.is_client_error(), "{s} {v}");
+    assert!(
+        v["error"]["type"].is_string() && v["error"]["message"].is_string(),
+        "{v}"
+    );
+    assert!(v.get("detail").is_none());
+}
