@@ -433,8 +433,8 @@ const LOOKED: &[Looked] = &[
 ];
 
 /// A noul or score about a picture that asks whether or how many of the detector's kinds are
-/// there is answered from what the detector sees; one it cannot see (a colour, the weather,
-/// a kind it does not know, a choice) is refused with `question_not_grounded`.
+/// there, or which of several kinds, is answered from what the detector sees; one it cannot
+/// see (a colour, a mood, a kind it does not know) is refused with `question_not_grounded`.
 #[tokio::test]
 async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
     let s = server();
@@ -491,13 +491,31 @@ async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
             "colour": {"type": "noul", "instructions": "Is the dog brown?"},
             "hat": {"type": "noul", "instructions": "Is there a hat on the man?"},
             "unknown": {"type": "noul", "instructions": "Is there a dragon?"},
+            "mood": {"type": "choice", "instructions": "How does the dog feel?",
+                     "criteria": {"a": "happy", "b": "sad"}},
             "which": {"type": "choice", "instructions": "Which animal is this?",
-                      "criteria": {"dog": null, "cat": null}},
+                      "criteria": {"o1": "a cat", "o2": "a dog", "o3": "a horse"}},
+            "vehicle": {"type": "choice", "instructions": "Which of these is in the photo?",
+                        "criteria": {"airplane": null, "bicycle": null, "boat": null}},
             "dog": {"type": "noul", "instructions": "Is there a dog?"}}),
     );
     let (status, _, v) = post(&url, &body).await;
     assert_eq!(status, 200, "{v}");
-    for id in ["colour", "hat", "unknown", "which"] {
+    // A choice among the detector's kinds is answered from their presence.
+    assert_eq!(v["answers"]["which"]["choice"], "o2", "{v}");
+    assert!(
+        v["answers"]["which"]["probabilities"]["o2"]
+            .as_f64()
+            .unwrap()
+            > 0.5,
+        "{v}"
+    );
+    assert_eq!(v["answers"]["vehicle"]["choice"], "bicycle", "{v}");
+    eprintln!(
+        "which: {} vehicle: {}",
+        v["answers"]["which"], v["answers"]["vehicle"]
+    );
+    for id in ["colour", "hat", "unknown", "mood"] {
         assert_eq!(v["answers"][id]["error"], "invalid_question", "{id}: {v}");
         assert_eq!(
             v["answers"][id]["reason"], "question_not_grounded",

@@ -27,7 +27,7 @@ use protocol::{Answer, Overflow, Question, Roles, Usage};
 use serde_json::json;
 
 use super::model::{entries, Decision, DecisionModel};
-use super::readout::score_answer;
+use super::readout::{choice_answer, score_answer};
 use super::target;
 use crate::backend::{Detector, Found};
 
@@ -378,14 +378,29 @@ impl DecisionModel {
 /// when none was seen: the detector misses some), a score each level's share of the count's
 /// distribution, the objects taken as independent.
 fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Question) -> Answer {
+    let seen = |kind: usize| -> Vec<f64> {
+        pictures
+            .iter()
+            .flat_map(|found| target::objects(found, kind))
+            .map(|f| confidence(Some(&f), 1.0))
+            .collect()
+    };
     let kind = match g {
         target::Grounded::Presence(k) | target::Grounded::Count(k, _) => *k,
+        target::Grounded::Which(kinds) => {
+            let QuestionKind::Choice { options } = &q.kind else {
+                return Answer::Noul(NoulAnswer { noul: 0.0 });
+            };
+            let presence: Vec<f64> = kinds
+                .iter()
+                .map(|k| target::presence(&seen(*k)).max(confidence(None, 1.0)))
+                .collect();
+            let probs: Vec<f64> = target::which(&presence).into_iter().map(round).collect();
+            let keys: Vec<String> = options.iter().map(|(k, _)| k.clone()).collect();
+            return choice_answer(&probs, &keys);
+        }
     };
-    let p: Vec<f64> = pictures
-        .iter()
-        .flat_map(|found| target::objects(found, kind))
-        .map(|f| confidence(Some(&f), 1.0))
-        .collect();
+    let p = seen(kind);
     match (g, &q.kind) {
         (target::Grounded::Count(_, levels), QuestionKind::Score { levels: legend }) => {
             let probs: Vec<f64> = target::count_levels(&p, levels)

@@ -229,11 +229,7 @@ impl DecisionModel {
                     id, keys, complete, ..
                 } => {
                     let answer = match groups.and_then(|g| g.into_iter().next()) {
-                        Some(probs) => Answer::Choice(ChoiceAnswer {
-                            choice: keys[argmax(&probs)].clone(),
-                            confidence: choice_confidence(&probs),
-                            probabilities: Ordered(keys.iter().cloned().zip(probs).collect()),
-                        }),
+                        Some(probs) => choice_answer(&probs, keys),
                         None => broken("choice"),
                     };
                     answers.push(id.clone(), entry(answer, *complete));
@@ -389,6 +385,15 @@ pub(super) fn geometric_mean(ps: &[Vec<f64>]) -> Option<Vec<f64>> {
     let w: Vec<f64> = logs.iter().map(|l| (l - top).exp()).collect();
     let z: f64 = w.iter().sum();
     Some(w.into_iter().map(|x| x / z).collect())
+}
+
+/// A choice's answer from its options' probabilities (in `keys` order).
+pub(crate) fn choice_answer(probs: &[f64], keys: &[String]) -> Answer {
+    Answer::Choice(ChoiceAnswer {
+        choice: keys.get(argmax(probs)).cloned().unwrap_or_default(),
+        confidence: choice_confidence(probs),
+        probabilities: Ordered(keys.iter().cloned().zip(probs.iter().copied()).collect()),
+    })
 }
 
 /// A score's answer from its levels' probabilities (in level order) and their words.

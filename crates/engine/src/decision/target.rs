@@ -272,6 +272,9 @@ pub(crate) enum Grounded {
     /// How many objects of the kind (a score): each level's count, and whether it means that
     /// many or more.
     Count(usize, Vec<(u32, bool)>),
+    /// Which of the options' kinds is in the pictures (a choice): each option's kind, in the
+    /// question's option order.
+    Which(Vec<usize>),
 }
 
 /// Words that ask about what a detector of kinds of object does not see.
@@ -323,7 +326,33 @@ const UNSEEN: &[&str] = &[
     "tail",
 ];
 
-/// What a noul or score question about the state's pictures asks of the detector, or why the
+/// The detector kind each option names (by its meaning: description, else key), when every
+/// option names one and no two name the same.
+fn option_kinds(
+    options: &[(String, Option<String>)],
+    kinds: &[&str],
+) -> Result<Vec<usize>, String> {
+    let mut out = Vec::with_capacity(options.len());
+    for (key, description) in options {
+        let meaning = description.as_deref().unwrap_or(key);
+        let Some(k) = named_kind(meaning, kinds) else {
+            return Err(format!(
+                "its option {meaning:?} names none of the object detector's kinds (the card's \
+                 detector.kinds)"
+            ));
+        };
+        if out.contains(&k) {
+            return Err(format!(
+                "two of its options name the same kind, {}",
+                kinds[k]
+            ));
+        }
+        out.push(k);
+    }
+    Ok(out)
+}
+
+/// What a noul, score or choice question about the state's pictures asks of the detector, or why the
 /// detector cannot answer it (for the refusal's message).
 pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Grounded, String> {
     use protocol::QuestionKind;
@@ -334,6 +363,9 @@ pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Ground
             "it asks about {u:?}, which the object detector does not see; it sees which of its \
              kinds of object are where"
         ));
+    }
+    if let QuestionKind::Choice { options } = &q.kind {
+        return option_kinds(options, kinds).map(Grounded::Which);
     }
     let Some(kind) = named_kind(instructions, kinds) else {
         return Err(
@@ -359,7 +391,8 @@ pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Ground
         }
         k => Err(format!(
             "a {} question about a picture is not answered from it; ask a noul (\"Is there a \
-             dog?\") or a score (\"How many people?\")",
+             dog?\"), a score (\"How many people?\") or a choice among kinds (\"Which animal \
+             is there?\")",
             k.type_name()
         )),
     }
@@ -381,8 +414,9 @@ pub(crate) fn media_grounding(
     };
     Some(grounding(q, kinds).and_then(|g| {
         match g {
-            Grounded::Count(..) if !pictures => Err(
-                "about a video, the detector answers whether a kind appears (a noul), not how many"
+            Grounded::Count(..) | Grounded::Which(..) if !pictures => Err(
+                "about a video, the detector answers whether a kind appears (a noul), not how many \
+                 or which"
                     .to_string(),
             ),
             g => Ok(g),
@@ -422,6 +456,26 @@ fn count_of(level: &str) -> Option<(u32, bool)> {
 /// there, a cat beside the dog.)
 pub(crate) fn presence(p: &[f64]) -> f64 {
     p.iter().copied().fold(0.0, f64::max)
+}
+
+/// Which of several kinds is in the pictures, from each kind's presence taken as independent:
+/// the question says one of them is there, so each option is the probability that its kind is
+/// there and the others are not, given that exactly one is (uniform when none can be).
+pub(crate) fn which(presence: &[f64]) -> Vec<f64> {
+    let p: Vec<f64> = presence.iter().map(|x| x.clamp(1e-6, 1.0 - 1e-6)).collect();
+    let alone: Vec<f64> = (0..p.len())
+        .map(|i| {
+            p.iter()
+                .enumerate()
+                .map(|(j, x)| if i == j { *x } else { 1.0 - x })
+                .product()
+        })
+        .collect();
+    let z: f64 = alone.iter().sum();
+    if z.is_nan() || z <= 0.0 {
+        return vec![1.0 / p.len().max(1) as f64; p.len()];
+    }
+    alone.iter().map(|a| a / z).collect()
 }
 
 /// The probability of each level of `levels` when each object is there with its probability
@@ -576,17 +630,55 @@ mod tests {
                 vec![(0, false), (1, false), (2, false), (3, true)]
             ))
         );
+        let choice = |options: &[(&str, Option<&str>)]| QuestionKind::Choice {
+            options: options
+                .iter()
+                .map(|(k, d)| (k.to_string(), d.map(String::from)))
+                .collect(),
+        };
+        // A choice among kinds, each option read by its meaning (its description, else its key).
+        assert_eq!(
+            grounding(
+                &ask(
+                    choice(&[("a", Some("A dog")), ("b", Some("a car")), ("person", None)]),
+                    "Which of these is in the picture?"
+                ),
+                &kinds
+            ),
+            Ok(Grounded::Which(vec![3, 2, 0]))
+        );
         for (kind, instructions) in [
             (noul(), "Is the dog brown?"),
             (noul(), "Is there a dragon?"),
             (score(&["Low", "High"]), "How many cars are there?"),
             (score(&["None", "One"]), "How old is the man?"),
+            (
+                choice(&[("dog", None), ("dragon", None)]),
+                "Which animal is it?",
+            ),
+            (
+                choice(&[("x", Some("a dog")), ("y", Some("dogs"))]),
+                "Which?",
+            ),
+            (choice(&[("dog", None), ("car", None)]), "Which is red?"),
         ] {
             assert!(
                 grounding(&ask(kind, instructions), &kinds).is_err(),
                 "{instructions}"
             );
         }
+    }
+
+    /// Which kind is there: the one there while the others are not, given exactly one is.
+    #[test]
+    fn which_kind_from_each_kinds_presence() {
+        let w = which(&[0.8, 0.5]);
+        let (a, b) = (0.8 * 0.5, 0.5 * 0.2);
+        assert!((w[0] - a / (a + b)).abs() < 1e-9 && (w[1] - b / (a + b)).abs() < 1e-9);
+        let w = which(&[0.5, 0.5, 0.5]);
+        assert!(w.iter().all(|x| (x - 1.0 / 3.0).abs() < 1e-9), "{w:?}");
+        let w = which(&[0.0, 0.0]);
+        assert!((w[0] - 0.5).abs() < 1e-9, "{w:?}");
     }
 
     /// The count of independent objects is Poisson-binomial; a level "or more" takes the tail.
