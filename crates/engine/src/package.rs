@@ -105,6 +105,10 @@ pub struct DecisionConfig {
     /// spread evenly; the answer is their geometric mean). 1 asks once; more cancel the
     /// favour a model shows some places in a list, at the cost of one branch each.
     pub choice_orders: usize,
+    /// How many orders of its levels a score is asked in: 1 in their order; 2 also reversed
+    /// (the answer is the geometric mean of both, mapped back to the levels), which cancels
+    /// the favour a model shows the first or last level it reads, at the cost of one branch.
+    pub score_orders: usize,
     /// Question types (`choice`, `score`, `noul`) whose answers are divided by the same question's
     /// answer about an empty state (content-free calibration), which removes the favour a
     /// model shows some labels whatever the state says. Each distinct question's empty-state
@@ -147,6 +151,7 @@ impl Default for DecisionConfig {
             max_scan_tokens: None,
             truncate_tokens: None,
             choice_orders: 1,
+            score_orders: 1,
             content_free: Vec::new(),
             noul_bias: 0.0,
             router_questions: BTreeMap::new(),
@@ -260,6 +265,12 @@ impl DecisionConfig {
             return Err(format!(
                 "decision_config.json: choice_orders must be 1 to {MAX_CHOICE_ORDERS}, not {}",
                 self.choice_orders
+            ));
+        }
+        if !(1..=2).contains(&self.score_orders) {
+            return Err(format!(
+                "decision_config.json: score_orders must be 1 or 2, not {}",
+                self.score_orders
             ));
         }
         if let Some(t) = self

@@ -647,3 +647,67 @@ fn content_free_choices_keep_each_option_its_own_correction_in_any_order() {
     let p = a["t"]["probabilities"]["finance"].as_f64().expect("p");
     assert!((p - 4f64.exp() / (4f64.exp() + 2.0)).abs() < 1e-6, "{a}");
 }
+
+/// A script that favours the first level shown (3), then the second (1), whatever it says:
+/// levels read by name answer with their first letter, levels read by number with their digit.
+fn favours_first_level() -> Script {
+    Arc::new(|context: &str, candidates: &[String]| {
+        let block = context.rsplit("Levels:\n").next().unwrap_or("");
+        let tokens: Vec<String> = block
+            .lines()
+            .filter_map(|line| match line.strip_prefix("- ") {
+                Some(rest) => rest.get(..1).map(str::to_string),
+                None => line.split_once(". ").map(|(code, _)| code.to_string()),
+            })
+            .collect();
+        candidates
+            .iter()
+            .map(|c| match tokens.iter().position(|t| t == c) {
+                Some(0) => 3.0,
+                Some(1) => 1.0,
+                Some(_) => 0.0,
+                None => -200.0,
+            })
+            .collect()
+    })
+}
+
+fn score_probabilities(m: &DecisionModel, levels: &[String]) -> Vec<f64> {
+    let a = ask(
+        m,
+        "x",
+        json!({"s": {"type": "score", "instructions": "How much?", "criteria": levels}}),
+    );
+    (0..levels.len())
+        .map(|i| a["s"]["probabilities"][i.to_string()].as_f64().expect("p"))
+        .collect()
+}
+
+#[test]
+fn a_score_also_read_reversed_cancels_the_favour_of_the_first_level() {
+    // Read by name (short levels) and by number (levels too long to be answered by name).
+    let named: Vec<String> = ["Low", "Mid", "High"].map(String::from).to_vec();
+    let long: Vec<String> = ["a", "b", "c"]
+        .map(|x| format!("{x}{}", " the level's long description".repeat(5)))
+        .to_vec();
+    for levels in [named, long] {
+        let once = model(DecisionConfig::default(), favours_first_level());
+        let p = score_probabilities(&once, &levels);
+        assert!(p[0] > 0.8 && p[0] > p[2], "one view: the first level is favoured: {p:?}");
+        let both = model(
+            DecisionConfig {
+                score_orders: 2,
+                ..DecisionConfig::default()
+            },
+            favours_first_level(),
+        );
+        let p = score_probabilities(&both, &levels);
+        // View 0 reads [e^3, e, 1], view 1 (reversed) [1, e, e^3] over the levels: their
+        // geometric mean is [e^1.5, e, e^1.5], renormalised.
+        let z = 2.0 * 1.5f64.exp() + 1f64.exp();
+        let want = [1.5f64.exp() / z, 1f64.exp() / z, 1.5f64.exp() / z];
+        for (got, want) in p.iter().zip(want) {
+            assert!((got - want).abs() < 1e-4, "{p:?} vs {want}");
+        }
+    }
+}

@@ -518,6 +518,7 @@ fn direct_question(
             Plan::Score {
                 id,
                 legend: levels.clone(),
+                shown: vec![(0..levels.len()).collect()],
                 temperature,
                 complete,
                 readout,

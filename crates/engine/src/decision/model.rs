@@ -132,6 +132,9 @@ pub(crate) enum Plan {
     Score {
         id: String,
         legend: Vec<String>,
+        /// Per view of the levels (in order, then reversed), the level each label it reads
+        /// stands for (by name, the level itself; by number, the level shown there).
+        shown: Vec<Vec<usize>>,
         temperature: f64,
         complete: bool,
         readout: Readout,

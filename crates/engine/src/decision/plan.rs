@@ -248,28 +248,42 @@ impl DecisionModel {
                     Some(trie) => trie,
                     None => label_trie(&t.digits[..n])?,
                 };
-                let mut block = format!(
-                    "Question: {}\nLevels:\n",
-                    instr.unwrap_or("Which level describes the text best?")
-                );
-                for (i, l) in said.iter().enumerate() {
-                    if by_name {
-                        block.push_str(&format!("- {l}\n"));
+                // With `score_orders` 2, also in reverse order, so that neither end keeps the
+                // place a model favours; the answer is the geometric mean of both views.
+                let views = self.config.score_orders.clamp(1, 2);
+                let mut nodes = Vec::with_capacity(views);
+                let mut shown = Vec::with_capacity(views);
+                for view in 0..views {
+                    let order: Vec<usize> = if view == 0 {
+                        (0..n).collect()
                     } else {
-                        block.push_str(&format!("{i}. {l}\n"));
+                        (0..n).rev().collect()
+                    };
+                    let mut block = format!(
+                        "Question: {}\nLevels:\n",
+                        instr.unwrap_or("Which level describes the text best?")
+                    );
+                    for (place, &i) in order.iter().enumerate() {
+                        if by_name {
+                            block.push_str(&format!("- {}\n", said[i]));
+                        } else {
+                            block.push_str(&format!("{place}. {}\n", said[i]));
+                        }
                     }
+                    block.push_str(if by_name {
+                        "Answer with the best level, as it is written."
+                    } else {
+                        "Answer with the number of the level."
+                    });
+                    nodes.push(trie.node(self.question_tokens(t, &block, limit)?));
+                    shown.push(if by_name { (0..n).collect() } else { order });
                 }
-                block.push_str(if by_name {
-                    "Answer with the best level, as it is written."
-                } else {
-                    "Answer with the number of the level."
-                });
-                let mut nodes = vec![trie.node(self.question_tokens(t, &block, limit)?)];
                 read_features(&mut nodes, &readout, &t.features);
                 Ok((
                     Plan::Score {
                         id,
                         legend: levels.clone(),
+                        shown,
                         temperature,
                         complete,
                         readout,

@@ -63,16 +63,26 @@ impl DecisionModel {
             (
                 Plan::Score {
                     legend,
+                    shown,
                     temperature,
                     ..
                 },
                 Some(trie),
             ) => {
-                // Read at temperature 1 and tempered over the levels, so that content-free
-                // division cancels exactly even where a level's name takes several steps.
-                let mut p = trie.probabilities(reads, legend.len(), 1.0)?;
-                super::calibrate::temper(&mut p, *temperature);
-                Some(vec![p])
+                // Each view read at temperature 1 and tempered over the levels, so that
+                // content-free division cancels exactly even where a level's name takes
+                // several steps; the views mapped back to the levels and combined.
+                let mut views = Vec::with_capacity(shown.len());
+                for levels in shown {
+                    let mut read = trie.probabilities(reads, legend.len(), 1.0)?;
+                    super::calibrate::temper(&mut read, *temperature);
+                    let mut p = vec![0.0; legend.len()];
+                    for (label, &level) in levels.iter().enumerate() {
+                        *p.get_mut(level)? = *read.get(label)?;
+                    }
+                    views.push(p);
+                }
+                Some(vec![geometric_mean(&views)?])
             }
             (
                 Plan::Set {
