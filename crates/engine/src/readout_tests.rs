@@ -693,7 +693,10 @@ fn a_score_also_read_reversed_cancels_the_favour_of_the_first_level() {
     for levels in [named, long] {
         let once = model(DecisionConfig::default(), favours_first_level());
         let p = score_probabilities(&once, &levels);
-        assert!(p[0] > 0.8 && p[0] > p[2], "one view: the first level is favoured: {p:?}");
+        assert!(
+            p[0] > 0.8 && p[0] > p[2],
+            "one view: the first level is favoured: {p:?}"
+        );
         let both = model(
             DecisionConfig {
                 score_orders: 2,
