@@ -287,9 +287,9 @@ fn score_levels_keep_their_order() {
 
 /// A model that knows nothing but the places of a list: the option shown first gets logit 3,
 /// the second 1, the rest 0, whether it answers by name or by letter.
-fn favours_places() -> Script {
-    Arc::new(|context: &str, candidates: &[String]| {
-        let block = context.rsplit("Options:\n").next().unwrap_or("");
+fn favours_first_shown(header: &'static str) -> Script {
+    Arc::new(move |context: &str, candidates: &[String]| {
+        let block = context.rsplit(header).next().unwrap_or("");
         let tokens: Vec<String> = block
             .lines()
             .filter_map(|line| match line.strip_prefix("- ") {
@@ -307,6 +307,10 @@ fn favours_places() -> Script {
             })
             .collect()
     })
+}
+
+fn favours_places() -> Script {
+    favours_first_shown("Options:\n")
 }
 
 fn choice_probabilities(m: &DecisionModel, criteria: Value) -> Vec<(String, f64)> {
@@ -648,30 +652,6 @@ fn content_free_choices_keep_each_option_its_own_correction_in_any_order() {
     assert!((p - 4f64.exp() / (4f64.exp() + 2.0)).abs() < 1e-6, "{a}");
 }
 
-/// A script that favours the first level shown (3), then the second (1), whatever it says:
-/// levels read by name answer with their first letter, levels read by number with their digit.
-fn favours_first_level() -> Script {
-    Arc::new(|context: &str, candidates: &[String]| {
-        let block = context.rsplit("Levels:\n").next().unwrap_or("");
-        let tokens: Vec<String> = block
-            .lines()
-            .filter_map(|line| match line.strip_prefix("- ") {
-                Some(rest) => rest.get(..1).map(str::to_string),
-                None => line.split_once(". ").map(|(code, _)| code.to_string()),
-            })
-            .collect();
-        candidates
-            .iter()
-            .map(|c| match tokens.iter().position(|t| t == c) {
-                Some(0) => 3.0,
-                Some(1) => 1.0,
-                Some(_) => 0.0,
-                None => -200.0,
-            })
-            .collect()
-    })
-}
-
 fn score_probabilities(m: &DecisionModel, levels: &[String]) -> Vec<f64> {
     let a = ask(
         m,
@@ -691,7 +671,7 @@ fn a_score_also_read_reversed_cancels_the_favour_of_the_first_level() {
         .map(|x| format!("{x}{}", " the level's long description".repeat(5)))
         .to_vec();
     for levels in [named, long] {
-        let once = model(DecisionConfig::default(), favours_first_level());
+        let once = model(DecisionConfig::default(), favours_first_shown("Levels:\n"));
         let p = score_probabilities(&once, &levels);
         assert!(
             p[0] > 0.8 && p[0] > p[2],
@@ -702,7 +682,7 @@ fn a_score_also_read_reversed_cancels_the_favour_of_the_first_level() {
                 score_orders: 2,
                 ..DecisionConfig::default()
             },
-            favours_first_level(),
+            favours_first_shown("Levels:\n"),
         );
         let p = score_probabilities(&both, &levels);
         // View 0 reads [e^3, e, 1], view 1 (reversed) [1, e, e^3] over the levels: their

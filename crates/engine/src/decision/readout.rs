@@ -39,17 +39,13 @@ impl DecisionModel {
                 // Each turn read at temperature 1 and tempered as a whole (as a score is):
                 // an answer corrected by its empty-state answer is then exactly what the
                 // corrected labels give, however many steps a label's path takes.
-                let mut turns = Vec::with_capacity(shown.len());
-                for options in shown {
-                    let mut read = trie.probabilities(reads, keys.len(), 1.0)?;
-                    super::calibrate::temper(&mut read, *temperature);
-                    let mut p = vec![0.0; keys.len()];
-                    for (label, &option) in options.iter().enumerate() {
-                        *p.get_mut(option)? = *read.get(label)?;
-                    }
-                    turns.push(p);
-                }
-                Some(vec![geometric_mean(&turns)?])
+                Some(vec![read_views(
+                    trie,
+                    reads,
+                    keys.len(),
+                    shown,
+                    *temperature,
+                )?])
             }
             (Plan::Noul { temperature, .. }, _) => {
                 // Read at temperature 1, lowered by the bias, then tempered as a pair: the
@@ -72,17 +68,13 @@ impl DecisionModel {
                 // Each view read at temperature 1 and tempered over the levels, so that
                 // content-free division cancels exactly even where a level's name takes
                 // several steps; the views mapped back to the levels and combined.
-                let mut views = Vec::with_capacity(shown.len());
-                for levels in shown {
-                    let mut read = trie.probabilities(reads, legend.len(), 1.0)?;
-                    super::calibrate::temper(&mut read, *temperature);
-                    let mut p = vec![0.0; legend.len()];
-                    for (label, &level) in levels.iter().enumerate() {
-                        *p.get_mut(level)? = *read.get(label)?;
-                    }
-                    views.push(p);
-                }
-                Some(vec![geometric_mean(&views)?])
+                Some(vec![read_views(
+                    trie,
+                    reads,
+                    legend.len(),
+                    shown,
+                    *temperature,
+                )?])
             }
             (
                 Plan::Set {
@@ -395,6 +387,29 @@ pub(super) fn geometric_mean(ps: &[Vec<f64>]) -> Option<Vec<f64>> {
     let w: Vec<f64> = logs.iter().map(|l| (l - top).exp()).collect();
     let z: f64 = w.iter().sum();
     Some(w.into_iter().map(|x| x / z).collect())
+}
+
+/// A question asked in several views (a choice's order turns, a score's reversed levels): each
+/// view read at temperature 1 and tempered, mapped back through `shown` (the option each read
+/// label stands for), and the views combined by their normalised geometric mean.
+fn read_views<'a>(
+    trie: &Trie,
+    reads: &mut impl Iterator<Item = &'a Vec<f32>>,
+    n: usize,
+    shown: &[Vec<usize>],
+    temperature: f64,
+) -> Option<Vec<f64>> {
+    let mut views = Vec::with_capacity(shown.len());
+    for options in shown {
+        let mut read = trie.probabilities(reads, n, 1.0)?;
+        super::calibrate::temper(&mut read, temperature);
+        let mut p = vec![0.0; n];
+        for (label, &option) in options.iter().enumerate() {
+            *p.get_mut(option)? = *read.get(label)?;
+        }
+        views.push(p);
+    }
+    geometric_mean(&views)
 }
 
 /// A choice's answer from its options' probabilities (in `keys` order).
