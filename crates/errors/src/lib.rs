@@ -158,7 +158,6 @@ impl ApiError {
             .iter()
             .map(|(id, f)| (id.to_string(), f.kind.as_str(), f.message.clone()))
             .collect();
-        e.validation = e.status() == StatusCode::UNPROCESSABLE_ENTITY;
         Some(e)
     }
 
