@@ -6,35 +6,24 @@ crates' `tests/` folders. Success statuses (200, 201, 202, 204, 304) may be name
 reading a status (`== StatusCode::...`, `StatusCode::from_u16` of an answer's status) is
 not choosing one.
 """
-import pathlib
 import re
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+import product_code
 ALLOWED = {"OK", "CREATED", "ACCEPTED", "NO_CONTENT", "NOT_MODIFIED"}
 STATUS = re.compile(r"StatusCode::([A-Z_]+)")
 TYPES = re.compile(r'"(invalid_request_error|rate_limit_error|server_error|authentication_error)"')
 
 bad = []
-for path in sorted(ROOT.glob("crates/*/src/**/*.rs")):
-    rel = path.relative_to(ROOT)
-    if rel.parts[1] == "errors" or path.name.endswith("_tests.rs") or path.name == "tests.rs":
+for rel, n, line in product_code.lines(skip=("errors",)):
+    # A status read off the wire (`from_u16` of an answer's status) is not chosen here.
+    if "from_u16(" in line or "==" in line or "!=" in line:
         continue
-    text = path.read_text()
-    cut = text.find("#[cfg(test)]\nmod tests")
-    if cut >= 0:
-        text = text[:cut]
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith("//"):
-            continue
-        # A status read off the wire (`from_u16` of an answer's status) is not chosen here.
-        if "from_u16(" in line or "==" in line or "!=" in line:
-            continue
-        for m in STATUS.finditer(line):
-            if m.group(1) not in ALLOWED:
-                bad.append(f"{rel}:{n}: {line.strip()}")
-        if TYPES.search(line):
+    for m in STATUS.finditer(line):
+        if m.group(1) not in ALLOWED:
             bad.append(f"{rel}:{n}: {line.strip()}")
+    if TYPES.search(line):
+        bad.append(f"{rel}:{n}: {line.strip()}")
 for b in bad:
     print(b)
 if bad:

@@ -9,25 +9,19 @@ import pathlib
 import re
 import sys
 
+import product_code
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 members = set(re.findall(r'pub const [A-Z0-9_]+: &str = "([a-z0-9_]+)";',
                          (ROOT / "crates/protocol/src/member.rs").read_text()))
 ACCESS = re.compile(r'\.(?:get|get_mut|contains_key|remove|entry)\("([a-z0-9_]+)"\)'
                     r'|\.insert\("([a-z0-9_]+)"\.into\(\)|\["([a-z0-9_]+)"\]')
 bad = []
-for crate in ("router", "service"):
-    for path in sorted((ROOT / "crates" / crate / "src").glob("**/*.rs")):
-        text = path.read_text()
-        cut = text.find("#[cfg(test)]\nmod tests")
-        if cut >= 0:
-            text = text[:cut]
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.lstrip().startswith("//"):
-                continue
-            for m in ACCESS.finditer(line):
-                word = next(g for g in m.groups() if g)
-                if word in members:
-                    bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+for rel, n, line in product_code.lines(("router", "service")):
+    for m in ACCESS.finditer(line):
+        word = next(g for g in m.groups() if g)
+        if word in members:
+            bad.append(f"{rel}:{n}: {line.strip()}")
 for b in bad:
     print(b)
 if bad:
