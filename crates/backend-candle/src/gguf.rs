@@ -224,13 +224,13 @@ pub fn write_bert(
     static WRITES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = out.with_extension(format!("tmp{}-{n}", std::process::id()));
-    let write = || -> Result<(), String> {
-        let file = std::fs::File::create(&tmp).map_err(|e| e.to_string())?;
+    let write = || -> Result<(), Box<dyn std::error::Error>> {
+        let file = std::fs::File::create(&tmp)?;
         let mut w = std::io::BufWriter::new(file);
-        gguf_file::write(&mut w, &metadata, &tensors).map_err(|e| e.to_string())?;
+        gguf_file::write(&mut w, &metadata, &tensors)?;
         use std::io::Write;
-        w.flush().map_err(|e| e.to_string())?;
-        std::fs::rename(&tmp, out).map_err(|e| e.to_string())
+        w.flush()?;
+        Ok(std::fs::rename(&tmp, out)?)
     };
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);

@@ -40,7 +40,7 @@ use llama_cpp_2::token::LlamaToken;
 use llama_cpp_2::DecodeError;
 use schema::Schemas;
 
-static RUNTIME: OnceLock<Result<Runtime, String>> = OnceLock::new();
+static RUNTIME: OnceLock<Result<Runtime, BackendError>> = OnceLock::new();
 
 /// llama.cpp's process-wide backend, initialised once (logs go to `tracing`, off).
 pub fn runtime() -> Result<&'static Runtime, BackendError> {
@@ -49,10 +49,10 @@ pub fn runtime() -> Result<&'static Runtime, BackendError> {
             llama_cpp_2::send_logs_to_tracing(
                 llama_cpp_2::LogOptions::default().with_logs_enabled(false),
             );
-            Runtime::init().map_err(|e| e.to_string())
+            Runtime::init().map_err(|e| BackendError::Load(e.to_string()))
         })
         .as_ref()
-        .map_err(|e| BackendError::Load(e.clone()))
+        .map_err(Clone::clone)
 }
 
 /// How to open a GGUF model.

@@ -18,7 +18,20 @@ use serde_json::{json, Value};
 /// One model's JSON-schema samplers.
 #[derive(Default)]
 pub(crate) struct Schemas {
-    factory: OnceLock<Result<ParserFactory, String>>,
+    factory: OnceLock<Result<ParserFactory, SchemaError>>,
+}
+
+/// Why a schema cannot hold an output.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum SchemaError {
+    /// The model's vocabulary does not make a parser factory.
+    #[error("the vocabulary does not build a parser: {0}")]
+    Factory(String),
+    #[error("it is not JSON: {0}")]
+    NotJson(String),
+    /// llguidance cannot hold an output to it.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// The layout of an output: JSON on one line, with a space after each separator (as
@@ -36,11 +49,12 @@ fn layout() -> Value {
 }
 
 impl Schemas {
-    fn factory(&self, model: &LlamaModel) -> Result<&ParserFactory, String> {
+    fn factory(&self, model: &LlamaModel) -> Result<&ParserFactory, SchemaError> {
         self.factory
             .get_or_init(|| {
                 let env = LlamaSampler::llguidance_tok_env(model);
-                let mut f = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+                let mut f = ParserFactory::new_simple(&env)
+                    .map_err(|e| SchemaError::Factory(e.to_string()))?;
                 f.quiet();
                 Ok(f)
             })
@@ -48,20 +62,21 @@ impl Schemas {
             .map_err(Clone::clone)
     }
 
-    fn matcher(&self, model: &LlamaModel, schema: Value) -> Result<Matcher, String> {
+    fn matcher(&self, model: &LlamaModel, schema: Value) -> Result<Matcher, SchemaError> {
         let parser = self
             .factory(model)?
             .create_parser(TopLevelGrammar::from_json_schema(schema));
         let m = Matcher::new(parser);
         match m.get_error() {
-            Some(e) => Err(e),
+            Some(e) => Err(SchemaError::Unsupported(e)),
             None => Ok(m),
         }
     }
 
     /// The grammar for outputs that are JSON documents valid under `schema` (JSON text).
-    pub(crate) fn grammar(&self, model: &LlamaModel, schema: &str) -> Result<String, String> {
-        let mut schema: Value = serde_json::from_str(schema).map_err(|e| e.to_string())?;
+    pub(crate) fn grammar(&self, model: &LlamaModel, schema: &str) -> Result<String, SchemaError> {
+        let mut schema: Value =
+            serde_json::from_str(schema).map_err(|e| SchemaError::NotJson(e.to_string()))?;
         if let Value::Object(members) = &mut schema {
             members.entry("x-guidance").or_insert_with(layout);
         }
@@ -74,8 +89,9 @@ impl Schemas {
         &self,
         model: &LlamaModel,
         grammar: &str,
-    ) -> Result<LlamaSampler, String> {
-        let schema: Value = serde_json::from_str(grammar).map_err(|e| e.to_string())?;
+    ) -> Result<LlamaSampler, SchemaError> {
+        let schema: Value =
+            serde_json::from_str(grammar).map_err(|e| SchemaError::NotJson(e.to_string()))?;
         Ok(LlamaSampler::from(self.matcher(model, schema)?))
     }
 }

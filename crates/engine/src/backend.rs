@@ -132,7 +132,7 @@ pub struct FlashProbe {
 }
 
 /// Errors of a backend.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum BackendError {
     #[error("model load failed: {0}")]
     Load(String),

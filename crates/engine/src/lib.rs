@@ -31,6 +31,6 @@ pub use encode::{EncodeError, Encoder, EncoderInfo, EncoderModel, TagOverflow, T
 pub use error::EngineError;
 pub use generate::text::TextModel;
 pub use generate::{GenEvent, GenerateConfig};
-pub use package::{DecisionConfig, ModelMeta};
+pub use package::{ConfigError, DecisionConfig, ModelMeta};
 pub use registry::{Loaded, ModelKind, ModelState, Registry, Slot};
 pub use scheduler::SchedulerConfig;

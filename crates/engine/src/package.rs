@@ -206,14 +206,18 @@ impl DecisionConfig {
 
     /// Every setting acts or is refused: a config the engine cannot honour fails the load
     /// with what is wrong, instead of being served with the setting ignored.
-    pub fn validate(&self, layouts: &[&str], attention_modes: &[&str]) -> Result<(), String> {
-        let positive = |name: &str, t: f64| -> Result<(), String> {
+    pub fn validate(&self, layouts: &[&str], attention_modes: &[&str]) -> Result<(), ConfigError> {
+        let bad = |setting: &str, why: String| {
+            Err(ConfigError::Setting {
+                setting: setting.to_string(),
+                why,
+            })
+        };
+        let positive = |name: &str, t: f64| {
             if t.is_finite() && t > 0.0 {
                 Ok(())
             } else {
-                Err(format!(
-                    "decision_config.json: {name} must be a positive number, not {t}"
-                ))
+                bad(name, format!("must be a positive number, not {t}"))
             }
         };
         positive("temperature.choice", self.temperature.choice)?;
@@ -221,17 +225,20 @@ impl DecisionConfig {
         positive("temperature.score", self.temperature.score)?;
         if let Some(t) = &self.temperature_by_questions {
             if t.temperature.len() != t.max_questions.len() + 1 {
-                return Err(format!(
-                    "decision_config.json: temperature_by_questions.temperature needs one entry more \
-                     than max_questions (the last is for more questions): {} and {}",
-                    t.temperature.len(),
-                    t.max_questions.len()
-                ));
+                return bad(
+                    "temperature_by_questions.temperature",
+                    format!(
+                        "needs one entry more than max_questions (the last is for more \
+                         questions): {} and {}",
+                        t.temperature.len(),
+                        t.max_questions.len()
+                    ),
+                );
             }
             if t.max_questions.windows(2).any(|w| w[0] >= w[1]) {
-                return Err(
-                    "decision_config.json: temperature_by_questions.max_questions must increase"
-                        .into(),
+                return bad(
+                    "temperature_by_questions.max_questions",
+                    "must increase".into(),
                 );
             }
             for (i, x) in t.temperature.iter().enumerate() {
@@ -239,55 +246,68 @@ impl DecisionConfig {
             }
         }
         if !layouts.contains(&self.prompt_layout.as_str()) {
-            return Err(format!(
-                "decision_config.json: prompt_layout {:?} is not one this engine renders ({})",
-                self.prompt_layout,
-                layouts.join(", ")
-            ));
+            return bad(
+                "prompt_layout",
+                format!(
+                    "{:?} is not one this engine renders ({})",
+                    self.prompt_layout,
+                    layouts.join(", ")
+                ),
+            );
         }
         if !attention_modes.contains(&self.attention_mode.as_str()) {
-            return Err(format!(
-                "decision_config.json: attention_mode {:?} is not one this engine evaluates ({})",
-                self.attention_mode,
-                attention_modes.join(", ")
-            ));
+            return bad(
+                "attention_mode",
+                format!(
+                    "{:?} is not one this engine evaluates ({})",
+                    self.attention_mode,
+                    attention_modes.join(", ")
+                ),
+            );
         }
         if let Some(t) = self
             .question_types
             .iter()
             .find(|t| !QUESTION_TYPES.contains(&t.as_str()))
         {
-            return Err(format!(
-                "decision_config.json: unknown question type {t:?} in question_types"
-            ));
+            return bad(
+                "question_types",
+                format!("names an unknown question type {t:?}"),
+            );
         }
         if !(1..=MAX_CHOICE_ORDERS).contains(&self.choice_orders) {
-            return Err(format!(
-                "decision_config.json: choice_orders must be 1 to {MAX_CHOICE_ORDERS}, not {}",
-                self.choice_orders
-            ));
+            return bad(
+                "choice_orders",
+                format!(
+                    "must be 1 to {MAX_CHOICE_ORDERS}, not {}",
+                    self.choice_orders
+                ),
+            );
         }
         if !(1..=2).contains(&self.score_orders) {
-            return Err(format!(
-                "decision_config.json: score_orders must be 1 or 2, not {}",
-                self.score_orders
-            ));
+            return bad(
+                "score_orders",
+                format!("must be 1 or 2, not {}", self.score_orders),
+            );
         }
         if let Some(t) = self
             .content_free
             .iter()
             .find(|t| !CONTENT_FREE_TYPES.contains(&t.as_str()))
         {
-            return Err(format!(
-                "decision_config.json: content_free names {t:?}; it corrects only {}",
-                CONTENT_FREE_TYPES.join(", ")
-            ));
+            return bad(
+                "content_free",
+                format!(
+                    "names {t:?}; it corrects only {}",
+                    CONTENT_FREE_TYPES.join(", ")
+                ),
+            );
         }
         if !self.noul_bias.is_finite() {
-            return Err(format!(
-                "decision_config.json: noul_bias must be a finite number, not {}",
-                self.noul_bias
-            ));
+            return bad(
+                "noul_bias",
+                format!("must be a finite number, not {}", self.noul_bias),
+            );
         }
         self.validate_router_questions()?;
         for (name, value) in [
@@ -295,24 +315,29 @@ impl DecisionConfig {
             ("span_threshold", self.span_threshold),
         ] {
             if !(0.0..=1.0).contains(&value) {
-                return Err(format!(
-                    "decision_config.json: {name} must be in [0, 1], not {value}"
-                ));
+                return bad(name, format!("must be in [0, 1], not {value}"));
             }
         }
         Ok(())
     }
 
     /// Each router signal is a question the package answers, in its own words.
-    pub fn validate_router_questions(&self) -> Result<(), String> {
+    pub fn validate_router_questions(&self) -> Result<(), ConfigError> {
         for (id, q) in &self.router_questions {
-            let parsed = parse_question(q, Schema::V5)
-                .map_err(|f| format!("router_questions.json: {id}: {}", f.message))?;
+            let bad = |why: String| {
+                Err(ConfigError::RouterQuestion {
+                    id: id.clone(),
+                    why,
+                })
+            };
+            let parsed = match parse_question(q, Schema::V5) {
+                Ok(p) => p,
+                Err(f) => return bad(f.message),
+            };
             let kind = parsed.kind.type_name();
             if !self.answers(kind) || parsed.instructions.is_none() || parsed.preset.is_some() {
-                return Err(format!(
-                    "router_questions.json: {id} must be a {} question with its own instructions \
-                     (a {kind} question{})",
+                return bad(format!(
+                    "must be a {} question with its own instructions (a {kind} question{})",
                     self.question_types.join(", "),
                     if parsed.preset.is_some() {
                         " naming a preset"
@@ -326,11 +351,22 @@ impl DecisionConfig {
     }
 }
 
+/// Why a package's decision config cannot be served as written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// A setting of `decision_config.json` the engine cannot honour.
+    #[error("decision_config.json: {setting} {why}")]
+    Setting { setting: String, why: String },
+    /// A router signal that is not a question the package answers in its own words.
+    #[error("router_questions.json: {id}: {why}")]
+    RouterQuestion { id: String, why: String },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn check(edit: impl FnOnce(&mut DecisionConfig)) -> Result<(), String> {
+    fn check(edit: impl FnOnce(&mut DecisionConfig)) -> Result<(), ConfigError> {
         let mut c = DecisionConfig::default();
         edit(&mut c);
         c.validate(TREE_LAYOUTS, TREE_ATTENTION_MODES)
@@ -393,7 +429,7 @@ mod tests {
     #[test]
     fn configs_that_cannot_act_are_refused() {
         assert_eq!(check(|_| {}), Ok(()));
-        let e = check(|c| c.temperature.noul = 0.0).unwrap_err();
+        let e = check(|c| c.temperature.noul = 0.0).unwrap_err().to_string();
         assert!(e.contains("temperature.noul"), "{e}");
         assert!(check(|c| c.temperature.choice = f64::NAN).is_err());
         assert!(check(|c| c.temperature.score = -1.0).is_err());
@@ -403,7 +439,8 @@ mod tests {
                 temperature: vec![1.0, 1.2],
             })
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("one entry more"), "{e}");
         assert!(check(|c| {
             c.temperature_by_questions = Some(TemperatureByQuestions {
@@ -419,12 +456,16 @@ mod tests {
             })
         })
         .is_err());
-        let e = check(|c| c.prompt_layout = "question-first-v9".into()).unwrap_err();
+        let e = check(|c| c.prompt_layout = "question-first-v9".into())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("prompt_layout") && e.contains("question-first-v9"),
             "{e}"
         );
-        let e = check(|c| c.attention_mode = "full".into()).unwrap_err();
+        let e = check(|c| c.attention_mode = "full".into())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("attention_mode"), "{e}");
         assert!(check(|c| c.question_types.push("poll".into())).is_err());
         assert!(check(|c| c.set_threshold = 1.5).is_err());
@@ -432,11 +473,15 @@ mod tests {
         assert!(check(|c| c.choice_orders = 0).is_err());
         assert!(check(|c| c.choice_orders = MAX_CHOICE_ORDERS + 1).is_err());
         assert!(check(|c| c.choice_orders = 3).is_ok());
-        let e = check(|c| c.content_free = vec!["set".into()]).unwrap_err();
+        let e = check(|c| c.content_free = vec!["set".into()])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("content_free") && e.contains("set"), "{e}");
         assert!(check(|c| c.content_free = vec!["noul".into()]).is_ok());
         assert!(check(|c| c.content_free = vec!["choice".into(), "score".into()]).is_ok());
-        let e = check(|c| c.noul_bias = f64::INFINITY).unwrap_err();
+        let e = check(|c| c.noul_bias = f64::INFINITY)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("noul_bias"), "{e}");
         assert!(check(|c| c.noul_bias = -0.7).is_ok());
     }

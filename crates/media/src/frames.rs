@@ -128,7 +128,7 @@ fn mp4_frames(bytes: &[u8], moments: &[f64], max_pixels: u64) -> Result<Vec<Pict
         }
     };
     for (_, bytes) in &samples {
-        let packet = annex_b(bytes).map_err(FramesError::Malformed)?;
+        let packet = annex_b(bytes)?;
         if let Some(yuv) = decoder.decode(&packet).map_err(|e| malformed(&e))? {
             keep(&yuv, &mut out);
         }
@@ -157,15 +157,18 @@ fn mp4_frames(bytes: &[u8], moments: &[f64], max_pixels: u64) -> Result<Vec<Pict
 }
 
 /// An MP4 sample's NAL units (each behind a 4-byte big-endian length) in Annex B form.
-fn annex_b(sample: &[u8]) -> Result<Vec<u8>, String> {
+fn annex_b(sample: &[u8]) -> Result<Vec<u8>, FramesError> {
+    let cut = |why: &str| FramesError::Malformed(why.to_string());
     let mut out = Vec::with_capacity(sample.len() + 16);
     let mut rest = sample;
     while !rest.is_empty() {
         let (len, tail) = rest
             .split_first_chunk::<4>()
-            .ok_or("a NAL unit's length is cut off")?;
+            .ok_or_else(|| cut("a NAL unit's length is cut off"))?;
         let len = u32::from_be_bytes(*len) as usize;
-        let unit = tail.get(..len).ok_or("a NAL unit runs past its sample")?;
+        let unit = tail
+            .get(..len)
+            .ok_or_else(|| cut("a NAL unit runs past its sample"))?;
         out.extend_from_slice(&[0, 0, 0, 1]);
         out.extend_from_slice(unit);
         rest = &tail[len..];

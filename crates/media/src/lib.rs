@@ -91,7 +91,7 @@ pub fn video_facts(bytes: &[u8]) -> Result<VideoFacts, MediaError> {
     }));
     let facts = read
         .map_err(|_| unreadable("its tables contradict each other".into()))?
-        .map_err(unreadable)?;
+        .map_err(|e| unreadable(e.to_string()))?;
     if !facts.seconds.is_finite() || facts.seconds <= 0.0 {
         return Err(unreadable("it gives no duration".into()));
     }
@@ -112,10 +112,22 @@ fn first_video_track<R: std::io::Read + std::io::Seek>(
         .min_by_key(|t| t.track_id())
 }
 
-fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, String> {
-    let r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)
-        .map_err(|e| e.to_string())?;
-    let track = first_video_track(&r).ok_or("it has no video track")?;
+/// Why a known container's facts do not read.
+#[derive(Debug, thiserror::Error)]
+enum Unread {
+    #[error("it has no video track")]
+    NoVideoTrack,
+    #[error("it gives no duration")]
+    NoDuration,
+    #[error("{0}")]
+    Mp4(#[from] mp4::Error),
+    #[error("{0}")]
+    Matroska(#[from] matroska_demuxer::DemuxError),
+}
+
+fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, Unread> {
+    let r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)?;
+    let track = first_video_track(&r).ok_or(Unread::NoVideoTrack)?;
     let frames = if track.trafs.is_empty() {
         u64::from(track.trak.mdia.minf.stbl.stsz.sample_count)
     } else {
@@ -150,7 +162,7 @@ fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, String> {
         .or_else(|| ratio(fragments, mdhd.timescale));
     Ok(VideoFacts {
         container: Container::Mp4,
-        seconds: seconds.ok_or("it gives no duration")?,
+        seconds: seconds.ok_or(Unread::NoDuration)?,
         frames,
         width: u64::from(track.width()),
         height: u64::from(track.height()),
@@ -162,14 +174,13 @@ fn ratio(units: u64, per_second: u32) -> Option<f64> {
     (units > 0 && per_second > 0).then(|| units as f64 / f64::from(per_second))
 }
 
-fn matroska_facts(bytes: &[u8]) -> Result<VideoFacts, String> {
-    let mut f =
-        matroska_demuxer::MatroskaFile::open(Cursor::new(bytes)).map_err(|e| e.to_string())?;
+fn matroska_facts(bytes: &[u8]) -> Result<VideoFacts, Unread> {
+    let mut f = matroska_demuxer::MatroskaFile::open(Cursor::new(bytes))?;
     let track = f
         .tracks()
         .iter()
         .find(|t| t.track_type() == matroska_demuxer::TrackType::Video)
-        .ok_or("it has no video track")?;
+        .ok_or(Unread::NoVideoTrack)?;
     let number = track.track_number().get();
     let (width, height) = track
         .video()
@@ -180,7 +191,7 @@ fn matroska_facts(bytes: &[u8]) -> Result<VideoFacts, String> {
     let declared = f.info().duration().map(|d| d * scale);
     let mut frame = matroska_demuxer::Frame::default();
     let (mut frames, mut last) = (0u64, 0u64);
-    while f.next_frame(&mut frame).map_err(|e| e.to_string())? {
+    while f.next_frame(&mut frame)? {
         if frame.track == number {
             frames += 1;
             last = last.max(frame.timestamp);

@@ -14,7 +14,7 @@ use utoipa::{PartialSchema, ToSchema};
 use crate::assets::{self, Asset, AssetDoc, AssetKind, Assets, Clip, Parts, Picture};
 use crate::error::{reason, ProtocolError, QuestionErrorKind, QuestionFailure};
 use crate::text::render;
-use crate::wire::{decode_at, decode_message};
+use crate::wire::{decode_at, decode_question};
 use crate::{MAX_LEVELS, MAX_OPTIONS, PII_PRESET};
 
 /// Which System One schema a body is read in.
@@ -1030,7 +1030,7 @@ pub fn parse_question(value: &Value, schema: Schema) -> Result<Question, Questio
         }
     }
     // Past the type's own members, each member's type is read by the question's wire type.
-    let w: QuestionWire = decode_message(value).map_err(QuestionFailure::malformed)?;
+    let w: QuestionWire = decode_question(value)?;
     let instructions = match &w.instructions {
         None | Some(Value::Null) => None,
         Some(v @ (Value::String(_) | Value::Object(_) | Value::Array(_))) => {

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_path_to_error::Segment;
 
-use crate::error::{reason, ProtocolError};
+use crate::error::{reason, ProtocolError, QuestionFailure};
 
 /// Decode `v` into `T`. `what` names the value in errors at its root (`"the request body"`,
 /// `"items[3]"`); deeper errors are named by their path from there.
@@ -96,14 +96,14 @@ pub fn decode_at<T: DeserializeOwned>(v: &Value, loc: &[&str]) -> Result<T, Prot
     })
 }
 
-/// Decode one question (or another value that fails in place) into `T`; the error is the
-/// message only, the caller decides what failure it is.
-pub fn decode_message<T: DeserializeOwned>(v: &Value) -> Result<T, String> {
+/// Decode one question into `T`; what does not decode fails that question alone, as
+/// malformed.
+pub fn decode_question<T: DeserializeOwned>(v: &Value) -> Result<T, QuestionFailure> {
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         match fault(if path == "." { "the question" } else { &path }, &inner) {
-            Fault::Unknown(m) | Fault::Other(m) => m,
+            Fault::Unknown(m) | Fault::Other(m) => QuestionFailure::malformed(m),
         }
     })
 }

@@ -461,8 +461,13 @@ impl RouterConfig {
                 );
             }
             for (j, w) in d.workers.iter().enumerate() {
-                check_url(w)
-                    .map_err(|m| (format!("deployments[{i}].workers[{j}]"), Some(w.clone()), m))?;
+                check_url(w).map_err(|m| {
+                    (
+                        format!("deployments[{i}].workers[{j}]"),
+                        Some(w.clone()),
+                        m.to_string(),
+                    )
+                })?;
             }
             if d.routing_view < 64 || d.scan_window < 64 {
                 return err(
@@ -474,8 +479,13 @@ impl RouterConfig {
         }
         let mut served: HashMap<&str, usize> = HashMap::new();
         for (i, b) in self.backends.iter().enumerate() {
-            check_url(&b.url)
-                .map_err(|m| (format!("backends[{i}].url"), Some(b.url.clone()), m))?;
+            check_url(&b.url).map_err(|m| {
+                (
+                    format!("backends[{i}].url"),
+                    Some(b.url.clone()),
+                    m.to_string(),
+                )
+            })?;
             if b.models.is_empty() {
                 return err(
                     format!("backends[{i}].models"),
@@ -770,11 +780,16 @@ fn unique<'a>(
     Ok(())
 }
 
-fn check_url(u: &str) -> Result<(), String> {
+/// A worker or backend address that is neither a URL nor the in-process worker.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is neither an http(s) URL nor {IN_PROCESS}")]
+struct NotAnAddress(String);
+
+fn check_url(u: &str) -> Result<(), NotAnAddress> {
     if u == IN_PROCESS || u.starts_with("http://") || u.starts_with("https://") {
         Ok(())
     } else {
-        Err(format!("{u:?} is neither an http(s) URL nor {IN_PROCESS}"))
+        Err(NotAnAddress(u.to_string()))
     }
 }
 

@@ -61,6 +61,15 @@ pub struct Runtime {
     local: Option<Arc<dyn Upstream>>,
 }
 
+/// Why a router's runtime does not start from its config.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("the HTTP client does not build: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("{IN_PROCESS} is served only by `vllm-srun serve`")]
+    NoLocalWorker,
+}
+
 impl Runtime {
     /// Build the pools and backends. `local` is this process's worker, needed when a
     /// worker or backend is `in-process`; `metrics` renders `/metrics` of a standalone router.
@@ -68,19 +77,16 @@ impl Runtime {
         config: RouterConfig,
         local: Option<axum::Router>,
         metrics: Option<PrometheusHandle>,
-    ) -> Result<Arc<Runtime>, String> {
+    ) -> Result<Arc<Runtime>, StartError> {
         let client = reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(60))
             .tcp_nodelay(true)
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         let local: Option<Arc<dyn Upstream>> =
             local.map(|app| Arc::new(LocalUpstream::new(app)) as Arc<dyn Upstream>);
-        let upstream = |url: &str, key: Option<String>| -> Result<Arc<dyn Upstream>, String> {
+        let upstream = |url: &str, key: Option<String>| -> Result<Arc<dyn Upstream>, StartError> {
             if url == IN_PROCESS {
-                local
-                    .clone()
-                    .ok_or_else(|| format!("{IN_PROCESS} is served only by `vllm-srun serve`"))
+                local.clone().ok_or(StartError::NoLocalWorker)
             } else {
                 Ok(Arc::new(HttpUpstream::new(url, client.clone(), key)))
             }

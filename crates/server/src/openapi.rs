@@ -52,10 +52,10 @@ use crate::routes::{bundle, decisions, encoders, meta, openai, sie};
 pub struct ApiDoc;
 
 /// The document as YAML.
-pub fn yaml() -> Result<String, String> {
+pub fn yaml() -> Result<String, impl std::error::Error> {
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
-    doc.to_yaml().map_err(|e| e.to_string())
+    doc.to_yaml()
 }
 
 /// The OpenAPI document, generated from the handlers' annotations and the wire types.
@@ -65,7 +65,7 @@ pub async fn openapi_yaml() -> Response {
     match yaml() {
         Ok(y) => ([(header::CONTENT_TYPE, "application/yaml")], y).into_response(),
         Err(e) => error_response(
-            &ApiError::new(ErrorCode::InternalError, e),
+            &ApiError::new(ErrorCode::InternalError, e.to_string()),
             Shape::Internal,
             None,
         ),
@@ -153,17 +153,16 @@ mod tests {
         use serde_json::Value;
         use utoipa::OpenApi;
 
-        fn ok<T>(r: Result<T, ProtocolError>) -> Result<(), String> {
-            r.map(drop).map_err(|e| e.message)
+        fn ok<T>(r: Result<T, ProtocolError>) -> Result<(), ProtocolError> {
+            r.map(drop)
         }
         /// Decode `v` as the body whose wire type is `name`.
-        fn decodes(name: &str, v: &Value) -> Result<(), String> {
+        fn decodes(name: &str, v: &Value) -> Result<(), ProtocolError> {
             match name {
                 "DecisionRequestWire" => [Schema::Internal, Schema::V5]
                     .into_iter()
                     .try_for_each(|s| ok(parse_decision_body(v, s))),
-                "SystemOneBatchWire" => SystemOneBatch::parse(v)
-                    .map_err(|e| e.message)?
+                "SystemOneBatchWire" => SystemOneBatch::parse(v)?
                     .requests
                     .iter()
                     .try_for_each(|(_, r)| decodes("DecisionRequestWire", r)),
@@ -173,8 +172,7 @@ mod tests {
                 "EncodeRequestWire" => ok(sie::EncodeRequest::parse(v)),
                 "ScoreRequestWire" => ok(sie::ScoreRequest::parse(v)),
                 "ExtractRequestWire" => ok(sie::ExtractRequest::parse(v)),
-                "BundleRequestWire" => bundle::BundleRequest::parse(v, 8)
-                    .map_err(|e| e.message)?
+                "BundleRequestWire" => bundle::BundleRequest::parse(v, 8)?
                     .tasks
                     .iter()
                     .try_for_each(|t| {
@@ -186,7 +184,7 @@ mod tests {
                         };
                         decodes(name, &t.body)
                     }),
-                other => Err(format!("no decoder is named for {other}'s example")),
+                other => panic!("no decoder is named for {other}'s example"),
             }
         }
         let doc = serde_json::to_value(super::ApiDoc::openapi()).unwrap();

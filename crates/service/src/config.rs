@@ -120,9 +120,4 @@ impl ServiceConfig {
     pub fn is_system_two(&self, model: &str) -> bool {
         self.system_two_models.iter().any(|m| m == model)
     }
-
-    /// Read settings from YAML or JSON text (JSON is YAML).
-    pub fn from_json(text: &str) -> Result<ServiceConfig, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
-    }
 }

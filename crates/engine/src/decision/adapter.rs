@@ -314,25 +314,33 @@ impl SpanHead {
     }
 }
 
+/// Why a package's `decision_adapters.json` cannot be served.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AdapterError {
+    /// The file's head at this index does not answer its own question.
+    #[error("decision_adapters.json: adapter {index}: {why}")]
+    Head { index: usize, why: String },
+    /// The span head is not a span question's BIO head.
+    #[error("decision_adapters.json: the span head {0}")]
+    Span(String),
+}
+
 impl Adapters {
     /// Check a file's heads (shapes, classes against their questions) and index them.
-    pub fn new(file: AdapterFile) -> Result<Adapters, String> {
+    pub fn new(file: AdapterFile) -> Result<Adapters, AdapterError> {
         let mut heads = HashMap::new();
         for (i, h) in file.adapters.into_iter().enumerate() {
-            let q = parse_question(&h.question, Schema::V5)
-                .map_err(|f| format!("decision_adapters.json: adapter {i}: {}", f.message))?;
-            let key = question_key(&q).ok_or_else(|| {
-                format!("decision_adapters.json: adapter {i}: only choice, noul and score questions have adapters")
-            })?;
+            let bad = |why: String| AdapterError::Head { index: i, why };
+            let q = parse_question(&h.question, Schema::V5).map_err(|f| bad(f.message))?;
+            let key = question_key(&q)
+                .ok_or_else(|| bad("only choice, noul and score questions have adapters".into()))?;
             let mut want = classes_of(&q).unwrap_or_default();
             let mut have = h.classes.clone();
             want.sort();
             have.sort();
             let d = file.features;
             if want != have || h.mean.len() != d || !h.well_shaped() {
-                return Err(format!(
-                    "decision_adapters.json: adapter {i} does not fit its question or {d} features"
-                ));
+                return Err(bad(format!("does not fit its question or {d} features")));
             }
             heads.insert(key, Arc::new(h));
         }
@@ -388,10 +396,10 @@ pub fn span_labels(
 }
 
 /// Check a span head: a span question, BIO tags naming its labels, rows of one width.
-fn span_head(h: Head) -> Result<SpanHead, String> {
-    let bad = |why: &str| Err(format!("decision_adapters.json: the span head {why}"));
+fn span_head(h: Head) -> Result<SpanHead, AdapterError> {
+    let bad = |why: &str| Err(AdapterError::Span(why.to_string()));
     let q = parse_question(&h.question, Schema::V5)
-        .map_err(|f| format!("decision_adapters.json: the span head: {}", f.message))?;
+        .map_err(|f| AdapterError::Span(format!("reads a question that fails: {}", f.message)))?;
     if !matches!(q.kind, QuestionKind::Span { .. }) {
         return bad("answers a span question");
     }

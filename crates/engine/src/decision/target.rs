@@ -331,46 +331,70 @@ const UNSEEN: &[&str] = &[
 fn option_kinds(
     options: &[(String, Option<String>)],
     kinds: &[&str],
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>, Ungrounded> {
     let mut out = Vec::with_capacity(options.len());
     for (key, description) in options {
         let meaning = description.as_deref().unwrap_or(key);
         let Some(k) = named_kind(meaning, kinds) else {
-            return Err(format!(
-                "its option {meaning:?} names none of the object detector's kinds (the card's \
-                 detector.kinds)"
-            ));
+            return Err(Ungrounded::OptionNamesNoKind(meaning.to_string()));
         };
         if out.contains(&k) {
-            return Err(format!(
-                "two of its options name the same kind, {}",
-                kinds[k]
-            ));
+            return Err(Ungrounded::OptionsShareAKind(kinds[k].to_string()));
         }
         out.push(k);
     }
     Ok(out)
 }
 
+/// Why the object detector cannot answer a question about the state's media (the refusal's
+/// message says it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum Ungrounded {
+    #[error(
+        "it asks about {0:?}, which the object detector does not see; it sees which of its \
+         kinds of object are where"
+    )]
+    Unseen(String),
+    #[error("it names none of the object detector's kinds (the card's detector.kinds)")]
+    NamesNoKind,
+    #[error(
+        "its option {0:?} names none of the object detector's kinds (the card's detector.kinds)"
+    )]
+    OptionNamesNoKind(String),
+    #[error("two of its options name the same kind, {0}")]
+    OptionsShareAKind(String),
+    #[error(
+        "a score about a picture asks how many, its levels counts (\"none\", \"one\", \
+         \"3 or more\")"
+    )]
+    ScoreNotACount,
+    #[error(
+        "a {0} question about a picture is not answered from it; ask a noul (\"Is there a \
+         dog?\"), a score (\"How many people?\") or a choice among kinds (\"Which animal is \
+         there?\")"
+    )]
+    Type(&'static str),
+    #[error(
+        "about a video, the detector answers whether a kind appears (a noul), not how many or \
+         which"
+    )]
+    VideoCountOrWhich,
+}
+
 /// What a noul, score or choice question about the state's pictures asks of the detector, or why the
 /// detector cannot answer it (for the refusal's message).
-pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Grounded, String> {
+pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Grounded, Ungrounded> {
     use protocol::QuestionKind;
     let instructions = q.instructions.as_deref().unwrap_or("");
     let w = words(instructions);
     if let Some(u) = w.iter().find(|x| UNSEEN.contains(&x.as_str())) {
-        return Err(format!(
-            "it asks about {u:?}, which the object detector does not see; it sees which of its \
-             kinds of object are where"
-        ));
+        return Err(Ungrounded::Unseen(u.clone()));
     }
     if let QuestionKind::Choice { options } = &q.kind {
         return option_kinds(options, kinds).map(Grounded::Which);
     }
     let Some(kind) = named_kind(instructions, kinds) else {
-        return Err(
-            "it names none of the object detector's kinds (the card's detector.kinds)".into(),
-        );
+        return Err(Ungrounded::NamesNoKind);
     };
     match &q.kind {
         QuestionKind::Noul { .. } => Ok(Grounded::Presence(kind)),
@@ -382,19 +406,10 @@ pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Ground
             let counts: Option<Vec<(u32, bool)>> = levels.iter().map(|l| count_of(l)).collect();
             match (asks_count, counts) {
                 (true, Some(c)) => Ok(Grounded::Count(kind, c)),
-                _ => Err(
-                    "a score about a picture asks how many, its levels counts (\"none\", \
-                          \"one\", \"3 or more\")"
-                        .into(),
-                ),
+                _ => Err(Ungrounded::ScoreNotACount),
             }
         }
-        k => Err(format!(
-            "a {} question about a picture is not answered from it; ask a noul (\"Is there a \
-             dog?\"), a score (\"How many people?\") or a choice among kinds (\"Which animal \
-             is there?\")",
-            k.type_name()
-        )),
+        k => Err(Ungrounded::Type(k.type_name())),
     }
 }
 
@@ -406,21 +421,17 @@ pub(crate) fn media_grounding(
     r: &protocol::request::DecisionRequest,
     q: &protocol::Question,
     kinds: &[&str],
-) -> Option<Result<Grounded, String>> {
+) -> Option<Result<Grounded, Ungrounded>> {
     let pictures = match (r.images.len(), r.videos.len()) {
         (0, 1) => false,
         (n, 0) if n > 0 => true,
         _ => return None,
     };
-    Some(grounding(q, kinds).and_then(|g| {
-        match g {
-            Grounded::Count(..) | Grounded::Which(..) if !pictures => Err(
-                "about a video, the detector answers whether a kind appears (a noul), not how many \
-                 or which"
-                    .to_string(),
-            ),
-            g => Ok(g),
+    Some(grounding(q, kinds).and_then(|g| match g {
+        Grounded::Count(..) | Grounded::Which(..) if !pictures => {
+            Err(Ungrounded::VideoCountOrWhich)
         }
+        g => Ok(g),
     }))
 }
 

@@ -281,7 +281,7 @@ mod tests {
         state: Value,
         roles: Option<Value>,
         over: Option<Value>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, protocol::error::QuestionFailure> {
         let mut q = json!({"type": "span", "criteria": ["EMAIL_ADDRESS"]});
         if let Some(over) = over {
             q["over"] = over;
@@ -294,9 +294,7 @@ mod tests {
             panic!("{body}")
         };
         let q = r.questions[0].question.as_ref().expect("a valid question");
-        span_part(&r, q)
-            .map(|k| k.map(str::to_string))
-            .map_err(|f| f.message)
+        span_part(&r, q).map(|k| k.map(str::to_string))
     }
 
     #[test]

@@ -143,7 +143,7 @@ pub struct Encoded {
 }
 
 /// A job's vectors with its queue and forward time, or why the forward failed.
-type JobReply = Result<(Vec<Vec<f32>>, Duration, Duration), String>;
+type JobReply = Result<(Vec<Vec<f32>>, Duration, Duration), EncodeError>;
 
 struct Job {
     inputs: Vec<Vec<Token>>,
@@ -239,10 +239,7 @@ impl EncoderModel {
             Err(TrySendError::Full(_)) => return Err(EncodeError::Overloaded),
             Err(TrySendError::Disconnected(_)) => return Err(EncodeError::Unavailable),
         }
-        let (vectors, queue, forward) = rx
-            .await
-            .map_err(|_| EncodeError::Unavailable)?
-            .map_err(EncodeError::Inference)?;
+        let (vectors, queue, forward) = rx.await.map_err(|_| EncodeError::Unavailable)??;
         Ok(Encoded {
             vectors,
             tokens,
@@ -534,8 +531,12 @@ fn run(backend: Arc<dyn Encoder>, rx: Receiver<Job>, max_batch: usize) {
                         results[*j][*i] = Some(v);
                     }
                 }
-                Ok(_) => failure = Some("the encoder returned the wrong number of vectors".into()),
-                Err(e) => failure = Some(e.to_string()),
+                Ok(_) => {
+                    failure = Some(EncodeError::Inference(
+                        "the encoder returned the wrong number of vectors".into(),
+                    ))
+                }
+                Err(e) => failure = Some(EncodeError::Inference(e.to_string())),
             }
         }
         let forward = started.elapsed();
@@ -547,7 +548,7 @@ fn run(backend: Arc<dyn Encoder>, rx: Receiver<Job>, max_batch: usize) {
                     .into_iter()
                     .collect::<Option<Vec<_>>>()
                     .map(|v| (v, queue, forward))
-                    .ok_or_else(|| "an input has no vector".to_string()),
+                    .ok_or_else(|| EncodeError::Inference("an input has no vector".into())),
             };
             let _ = job.reply.send(out);
         }
