@@ -27,18 +27,13 @@ pub(crate) async fn time_request(
     client: &reqwest::Client,
     url: &str,
     body: &Value,
-) -> Result<Duration, String> {
+) -> anyhow::Result<Duration> {
     let t = Instant::now();
-    let resp = client
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+    let resp = client.post(url).json(body).send().await?;
     let status = resp.status();
-    let text = resp.text().await.map_err(|e| e.to_string())?;
+    let text = resp.text().await?;
     if !status.is_success() {
-        return Err(format!("{status}: {text}"));
+        return Err(anyhow::anyhow!("{status}: {text}"));
     }
     Ok(t.elapsed())
 }
@@ -52,7 +47,7 @@ pub(crate) fn raw_threads() -> usize {
 /// Start a server in this process; return its registry and base URL.
 pub(crate) async fn serve_in_process(
     o: vllm_srun::ServeOptions,
-) -> Result<(std::sync::Arc<engine::Registry>, String), String> {
+) -> anyhow::Result<(std::sync::Arc<engine::Registry>, String)> {
     let bound = vllm_srun::bind(o).await?;
     let registry = bound.registry.clone();
     let base = format!("http://{}", bound.addr);
@@ -64,7 +59,7 @@ pub(crate) async fn serve_in_process(
 /// server's base URL.
 pub(crate) async fn serve_decision_model(
     model_spec: &str,
-) -> Result<(std::sync::Arc<engine::DecisionModel>, String), String> {
+) -> anyhow::Result<(std::sync::Arc<engine::DecisionModel>, String)> {
     let o = vllm_srun::ServeOptions {
         models: vec![model_spec.to_string()],
         port: 0,
@@ -76,14 +71,14 @@ pub(crate) async fn serve_decision_model(
 }
 
 /// Poll `get` until the model it looks up is loaded.
-pub(crate) async fn wait<T>(get: impl Fn() -> Result<T, engine::EngineError>) -> Result<T, String> {
+pub(crate) async fn wait<T>(get: impl Fn() -> Result<T, engine::EngineError>) -> anyhow::Result<T> {
     loop {
         match get() {
             Ok(m) => return Ok(m),
             Err(engine::EngineError::NotReady(_) | engine::EngineError::NotLoaded(_)) => {
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
 }

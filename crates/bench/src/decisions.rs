@@ -53,11 +53,10 @@ pub fn questions(n: usize) -> Value {
 
 /// Run the latency comparison: one question vs six about the same state, alternating, so
 /// both see the same machine state. Prints medians, p90s and the ratio.
-pub async fn latency(base: &str, model: &str, runs: usize) -> Result<(), String> {
+pub async fn latency(base: &str, model: &str, runs: usize) -> anyhow::Result<()> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let url = format!("{}/v1/systemone", base.trim_end_matches('/'));
     let one = json!({"model": model, "state": STATE, "questions": questions(1)});
     let six = json!({"model": model, "state": STATE, "questions": questions(6)});
@@ -88,14 +87,13 @@ pub async fn latency(base: &str, model: &str, runs: usize) -> Result<(), String>
 
 /// Span questions against one choice question about one ~200-token state, over HTTP in this
 /// process, alternating so that drift hits all three alike.
-pub async fn spans(model_spec: &str, runs: usize) -> Result<(), String> {
+pub async fn spans(model_spec: &str, runs: usize) -> anyhow::Result<()> {
     let (model, base) = serve_decision_model(model_spec).await?;
     let name = model.meta.name.clone();
     let url = format!("{base}/v1/decisions");
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let state = format!(
         "{} Write to me at jane.doe@example.com or call 415-555-0134. Jane Doe",
         long_state(0)
@@ -132,14 +130,16 @@ pub async fn spans(model_spec: &str, runs: usize) -> Result<(), String> {
 }
 
 /// Tokens one choice question about `state` reads: system prompt, state and question.
-pub(crate) fn question_tokens(model: &engine::DecisionModel, state: &str) -> Result<usize, String> {
+pub(crate) fn question_tokens(model: &engine::DecisionModel, state: &str) -> anyhow::Result<usize> {
     let body = one_question(&model.meta.name, state);
-    match protocol::parse_decision_body(&body, protocol::Schema::Internal).map_err(|e| e.message)? {
+    match protocol::parse_decision_body(&body, protocol::Schema::Internal)
+        .map_err(|e| anyhow::anyhow!(e.message))?
+    {
         protocol::DecisionBody::Single(r) => {
-            let seqs = model.question_sequences(&r).map_err(|e| e.to_string())?;
+            let seqs = model.question_sequences(&r)?;
             Ok(seqs.first().map_or(0, Vec::len))
         }
-        protocol::DecisionBody::Batch { .. } => Err("not a single request".into()),
+        protocol::DecisionBody::Batch { .. } => Err(anyhow::anyhow!("not a single request")),
     }
 }
 
@@ -162,7 +162,7 @@ pub(crate) async fn alternate(
     a: &Value,
     b: &Value,
     runs: usize,
-) -> Result<(Duration, Duration), String> {
+) -> anyhow::Result<(Duration, Duration)> {
     time_request(client, url, a).await?;
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
     for _ in 0..runs {
@@ -216,7 +216,7 @@ pub(crate) async fn closed_loop(
     url: &str,
     bodies: &[Value],
     c: usize,
-) -> Result<(f64, Latencies), String> {
+) -> anyhow::Result<(f64, Latencies)> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let next = Arc::new(AtomicUsize::new(0));
@@ -233,12 +233,12 @@ pub(crate) async fn closed_loop(
                 let Some(body) = bodies.get(i) else { break };
                 lat.push(time_request(&client, &url, body).await?);
             }
-            Ok::<_, String>(lat)
+            Ok::<_, anyhow::Error>(lat)
         }));
     }
     let mut all = Vec::new();
     for t in tasks {
-        all.extend(t.await.map_err(|e| e.to_string())??);
+        all.extend(t.await??);
     }
     let wall = start.elapsed().as_secs_f64();
     Ok((bodies.len() as f64 / wall, Latencies(all)))
@@ -253,18 +253,18 @@ pub(crate) fn on_off(flag: Option<bool>) -> &'static str {
 }
 
 /// The full side-by-side suite (issue 6): raw llama.cpp against the server, in one process.
-pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(), String> {
-    let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
+pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> anyhow::Result<()> {
+    let resolved = hub::resolve(model_spec, true)?;
     if resolved.kind == hub::Kind::Sparrow {
         return suite_direct(model_spec, runs, requests).await;
     }
-    let raw =
-        backend_llama::LlamaBackend::load(&resolved.weights, backend_llama::LlamaConfig::default())
-            .map_err(|e| e.to_string())?;
-    let mut plain = crate::plain::PlainEvaluator::new(&raw, 8192).map_err(|e| e.to_string())?;
+    let raw = backend_llama::LlamaBackend::load(
+        &resolved.weights,
+        backend_llama::LlamaConfig::default(),
+    )?;
+    let mut plain = crate::plain::PlainEvaluator::new(&raw, 8192)?;
     // llama.cpp as a user gets it: its own context defaults (flash attention auto).
-    let mut stock =
-        crate::plain::PlainEvaluator::defaults(&raw, 8192).map_err(|e| e.to_string())?;
+    let mut stock = crate::plain::PlainEvaluator::defaults(&raw, 8192)?;
 
     // (a) to (f) evaluate every request in full: no prefix cache (section (g) measures it).
     let start_server = |jobs: usize| {
@@ -283,14 +283,15 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
     let url = format!("{base}/v1/systemone");
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
-        .build()
-        .map_err(|e| e.to_string())?;
-    let sequences = |body: &Value| -> Result<Vec<Vec<engine::Token>>, String> {
-        match protocol::parse_decision_body(body, protocol::Schema::V5).map_err(|e| e.message)? {
+        .build()?;
+    let sequences = |body: &Value| -> anyhow::Result<Vec<Vec<engine::Token>>> {
+        match protocol::parse_decision_body(body, protocol::Schema::V5)
+            .map_err(|e| anyhow::anyhow!(e.message))?
+        {
             protocol::DecisionBody::Single(r) => {
-                model.question_sequences(&r).map_err(|e| e.to_string())
+                model.question_sequences(&r).map_err(anyhow::Error::from)
             }
-            protocol::DecisionBody::Batch { .. } => Err("not a single request".into()),
+            protocol::DecisionBody::Batch { .. } => Err(anyhow::anyhow!("not a single request")),
         }
     };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
@@ -302,18 +303,20 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
     // (a) raw llama.cpp on the exact tokens of one rendered question vs (b) the same over HTTP.
     let state = long_state(0);
     let body = one_question(&name, &state);
-    let seq = sequences(&body)?.pop().ok_or("no question rendered")?;
+    let seq = sequences(&body)?
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("no question rendered"))?;
     let cand = [seq[seq.len() - 1]];
     time_request(&client, &url, &body).await?;
-    tokio::task::block_in_place(|| plain.evaluate(&seq, &cand)).map_err(|e| e.to_string())?;
-    tokio::task::block_in_place(|| stock.evaluate(&seq, &cand)).map_err(|e| e.to_string())?;
+    tokio::task::block_in_place(|| plain.evaluate(&seq, &cand))?;
+    tokio::task::block_in_place(|| stock.evaluate(&seq, &cand))?;
     let (mut ta, mut ts, mut tb) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let t = Instant::now();
-        tokio::task::block_in_place(|| plain.evaluate(&seq, &cand)).map_err(|e| e.to_string())?;
+        tokio::task::block_in_place(|| plain.evaluate(&seq, &cand))?;
         ta.push(t.elapsed());
         let t = Instant::now();
-        tokio::task::block_in_place(|| stock.evaluate(&seq, &cand)).map_err(|e| e.to_string())?;
+        tokio::task::block_in_place(|| stock.evaluate(&seq, &cand))?;
         ts.push(t.elapsed());
         tb.push(time_request(&client, &url, &body).await?);
     }
@@ -428,7 +431,7 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
     let t = Instant::now();
     for s in &raw_seqs {
         let cand = [s[s.len() - 1]];
-        tokio::task::block_in_place(|| plain.evaluate(s, &cand)).map_err(|e| e.to_string())?;
+        tokio::task::block_in_place(|| plain.evaluate(s, &cand))?;
     }
     let raw_qps = raw_seqs.len() as f64 / t.elapsed().as_secs_f64();
     println!("(e) raw llama.cpp sequential: {raw_qps:.3} questions/s (no result cache anywhere)");
@@ -513,7 +516,7 @@ pub async fn suite(model_spec: &str, runs: usize, requests: usize) -> Result<(),
 /// has not seen (only the system prompt is cached), then another question about the same
 /// state (its state is cached), a new state each run; `raw` is (a), raw llama.cpp on one
 /// question's full token count.
-async fn prefix_cache(model_spec: &str, runs: usize, raw: Duration) -> Result<(), String> {
+async fn prefix_cache(model_spec: &str, runs: usize, raw: Duration) -> anyhow::Result<()> {
     let o = vllm_srun::ServeOptions {
         models: vec![model_spec.to_string()],
         port: 0,
@@ -560,7 +563,7 @@ pub(crate) async fn suite_direct(
     model_spec: &str,
     runs: usize,
     requests: usize,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let (model, base) = serve_decision_model(model_spec).await?;
     let name = model.meta.name.clone();
     let url = format!("{base}/v1/systemone");
@@ -571,21 +574,15 @@ pub(crate) async fn suite_direct(
     // (a) the engine alone (parse, tokenize, forward, readout) vs (b) the same over HTTP.
     let body = one_question(&name, STATE);
     let parsed = protocol::parse_decision_body(&body, protocol::Schema::V5)
-        .map_err(|e| e.message.clone())?;
+        .map_err(|e| anyhow::anyhow!(e.message.clone()))?;
     for _ in 0..50 {
-        model
-            .decide(&parsed, Instant::now())
-            .await
-            .map_err(|e| e.to_string())?;
+        model.decide(&parsed, Instant::now()).await?;
         time_request(&client, &url, &body).await?;
     }
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let t = Instant::now();
-        model
-            .decide(&parsed, Instant::now())
-            .await
-            .map_err(|e| e.to_string())?;
+        model.decide(&parsed, Instant::now()).await?;
         ta.push(t.elapsed());
         tb.push(time_request(&client, &url, &body).await?);
     }
@@ -639,7 +636,7 @@ pub(crate) async fn suite_direct(
 /// Long inputs: one decision on a 2 KB text and on a 10 MB text, both with a 512-token budget
 /// (`options.max_tokens: 512`, `overflow: truncate`), alternating over HTTP in one process;
 /// then plain whole-text tokenization of the 10 MB text for contrast.
-pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
+pub async fn long_inputs(model_spec: &str, runs: usize) -> anyhow::Result<()> {
     let o = vllm_srun::ServeOptions {
         models: vec![model_spec.to_string()],
         port: 0,
@@ -652,20 +649,19 @@ pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
     let unit = "2026-11-29T10:00:00Z worker-7 INFO request 4471 served in 12 ms; cache hit for \
                 key user:9913, queue depth 3, retries 0, upstream ok.\n";
     let text = |bytes: usize| unit.repeat(bytes / unit.len() + 1)[..bytes].to_string();
-    let body = |state: String| -> Result<Vec<u8>, String> {
+    let body = |state: String| -> anyhow::Result<Vec<u8>> {
         serde_json::to_vec(&json!({
             "state": state,
             "questions": {"q": {"type": "noul", "instructions": "Do the logs show an error?", "overflow": "truncate"}},
             "options": {"max_tokens": 512}
         }))
-        .map_err(|e| e.to_string())
+        .map_err(anyhow::Error::from)
     };
     let short = body(text(2 << 10))?;
     let long = body(text(10 << 20))?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let send = |b: Vec<u8>| {
         let client = client.clone();
         let url = url.clone();
@@ -676,14 +672,13 @@ pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
                 .header("content-type", "application/json")
                 .body(b)
                 .send()
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             let status = resp.status();
-            let v: Value = resp.json().await.map_err(|e| e.to_string())?;
+            let v: Value = resp.json().await?;
             if !status.is_success() || v["answers"]["q"]["noul"].as_f64().is_none() {
-                return Err(format!("{status}: {v}"));
+                return Err(anyhow::anyhow!("{status}: {v}"));
             }
-            Ok::<(Duration, Value), String>((t.elapsed(), v))
+            Ok::<(Duration, Value), anyhow::Error>((t.elapsed(), v))
         }
     };
     println!(
@@ -725,16 +720,15 @@ pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
         l.as_secs_f64() / s.as_secs_f64()
     );
     // For contrast: what reading the whole 10 MB text would cost in tokenization alone.
-    let resolved = hub::resolve(model_spec, false).map_err(|e| e.to_string())?;
-    let tok = backend_llama::LlamaBackend::load_tokenizer(&resolved.weights)
-        .map_err(|e| e.to_string())?;
+    let resolved = hub::resolve(model_spec, false)?;
+    let tok = backend_llama::LlamaBackend::load_tokenizer(&resolved.weights)?;
     let big = text(10 << 20);
     let t = Instant::now();
     let (n, m) =
         peak_rss(async { engine::Backend::tokenize(&tok, &big, false).map(|t| t.len()) }).await;
     println!(
         "  whole-text tokenization of the 10 MB text (not done by the server): {} tokens in {:.1} ms, peak RSS growth {:.1} MiB",
-        n.map_err(|e| e.to_string())?,
+        n?,
         t.elapsed().as_secs_f64() * 1e3,
         mib(m)
     );
@@ -746,19 +740,19 @@ pub async fn long_inputs(model_spec: &str, runs: usize) -> Result<(), String> {
 /// nothing cached but the system prompt), alternating so that drift hits both alike. The
 /// head's features ride on the same forward as the base readout's labels, so the ratio is its
 /// whole cost.
-pub async fn adapters(model_spec: &str, runs: usize) -> Result<(), String> {
-    let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
+pub async fn adapters(model_spec: &str, runs: usize) -> anyhow::Result<()> {
+    let resolved = hub::resolve(model_spec, true)?;
     let heads = vllm_srun::decision_adapters(
         model_spec,
         resolved.dir.as_deref(),
         resolved.entry.as_ref().and_then(|e| e.decision_adapters),
     )?
-    .ok_or(format!("{model_spec} has no decision adapters"))?;
+    .ok_or_else(|| anyhow::anyhow!("{model_spec} has no decision adapters"))?;
     let question = heads
         .questions()
         .first()
         .map(|q| (*q).clone())
-        .ok_or(format!("{model_spec}'s decision adapters have no head"))?;
+        .ok_or_else(|| anyhow::anyhow!("{model_spec}'s decision adapters have no head"))?;
     let o = vllm_srun::ServeOptions {
         models: vec![model_spec.to_string()],
         port: 0,
@@ -797,14 +791,14 @@ pub async fn adapters(model_spec: &str, runs: usize) -> Result<(), String> {
 /// Heads on an encoder backbone (`adapt --model minilm-l6`) against the 1.5B path, served
 /// side by side in one process: one of the package's questions about a new ~300-token state,
 /// and every question it has about one state, asked of both, alternating.
-pub async fn heads(package: &str, model_spec: &str, runs: usize) -> Result<(), String> {
+pub async fn heads(package: &str, model_spec: &str, runs: usize) -> anyhow::Result<()> {
     let heads = vllm_srun::decision_adapters(package, Some(std::path::Path::new(package)), None)?
-        .ok_or(format!("{package} has no decision heads"))?;
+        .ok_or_else(|| anyhow::anyhow!("{package} has no decision heads"))?;
     let all: Vec<Value> = heads.questions().into_iter().cloned().collect();
     let first = all
         .first()
         .cloned()
-        .ok_or(format!("{package} has no head"))?;
+        .ok_or_else(|| anyhow::anyhow!("{package} has no head"))?;
     let o = vllm_srun::ServeOptions {
         models: vec![package.to_string(), model_spec.to_string()],
         port: 0,

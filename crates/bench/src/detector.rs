@@ -13,32 +13,32 @@ use backend_detector::{NanoDet, Rgb};
 use crate::common::median;
 
 /// `runs` forwards of ours (after three warm-up runs); the reference's median of 20.
-pub async fn detector(runs: usize) -> Result<(), String> {
-    let resolved = hub::resolve("nanodet-coco", true).map_err(|e| e.to_string())?;
+pub async fn detector(runs: usize) -> anyhow::Result<()> {
+    let resolved = hub::resolve("nanodet-coco", true)?;
     let dir = resolved
         .dir
-        .ok_or("the detector has no package directory")?;
+        .ok_or_else(|| anyhow::anyhow!("the detector has no package directory"))?;
     let photos = std::env::var_os("VLLM_SRUN_TEST_PHOTOS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/share/darknet/data"));
     let photo = photos.join("dog.jpg");
-    let bytes = std::fs::read(&photo).map_err(|e| format!("{}: {e}", photo.display()))?;
-    let pic = media::decode_picture(&bytes, 1 << 28).map_err(|e| e.to_string())?;
-    let model = NanoDet::load(&dir).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(&photo).map_err(|e| anyhow::anyhow!("{}: {e}", photo.display()))?;
+    let pic = media::decode_picture(&bytes, 1 << 28)?;
+    let model = NanoDet::load(&dir)?;
     let rgb = Rgb {
         width: pic.width,
         height: pic.height,
         pixels: &pic.rgb,
     };
-    let input = NanoDet::input(rgb).map_err(|e| e.to_string())?;
+    let input = NanoDet::input(rgb)?;
     let mut forward = Vec::new();
     let mut whole = Vec::new();
     for r in 0..runs + 3 {
         let t = Instant::now();
-        model.forward(input.clone()).map_err(|e| e.to_string())?;
+        model.forward(input.clone())?;
         let f = t.elapsed();
         let t = Instant::now();
-        let found = model.detect(rgb, 0.3, 0.5).map_err(|e| e.to_string())?;
+        let found = model.detect(rgb, 0.3, 0.5)?;
         let w = t.elapsed();
         if r == 0 {
             let names: Vec<String> = found
@@ -64,7 +64,7 @@ pub async fn detector(runs: usize) -> Result<(), String> {
     let ppm = std::env::temp_dir().join(format!("vsr-bench-{}.ppm", std::process::id()));
     let mut body = format!("P6\n{} {}\n255\n", pic.width, pic.height).into_bytes();
     body.extend_from_slice(&pic.rgb);
-    std::fs::write(&ppm, body).map_err(|e| e.to_string())?;
+    std::fs::write(&ppm, body)?;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../tools/nanodet_reference.js"
@@ -95,7 +95,7 @@ pub async fn detector(runs: usize) -> Result<(), String> {
             }
         };
         let v: serde_json::Value =
-            serde_json::from_str(&line).map_err(|e| format!("{line}: {e}"))?;
+            serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("{line}: {e}"))?;
         let theirs = v["median_ms"].as_f64().unwrap_or(f64::NAN);
         println!(
             "reference (TensorFlow.js {}): forward p50 {theirs:.1} ms; ours / reference {:.2} (target ≤ 1.5)",

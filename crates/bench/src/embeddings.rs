@@ -10,7 +10,7 @@ use crate::common::*;
 /// HTTP (`/v1/embeddings`, the served path) and straight through each candidate forward (the
 /// F32 candle path as the baseline, llama.cpp on GGUF copies of the weights), side by side in
 /// one process, with each candidate's lowest cosine against the F32 candle vectors.
-pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), String> {
+pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> anyhow::Result<()> {
     let o = vllm_srun::ServeOptions {
         models: vec![model_spec.to_string()],
         port: 0,
@@ -18,17 +18,19 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
     };
     let (registry, base) = serve_in_process(o).await?;
     let model = wait(|| registry.encoder(None)).await?;
-    let resolved = hub::resolve(model_spec, false).map_err(|e| e.to_string())?;
-    let dir = resolved.dir.ok_or("an encoder is a directory")?;
+    let resolved = hub::resolve(model_spec, false)?;
+    let dir = resolved
+        .dir
+        .ok_or_else(|| anyhow::anyhow!("an encoder is a directory"))?;
     let threads = raw_threads();
     use backend_candle::gguf::Precision;
     let mut candidates: Vec<(String, Box<dyn engine::Encoder>)> = vec![(
         "candle F32".into(),
-        Box::new(backend_candle::BertEncoder::load(&dir).map_err(|e| e.to_string())?),
+        Box::new(backend_candle::BertEncoder::load(&dir)?),
     )];
     let pooling = model.info().pooling.clone();
     // Hashed once: each candidate's GGUF copy is keyed by it.
-    let sha = hub::sha256_file(&dir.join("model.safetensors")).map_err(|e| e.to_string())?;
+    let sha = hub::sha256_file(&dir.join("model.safetensors"))?;
     for (precision, flash) in [
         (Precision::F32, true),
         (Precision::F32, false),
@@ -36,15 +38,14 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
         (Precision::Q8_0, true),
     ] {
         let gguf = vllm_srun::encoder_gguf(&dir, Some(&sha), &pooling, precision)?;
-        let text = backend_candle::BertEncoder::load_text(&dir).map_err(|e| e.to_string())?;
+        let text = backend_candle::BertEncoder::load_text(&dir)?;
         let config = backend_llama::LlamaEncoderConfig {
             threads,
             flash_attention: flash,
             dtype: precision.name().into(),
             ..Default::default()
         };
-        let enc =
-            backend_llama::LlamaEncoder::load(&gguf, text, config).map_err(|e| e.to_string())?;
+        let enc = backend_llama::LlamaEncoder::load(&gguf, text, config)?;
         let name = format!(
             "llama.cpp {}{}",
             precision.name(),
@@ -57,15 +58,11 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
         "invoice", "refund", "parcel", "delivery", "account", "password", "order", "support",
         "customer", "payment", "shipping", "address", "warranty", "return", "receipt", "billing",
     ];
-    let text = |i: usize| -> Result<String, String> {
+    let text = |i: usize| -> anyhow::Result<String> {
         let mut t = format!("ticket {i}:");
         let mut k = i;
         loop {
-            let n = model
-                .tokenize(&t, false)
-                .map_err(|e| e.to_string())?
-                .0
-                .len();
+            let n = model.tokenize(&t, false)?.0.len();
             if n >= 64 {
                 break;
             }
@@ -80,8 +77,7 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
     let ids: Vec<Vec<u32>> = texts
         .iter()
         .map(|s| candidates[0].1.tokenize(s))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+        .collect::<Result<_, _>>()?;
     let total_tokens: usize = ids.iter().map(Vec::len).sum();
     println!(
         "embeddings: model {}, served on {} {}, {} texts per level, {:.1} tokens per text, {threads} threads",
@@ -91,7 +87,7 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
         n,
         total_tokens as f64 / n as f64
     );
-    let reference = candidates[0].1.embed(&ids).map_err(|e| e.to_string())?;
+    let reference = candidates[0].1.embed(&ids)?;
     let client = reqwest::Client::new();
     let url = format!("{base}/v1/embeddings");
     for batch in [1usize, 8, 32] {
@@ -107,11 +103,11 @@ pub async fn embeddings(model_spec: &str, texts_per_level: usize) -> Result<(), 
         println!("  batch {batch:>2}:");
         let mut base_rate = 0.0;
         for (name, enc) in &candidates {
-            enc.embed(&ids[..batch]).map_err(|e| e.to_string())?;
+            enc.embed(&ids[..batch])?;
             let t = Instant::now();
             let mut vectors = Vec::with_capacity(n);
             for chunk in ids.chunks(batch) {
-                vectors.extend(enc.embed(chunk).map_err(|e| e.to_string())?);
+                vectors.extend(enc.embed(chunk)?);
             }
             let rate = n as f64 / t.elapsed().as_secs_f64();
             if base_rate == 0.0 {

@@ -7,21 +7,22 @@ use serde_json::json;
 
 use crate::common::*;
 
-fn nats_server() -> Result<std::path::PathBuf, String> {
+fn nats_server() -> anyhow::Result<std::path::PathBuf> {
     ["/usr/sbin/nats-server", "/usr/bin/nats-server"]
         .iter()
         .map(std::path::PathBuf::from)
         .find(|p| p.is_file())
-        .ok_or_else(|| "nats-server is not installed (Debian: apt install nats-server)".into())
+        .ok_or_else(|| {
+            anyhow::anyhow!("nats-server is not installed (Debian: apt install nats-server)")
+        })
 }
 
 /// `requests` encode requests of one short text: one at a time (latency), then eight at a
 /// time (throughput), straight to the worker over HTTP and through the gateway. The per-item
 /// overhead is the difference of the medians.
-pub async fn gateway(model: &str, requests: usize) -> Result<(), String> {
+pub async fn gateway(model: &str, requests: usize) -> anyhow::Result<()> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
+        .and_then(|l| l.local_addr())?
         .port();
     let dir = std::env::temp_dir().join(format!("vsr-bench-nats-{}", std::process::id()));
     let mut nats = std::process::Command::new(nats_server()?)
@@ -29,8 +30,7 @@ pub async fn gateway(model: &str, requests: usize) -> Result<(), String> {
         .arg(&dir)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
+        .spawn()?;
     let url = format!("nats://127.0.0.1:{port}");
     let result = measure(model, requests, &url).await;
     let _ = nats.kill();
@@ -39,7 +39,7 @@ pub async fn gateway(model: &str, requests: usize) -> Result<(), String> {
     result
 }
 
-async fn measure(model: &str, requests: usize, nats: &str) -> Result<(), String> {
+async fn measure(model: &str, requests: usize, nats: &str) -> anyhow::Result<()> {
     let o = vllm_srun::ServeOptions {
         models: vec![model.to_string()],
         port: 0,
@@ -68,7 +68,9 @@ async fn measure(model: &str, requests: usize, nats: &str) -> Result<(), String>
         .is_err()
     {
         if started.elapsed() > Duration::from_secs(60) {
-            return Err("no worker took work through the gateway within 60 s".into());
+            return Err(anyhow::anyhow!(
+                "no worker took work through the gateway within 60 s"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -97,11 +99,11 @@ async fn measure(model: &str, requests: usize, nats: &str) -> Result<(), String>
                 for i in share {
                     time_request(&client, &url, &body(i)).await?;
                 }
-                Ok::<(), String>(())
+                Ok::<(), anyhow::Error>(())
             }));
         }
         for task in tasks {
-            task.await.map_err(|e| e.to_string())??;
+            task.await??;
         }
         let rate = requests as f64 / t.elapsed().as_secs_f64();
         let (m, p99) = (median(times.clone()), pct(times, 0.99));

@@ -48,7 +48,7 @@ pub(crate) async fn stream_completion(
     model: &str,
     prompt: &str,
     max_tokens: usize,
-) -> Result<Streamed, String> {
+) -> anyhow::Result<Streamed> {
     let body = json!({"model": model, "prompt": prompt, "max_tokens": max_tokens,
         "temperature": 0, "stream": true, "stream_options": {"include_usage": true}});
     let sent = Instant::now();
@@ -57,9 +57,9 @@ pub(crate) async fn stream_completion(
         .json(&body)
         .send()
         .await
-        .map_err(|e| format!("{e}: {:?}", std::error::Error::source(&e)))?;
+        .map_err(|e| anyhow::anyhow!("{e}: {:?}", std::error::Error::source(&e)))?;
     if !resp.status().is_success() {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{}: {}",
             resp.status(),
             resp.text().await.unwrap_or_default()
@@ -68,7 +68,7 @@ pub(crate) async fn stream_completion(
     let mut chunks = Vec::new();
     let mut completion_tokens = 0;
     let mut pending = String::new();
-    while let Some(bytes) = resp.chunk().await.map_err(|e| e.to_string())? {
+    while let Some(bytes) = resp.chunk().await? {
         let at = Instant::now();
         pending.push_str(&String::from_utf8_lossy(&bytes).replace("\r\n", "\n"));
         while let Some(end) = pending.find("\n\n") {
@@ -79,7 +79,7 @@ pub(crate) async fn stream_completion(
             if data == "[DONE]" {
                 continue;
             }
-            let v: Value = serde_json::from_str(data).map_err(|e| e.to_string())?;
+            let v: Value = serde_json::from_str(data)?;
             if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
                 completion_tokens = n;
             }
@@ -109,7 +109,7 @@ async fn stream_all(
     model: &str,
     prompts: &[String],
     max_tokens: usize,
-) -> Result<Vec<Streamed>, String> {
+) -> anyhow::Result<Vec<Streamed>> {
     let tasks: Vec<_> = prompts
         .iter()
         .map(|p| {
@@ -126,7 +126,7 @@ async fn stream_all(
         .collect();
     let mut all = Vec::with_capacity(tasks.len());
     for t in tasks {
-        all.push(t.await.map_err(|e| e.to_string())??);
+        all.push(t.await??);
     }
     Ok(all)
 }
@@ -139,7 +139,7 @@ pub(crate) async fn concurrent(
     model: &str,
     n: usize,
     max_tokens: usize,
-) -> Result<(f64, Vec<Duration>), String> {
+) -> anyhow::Result<(f64, Vec<Duration>)> {
     let prompts: Vec<String> = (0..n).map(story).collect();
     let all = stream_all(client, base, model, &prompts, max_tokens).await?;
     let first = all.iter().filter_map(|s| s.chunks.first()).min().copied();
@@ -219,8 +219,8 @@ pub async fn generation(
     runs: usize,
     max_tokens: usize,
     reference_only: bool,
-) -> Result<(), String> {
-    let resolved = hub::resolve(model_spec, true).map_err(|e| e.to_string())?;
+) -> anyhow::Result<()> {
+    let resolved = hub::resolve(model_spec, true)?;
     // Room for four running streams and a fifth that joins them.
     let o = vllm_srun::ServeOptions {
         models: vec![model_spec.to_string()],
@@ -236,8 +236,7 @@ pub async fn generation(
     let name = text.name().to_string();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(900))
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     println!(
         "bench generate: model {name}, {} threads, runs {runs}, {max_tokens} tokens per stream",
         raw_threads()
@@ -245,22 +244,22 @@ pub async fn generation(
     if reference_only {
         return against_llama_server(&base, &name, &resolved.weights, runs, max_tokens).await;
     }
-    let raw =
-        backend_llama::LlamaBackend::load(&resolved.weights, backend_llama::LlamaConfig::default())
-            .map_err(|e| e.to_string())?;
-    let mut plain = crate::plain::PlainEvaluator::new(&raw, 4096).map_err(|e| e.to_string())?;
-    let prompt = engine::Backend::tokenize(&raw, STORY, false).map_err(|e| e.to_string())?;
+    let raw = backend_llama::LlamaBackend::load(
+        &resolved.weights,
+        backend_llama::LlamaConfig::default(),
+    )?;
+    let mut plain = crate::plain::PlainEvaluator::new(&raw, 4096)?;
+    let prompt = engine::Backend::tokenize(&raw, STORY, false)?;
     // Warm both.
     stream_completion(&client, &base, &name, STORY, 8).await?;
-    tokio::task::block_in_place(|| plain.greedy(&prompt, 8)).map_err(|e| e.to_string())?;
+    tokio::task::block_in_place(|| plain.greedy(&prompt, 8))?;
     let (mut raw_rates, mut ours, mut ttfts) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let s = stream_completion(&client, &base, &name, STORY, max_tokens).await?;
         let n = (s.completion_tokens as usize).max(2);
         ours.push(s.decode_rate());
         ttfts.push(s.ttft());
-        let (_, t) =
-            tokio::task::block_in_place(|| plain.greedy(&prompt, n)).map_err(|e| e.to_string())?;
+        let (_, t) = tokio::task::block_in_place(|| plain.greedy(&prompt, n))?;
         raw_rates.push((n - 1) as f64 / t.as_secs_f64());
     }
     let (r, o1) = (median_of(&raw_rates), median_of(&ours));
@@ -279,15 +278,13 @@ pub async fn generation(
     // The ceiling: the same four prompts decoded raw, one llama.cpp decode per step for all.
     let prompts = (0..4)
         .map(|i| engine::Backend::tokenize(&raw, &story(i), false))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+        .collect::<Result<Vec<_>, _>>()?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    let mut batched = crate::plain::PlainEvaluator::batched(&raw, (longest + max_tokens) as u32, 4)
-        .map_err(|e| e.to_string())?;
+    let mut batched =
+        crate::plain::PlainEvaluator::batched(&raw, (longest + max_tokens) as u32, 4)?;
     let mut raw4 = Vec::new();
     for _ in 0..runs {
-        let (_, t) = tokio::task::block_in_place(|| batched.greedy_batched(&prompts, max_tokens))
-            .map_err(|e| e.to_string())?;
+        let (_, t) = tokio::task::block_in_place(|| batched.greedy_batched(&prompts, max_tokens))?;
         raw4.push((4 * (max_tokens - 1)) as f64 / t.as_secs_f64());
     }
     drop(batched);
@@ -330,7 +327,7 @@ pub async fn generation(
     let mut normal = Vec::new();
     let mut during = Duration::ZERO;
     for t in running {
-        let s = t.await.map_err(|e| e.to_string())??;
+        let s = t.await??;
         for w in s.chunks.windows(2) {
             let gap = w[1] - w[0];
             if w[1] >= joined_at && w[0] <= join_end {
@@ -352,15 +349,12 @@ pub async fn generation(
         .collect::<Vec<_>>();
     let cand = [chunk_tokens[0]];
     let t = Instant::now();
-    tokio::task::block_in_place(|| plain.evaluate(&chunk_tokens, &cand))
-        .map_err(|e| e.to_string())?;
+    tokio::task::block_in_place(|| plain.evaluate(&chunk_tokens, &cand))?;
     let chunk_time = t.elapsed();
     // The joining prompt itself prefilled raw in chunks of the same size: its later chunks
     // attend to the earlier ones, so its costliest chunk is the one a join must not exceed.
-    let long_tokens =
-        engine::Backend::tokenize(&raw, &long_prompt, false).map_err(|e| e.to_string())?;
-    let own_chunk = tokio::task::block_in_place(|| plain.prefill_chunks(&long_tokens, chunk))
-        .map_err(|e| e.to_string())?
+    let long_tokens = engine::Backend::tokenize(&raw, &long_prompt, false)?;
+    let own_chunk = tokio::task::block_in_place(|| plain.prefill_chunks(&long_tokens, chunk))?
         .into_iter()
         .max()
         .unwrap_or_default();
@@ -435,7 +429,7 @@ async fn four_at_once(
     model: &str,
     prompts: &[String],
     max_tokens: usize,
-) -> Result<(f64, Duration), String> {
+) -> anyhow::Result<(f64, Duration)> {
     let start = Instant::now();
     let all = stream_all(client, base, model, prompts, max_tokens).await?;
     let end = all.iter().filter_map(|s| s.chunks.last()).max().copied();
@@ -456,7 +450,7 @@ async fn against_llama_server(
     gguf: &std::path::Path,
     runs: usize,
     max_tokens: usize,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let Some((mut child, lbase)) = start_llama_server(gguf, raw_threads()).await else {
         println!(
             "(f) llama-server is not built in {} (../shared/tools/llama-tools.sh): skipped",
@@ -469,8 +463,7 @@ async fn against_llama_server(
     let client = &reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .timeout(Duration::from_secs(900))
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let again: Vec<String> = (0..4).map(story).collect();
     let urls = [base, lbase.as_str()];
     // Runs alternate between the two servers, each run starting with the other one, so that a

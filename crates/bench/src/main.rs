@@ -142,7 +142,7 @@ fn main() {
 }
 
 /// Run one benchmark to completion on a fresh runtime; its exit code.
-fn run_bench(bench: impl std::future::Future<Output = Result<(), String>>) -> i32 {
+fn run_bench(bench: impl std::future::Future<Output = anyhow::Result<()>>) -> i32 {
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

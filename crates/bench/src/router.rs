@@ -8,7 +8,7 @@ use crate::common::*;
 
 /// A chat backend that answers at once with fixed bytes (a stream of eight chunks when
 /// asked to stream): what the router's own cost is measured against.
-pub(crate) async fn canned_backend() -> Result<String, String> {
+pub(crate) async fn canned_backend() -> anyhow::Result<String> {
     use axum::routing::{get, post};
     const ANSWER: &str = r#"{"id":"chatcmpl-fixed","object":"chat.completion","created":1,"model":"fast","choices":[{"index":0,"message":{"role":"assistant","content":"Hello there."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12}}"#;
     async fn chat(body: axum::body::Bytes) -> axum::response::Response {
@@ -33,10 +33,8 @@ pub(crate) async fn canned_backend() -> Result<String, String> {
     let app = axum::Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/health", get(|| async { "ok" }));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let addr = l.local_addr().map_err(|e| e.to_string())?;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
     tokio::spawn(async move { axum::serve(l, app).await });
     Ok(format!("http://{addr}"))
 }
@@ -48,7 +46,7 @@ pub(crate) async fn paced(
     body: &Value,
     rate: usize,
     seconds: usize,
-) -> Result<(Vec<Duration>, Vec<f64>, Vec<f64>), String> {
+) -> anyhow::Result<(Vec<Duration>, Vec<f64>, Vec<f64>)> {
     let client = reqwest::Client::new();
     let n = rate * seconds;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
@@ -59,12 +57,7 @@ pub(crate) async fn paced(
         let (client, url, body) = (client.clone(), url.to_string(), body.clone());
         tasks.push(tokio::spawn(async move {
             let t = Instant::now();
-            let resp = client
-                .post(&url)
-                .json(&body)
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
+            let resp = client.post(&url).json(&body).send().await?;
             let status = resp.status();
             let timing = resp
                 .headers()
@@ -73,9 +66,9 @@ pub(crate) async fn paced(
                 .filter_map(|v| v.to_str().ok())
                 .collect::<Vec<_>>()
                 .join(",");
-            resp.bytes().await.map_err(|e| e.to_string())?;
+            resp.bytes().await?;
             if !status.is_success() {
-                return Err(format!("status {status}"));
+                return Err(anyhow::anyhow!("status {status}"));
             }
             let metric = |name: &str| -> Option<f64> {
                 timing.split(',').find_map(|m| {
@@ -83,12 +76,12 @@ pub(crate) async fn paced(
                     m.strip_prefix(name)?.strip_prefix(";dur=")?.parse().ok()
                 })
             };
-            Ok::<_, String>((t.elapsed(), metric("vsr-router"), metric("vsr-signals")))
+            Ok::<_, anyhow::Error>((t.elapsed(), metric("vsr-router"), metric("vsr-signals")))
         }));
     }
     let (mut lat, mut own, mut sig) = (Vec::new(), Vec::new(), Vec::new());
     for t in tasks {
-        let (d, o, s) = t.await.map_err(|e| e.to_string())??;
+        let (d, o, s) = t.await??;
         lat.push(d);
         own.extend(o);
         sig.extend(s);
@@ -98,7 +91,7 @@ pub(crate) async fn paced(
 
 /// A worker in this process serving decision `model` alone, and a backend that answers at
 /// once: their base URLs.
-async fn decider_and_backend(model: &str) -> Result<(String, String), String> {
+async fn decider_and_backend(model: &str) -> anyhow::Result<(String, String)> {
     let (_, worker) = serve_in_process(vllm_srun::ServeOptions {
         models: vec![model.to_string()],
         port: 0,
@@ -111,8 +104,8 @@ async fn decider_and_backend(model: &str) -> Result<(String, String), String> {
 
 /// A router serving `config` in this process; its base URL once its health checks have seen
 /// its workers (or after a minute).
-async fn start_router(config: &str) -> Result<String, String> {
-    let cfg = router::RouterConfig::from_yaml(config, "bench").map_err(|e| e.to_string())?;
+async fn start_router(config: &str) -> anyhow::Result<String> {
+    let cfg = router::RouterConfig::from_yaml(config, "bench")?;
     let bound = vllm_srun::bind_router(cfg, None, false, "127.0.0.1", 0).await?;
     let base = format!("http://{}", bound.addr);
     tokio::spawn(bound.run());
@@ -143,7 +136,7 @@ pub(crate) fn pct_f(mut v: Vec<f64>, p: f64) -> f64 {
 /// answers at once, directly and through the router (a concrete model, then `vllm-sr/auto`
 /// with five rules over three signals from the Sparrow model of an in-process worker); the
 /// worker's decisions count per routed request; stream bytes through the router and direct.
-pub async fn router_overhead(seconds: usize, rate: usize) -> Result<(), String> {
+pub async fn router_overhead(seconds: usize, rate: usize) -> anyhow::Result<()> {
     use sha2::Digest;
     let (worker, backend) = decider_and_backend("sparrow-nano").await?;
     let config = format!(
@@ -173,12 +166,10 @@ default_decision: other
     };
     let decisions = || async {
         let text = reqwest::get(format!("{worker}/metrics"))
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .text()
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok::<f64, String>(
+            .await?;
+        Ok::<f64, anyhow::Error>(
             text.lines()
                 .filter(|l| {
                     l.starts_with("vllm_srun_requests_total{")
@@ -265,13 +256,8 @@ default_decision: other
     let post = |url: String, body: Value| {
         let client = client.clone();
         async move {
-            let r = client
-                .post(url)
-                .json(&body)
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            r.bytes().await.map_err(|e| e.to_string())
+            let r = client.post(url).json(&body).send().await?;
+            r.bytes().await.map_err(anyhow::Error::from)
         }
     };
     let direct = post(format!("{backend}/v1/chat/completions"), s.clone()).await?;
@@ -294,7 +280,7 @@ default_decision: other
 /// router's `vsr_jailbreak`, so a package's guard head answers it) asks `model` of an
 /// in-process worker; the backend answers at once. Prints `vsr-signals` per turn and their
 /// ratio (p50s), the prefix cache on as served.
-pub async fn turns(model: &str, runs: usize) -> Result<(), String> {
+pub async fn turns(model: &str, runs: usize) -> anyhow::Result<()> {
     let (worker, backend) = decider_and_backend(model).await?;
     let config = format!(
         r#"
@@ -320,7 +306,7 @@ default_decision: chat
             let (_, _, s) = paced(&url, &body, 1, 1).await?;
             s.first()
                 .copied()
-                .ok_or_else(|| "no vsr-signals in Server-Timing".to_string())
+                .ok_or_else(|| anyhow::anyhow!("no vsr-signals in Server-Timing"))
         }
     };
     let system = json!({"role": "system", "content": "You are a careful site reliability engineer. Answer briefly."});
@@ -359,7 +345,7 @@ default_decision: chat
 /// The signals a System Two turn waits for — the jailbreak guard and a routing signal — on a
 /// ~1,000-token message, with the guard answered by the heads of `minilm-l6-router` (the
 /// default) and by the 1.5B model's head, two routers over one worker, alternating.
-pub async fn guard_turn(runs: usize) -> Result<(), String> {
+pub async fn guard_turn(runs: usize) -> anyhow::Result<()> {
     let (_, worker) = serve_in_process(vllm_srun::ServeOptions {
         models: vec![
             "minilm-l6-router".into(),
@@ -412,7 +398,7 @@ default_decision: chat
             let (_, _, s) = paced(&url, &body, 1, 1).await?;
             s.first()
                 .copied()
-                .ok_or_else(|| "no vsr-signals in Server-Timing".to_string())
+                .ok_or_else(|| anyhow::anyhow!("no vsr-signals in Server-Timing"))
         }
     };
     turn(&heads, 0).await?;

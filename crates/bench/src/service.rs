@@ -15,16 +15,14 @@ pub(crate) fn micros(mut v: Vec<Duration>) -> (f64, f64) {
 /// The keys service's own costs: verifying a key on SQLite among 10,000, and one admission
 /// decision with 10,000 requests waiting (from 10,000 addresses, and from 100), including
 /// a push-out when every waiting place is taken.
-pub async fn service_costs() -> Result<(), String> {
+pub async fn service_costs() -> anyhow::Result<()> {
     use service::admission::{AdmissionConfig, Arrival, Queue, Ticket};
     use service::keys::Secret;
     use service::store::KeyRow;
 
     let dir = std::env::temp_dir().join(format!("vsr-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let store = service::Store::open(&service::Store::sqlite_url(&dir))
-        .await
-        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&dir)?;
+    let store = service::Store::open(&service::Store::sqlite_url(&dir)).await?;
     let mut secrets = Vec::new();
     for i in 0..10_000 {
         let s = Secret::generate();
@@ -40,8 +38,7 @@ pub async fn service_costs() -> Result<(), String> {
                 status: "active".into(),
                 created_at: 0,
             })
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         secrets.push(s);
     }
     let mut times = Vec::new();
@@ -55,13 +52,10 @@ pub async fn service_costs() -> Result<(), String> {
     for _ in 0..5_000 {
         let s = &secrets[(next() % secrets.len() as u64) as usize];
         let t = Instant::now();
-        let row = store
-            .key_by_hash(&s.hash())
-            .await
-            .map_err(|e| e.to_string())?;
+        let row = store.key_by_hash(&s.hash()).await?;
         times.push(t.elapsed());
         if row.is_none() {
-            return Err("a stored key was not found".into());
+            return Err(anyhow::anyhow!("a stored key was not found"));
         }
     }
     let (p50, p99) = micros(times);
@@ -91,7 +85,9 @@ pub async fn service_costs() -> Result<(), String> {
         // Steady state: one ends (its place goes to the next), one arrives and waits.
         let (mut release, mut arrive, mut push) = (Vec::new(), Vec::new(), Vec::new());
         for n in 0..20_000 {
-            let g = grants.pop_front().ok_or("no grant")?;
+            let g = grants
+                .pop_front()
+                .ok_or_else(|| anyhow::anyhow!("no grant"))?;
             let t = Instant::now();
             let started = q.release(&g, n);
             release.push(t.elapsed());

@@ -94,9 +94,10 @@ pub struct ServiceOptions {
 
 impl ServiceOptions {
     /// Defaults on a SQLite file in `dir` (created if needed).
-    pub fn in_dir(dir: &std::path::Path) -> Result<ServiceOptions, String> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
+    pub fn in_dir(dir: &std::path::Path) -> anyhow::Result<ServiceOptions> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!("cannot create the data directory {}: {e}", dir.display())
+        })?;
         Ok(ServiceOptions {
             config: service::ServiceConfig::default(),
             database_url: service::Store::sqlite_url(dir),
@@ -138,13 +139,11 @@ fn service_models(rc: &router::RouterConfig, local: &[String]) -> Vec<String> {
 }
 
 /// The pages, when asked for, beside `app`.
-fn with_pages(app: axum::Router, pages: bool) -> Result<axum::Router, String> {
+fn with_pages(app: axum::Router, pages: bool) -> anyhow::Result<axum::Router> {
     if !pages {
         return Ok(app);
     }
-    Ok(web::app(&web::Site::default())
-        .map_err(|e| e.to_string())?
-        .merge(app))
+    Ok(web::app(&web::Site::default())?.merge(app))
 }
 
 /// Put the keys service in front of a router's app.
@@ -153,10 +152,8 @@ async fn with_service(
     rc: &router::RouterConfig,
     local: &[String],
     o: &ServiceOptions,
-) -> Result<axum::Router, String> {
-    let store = service::Store::open(&o.database_url)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> anyhow::Result<axum::Router> {
+    let store = service::Store::open(&o.database_url).await?;
     let svc = service::Service::new(
         o.config.clone(),
         store,
@@ -227,9 +224,11 @@ pub fn default_service_detectors() -> Vec<(String, String)> {
 pub const MANAGED_WORKER_BYTES: usize = 96 * 1024 * 1024;
 
 /// The built-in router configuration.
-pub fn default_router() -> Result<router::RouterConfig, String> {
-    router::RouterConfig::from_yaml(router::DEFAULT_CONFIG, "built-in router config")
-        .map_err(|e| e.to_string())
+pub fn default_router() -> anyhow::Result<router::RouterConfig> {
+    Ok(router::RouterConfig::from_yaml(
+        router::DEFAULT_CONFIG,
+        "built-in router config",
+    )?)
 }
 
 /// What a package directory may say about itself (`card.json`). A card is descriptive and
@@ -244,7 +243,7 @@ struct CardFile {
 }
 
 /// What a package directory's `card.json` says of the model, over what was planned.
-fn apply_card(meta: &mut ModelMeta, dir: &Path) -> Result<(), String> {
+fn apply_card(meta: &mut ModelMeta, dir: &Path) -> anyhow::Result<()> {
     let card: CardFile = read_json(&dir.join("card.json"))?;
     if let Some(d) = card.description {
         meta.description = d;
@@ -259,12 +258,13 @@ fn apply_card(meta: &mut ModelMeta, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-fn read_json<T: serde::de::DeserializeOwned + Default>(path: &Path) -> Result<T, String> {
+fn read_json<T: serde::de::DeserializeOwned + Default>(path: &Path) -> anyhow::Result<T> {
     if !path.is_file() {
         return Ok(T::default());
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 fn plan_meta(spec: &str, first: bool, aliases: &[(String, String)]) -> ModelMeta {
@@ -351,10 +351,10 @@ pub fn encoder_gguf(
     sha256: Option<&str>,
     pooling: &str,
     precision: backend_candle::gguf::Precision,
-) -> Result<PathBuf, String> {
+) -> anyhow::Result<PathBuf> {
     let sha = match sha256 {
         Some(s) => s.to_string(),
-        None => hub::sha256_file(&dir.join("model.safetensors")).map_err(|e| e.to_string())?,
+        None => hub::sha256_file(&dir.join("model.safetensors"))?,
     };
     let short: String = sha.chars().take(16).collect();
     let out = hub::cache_dir().join("converted").join(format!(
@@ -364,16 +364,15 @@ pub fn encoder_gguf(
     ));
     if !out.is_file() {
         std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))
-            .map_err(|e| format!("{}: {e}", out.display()))?;
-        backend_candle::gguf::write_bert(dir, pooling, precision, &out)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+        backend_candle::gguf::write_bert(dir, pooling, precision, &out)?;
     }
     Ok(out)
 }
 
 /// Write a cached catalogue encoder's GGUF copy for [`ENCODER_PATH`] if its forward runs
 /// there; `None` for other models and for encoders that stay on candle.
-pub fn prepare_encoder(e: &hub::Entry) -> Result<Option<PathBuf>, String> {
+pub fn prepare_encoder(e: &hub::Entry) -> anyhow::Result<Option<PathBuf>> {
     let EncoderPath::Llama(precision) = ENCODER_PATH else {
         return Ok(None);
     };
@@ -381,7 +380,7 @@ pub fn prepare_encoder(e: &hub::Entry) -> Result<Option<PathBuf>, String> {
         return Ok(None);
     }
     let dir = hub::package_dir(e.id);
-    let text = backend_candle::BertEncoder::load_text(&dir).map_err(|e| e.to_string())?;
+    let text = backend_candle::BertEncoder::load_text(&dir)?;
     let info = engine::Encoder::info(&text);
     if !runs_on_llama(&dir, info) {
         return Ok(None);
@@ -405,16 +404,14 @@ pub fn load_encoder(
     sha256: Option<&str>,
     threads: usize,
     path: EncoderPath,
-) -> Result<Arc<dyn engine::Encoder>, String> {
-    let candle = || -> Result<Arc<dyn engine::Encoder>, String> {
-        Ok(Arc::new(
-            backend_candle::BertEncoder::load(dir).map_err(|e| e.to_string())?,
-        ))
+) -> anyhow::Result<Arc<dyn engine::Encoder>> {
+    let candle = || -> anyhow::Result<Arc<dyn engine::Encoder>> {
+        Ok(Arc::new(backend_candle::BertEncoder::load(dir)?))
     };
     let EncoderPath::Llama(precision) = path else {
         return candle();
     };
-    let text = backend_candle::BertEncoder::load_text(dir).map_err(|e| e.to_string())?;
+    let text = backend_candle::BertEncoder::load_text(dir)?;
     let info = engine::Encoder::info(&text);
     if !runs_on_llama(dir, info) {
         return candle();
@@ -425,7 +422,7 @@ pub fn load_encoder(
         dtype: precision.name().into(),
         ..Default::default()
     };
-    let enc = backend_llama::LlamaEncoder::load(&gguf, text, config).map_err(|e| e.to_string())?;
+    let enc = backend_llama::LlamaEncoder::load(&gguf, text, config)?;
     Ok(Arc::new(enc))
 }
 
@@ -436,12 +433,12 @@ fn package_file<T: serde::de::DeserializeOwned + Default>(
     dir: Option<&Path>,
     name: &str,
     shipped: Option<&str>,
-) -> Result<Option<T>, String> {
+) -> anyhow::Result<Option<T>> {
     match (dir.map(|d| d.join(name)).filter(|p| p.is_file()), shipped) {
         (Some(path), _) => read_json(&path).map(Some),
         (None, Some(text)) => serde_json::from_str(text)
             .map(Some)
-            .map_err(|e| format!("{spec}: the catalogue's {name}: {e}")),
+            .map_err(|e| anyhow::anyhow!("{spec}: the catalogue's {name}: {e}")),
         (None, None) => Ok(None),
     }
 }
@@ -452,7 +449,7 @@ fn decision_config(
     spec: &str,
     dir: Option<&Path>,
     shipped: Option<&str>,
-) -> Result<DecisionConfig, String> {
+) -> anyhow::Result<DecisionConfig> {
     let config: DecisionConfig =
         package_file(spec, dir, "decision_config.json", shipped)?.unwrap_or_default();
     config.validate(
@@ -463,7 +460,7 @@ fn decision_config(
 }
 
 /// A resolved decision model's config (see [`decision_config`]).
-fn package_config(spec: &str, resolved: &hub::Resolved) -> Result<DecisionConfig, String> {
+fn package_config(spec: &str, resolved: &hub::Resolved) -> anyhow::Result<DecisionConfig> {
     let shipped = resolved.entry.as_ref().and_then(|e| e.decision_config);
     decision_config(spec, resolved.dir.as_deref(), shipped)
 }
@@ -474,7 +471,7 @@ fn router_questions(
     spec: &str,
     dir: Option<&Path>,
     shipped: Option<&str>,
-) -> Result<std::collections::BTreeMap<String, serde_json::Value>, String> {
+) -> anyhow::Result<std::collections::BTreeMap<String, serde_json::Value>> {
     Ok(package_file(spec, dir, "router_questions.json", shipped)?.unwrap_or_default())
 }
 
@@ -484,23 +481,23 @@ pub fn decision_adapters(
     spec: &str,
     dir: Option<&Path>,
     shipped: Option<&str>,
-) -> Result<Option<engine::adapter::Adapters>, String> {
+) -> anyhow::Result<Option<engine::adapter::Adapters>> {
     let file: Option<engine::adapter::AdapterFile> =
         package_file(spec, dir, adapt::ADAPTERS_FILE, shipped)?;
-    file.map(|f| engine::adapter::Adapters::new(f).map_err(|e| format!("{spec}: {e}")))
+    file.map(|f| engine::adapter::Adapters::new(f).map_err(|e| anyhow::anyhow!("{spec}: {e}")))
         .transpose()
 }
 
 /// Resolve, load and start one model; the slot's state follows the steps.
-fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
+fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> anyhow::Result<Loaded> {
     slot.set_state(ModelState::Loading);
-    let resolved = hub::resolve(spec, o.pull_missing).map_err(|e| e.to_string())?;
+    let resolved = hub::resolve(spec, o.pull_missing)?;
     let mut meta = slot.planned().clone();
     if resolved.kind == hub::Kind::Encoder {
         let dir = resolved
             .dir
             .clone()
-            .ok_or_else(|| format!("{spec}: an encoder is a directory"))?;
+            .ok_or_else(|| anyhow::anyhow!("{spec}: an encoder is a directory"))?;
         if meta.sha256.is_none() {
             meta.sha256 = hub::sha256_file(&resolved.weights).ok();
         }
@@ -517,15 +514,14 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
                 max_scan_tokens: o.max_scan_tokens,
                 ..o.encoder
             },
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         return Ok(Loaded::Encoder(Arc::new(model)));
     }
     if resolved.kind == hub::Kind::Sparrow {
         return load_sparrow(&resolved, meta, slot, o);
     }
     if resolved.kind == hub::Kind::Detector {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{spec}: an object detector is not served on its own; attach it to a decision \
              model (--detector MODEL={spec}, or detector = \"{spec}\" in a models file)"
         ));
@@ -549,7 +545,7 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
     )?;
     config
         .validate_router_questions()
-        .map_err(|e| format!("{spec}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("{spec}: {e}"))?;
     // `--max-scan-tokens` replaces the config's budget.
     if o.max_scan_tokens.is_some() {
         config.max_scan_tokens = o.max_scan_tokens;
@@ -576,23 +572,19 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
             prefix_cache_tokens: o.prefix_cache_tokens,
             ..Default::default()
         },
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let backend: Arc<dyn engine::Backend> = Arc::new(backend);
     if let Some(g) = o
         .generate
         .filter(|_| !o.no_generate.iter().any(|m| m == spec))
     {
         // The same weights serve generation; its context opens on the first request.
-        slot.set_text(
-            engine::TextModel::new(&meta.name, backend.clone(), g).map_err(|e| e.to_string())?,
-        );
+        slot.set_text(engine::TextModel::new(&meta.name, backend.clone(), g)?);
     }
     slot.set_state(ModelState::Warming);
-    let model = DecisionModel::start(meta, config, backend, o.scheduler.clone())
-        .map_err(|e| e.to_string())?;
+    let model = DecisionModel::start(meta, config, backend, o.scheduler.clone())?;
     let model = match adapters {
-        Some(a) => model.with_adapters(a).map_err(|e| e.to_string())?,
+        Some(a) => model.with_adapters(a)?,
         None => model,
     };
     let model = match detector {
@@ -603,17 +595,18 @@ fn load(spec: &str, slot: &Slot, o: &ServeOptions) -> Result<Loaded, String> {
 }
 
 /// Resolve and load an object detector to attach to a decision model.
-fn load_detector(spec: &str, pull: bool) -> Result<Arc<dyn engine::backend::Detector>, String> {
-    let resolved = hub::resolve(spec, pull).map_err(|e| e.to_string())?;
+fn load_detector(spec: &str, pull: bool) -> anyhow::Result<Arc<dyn engine::backend::Detector>> {
+    let resolved = hub::resolve(spec, pull)?;
     let dir = match (resolved.kind, resolved.dir) {
         (hub::Kind::Detector, Some(dir)) => dir,
         _ => {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "{spec}: not an object detector (e.g. nanodet-coco)"
             ))
         }
     };
-    let model = backend_detector::NanoDet::load(&dir).map_err(|e| format!("{spec}: {e}"))?;
+    let model =
+        backend_detector::NanoDet::load(&dir).map_err(|e| anyhow::anyhow!("{spec}: {e}"))?;
     Ok(Arc::new(model))
 }
 
@@ -624,12 +617,11 @@ fn load_sparrow(
     mut meta: ModelMeta,
     slot: &Slot,
     o: &ServeOptions,
-) -> Result<Loaded, String> {
+) -> anyhow::Result<Loaded> {
     if meta.sha256.is_none() && resolved.weights.is_file() {
         meta.sha256 = hub::sha256_file(&resolved.weights).ok();
     }
-    let model =
-        backend_sparrow::SparrowModel::load(&resolved.weights).map_err(|e| e.to_string())?;
+    let model = backend_sparrow::SparrowModel::load(&resolved.weights)?;
     if meta.revision.is_empty() || meta.revision == "local" {
         meta.revision = model.config.name.clone();
     }
@@ -644,11 +636,11 @@ fn load_sparrow(
     };
     config
         .validate_router_questions()
-        .map_err(|e| format!("{}: {e}", meta.name))?;
+        .map_err(|e| anyhow::anyhow!("{}: {e}", meta.name))?;
     slot.set_state(ModelState::Warming);
     DecisionModel::start_direct(meta, config, Arc::new(model))
         .map(|m| Loaded::Decision(Arc::new(m)))
-        .map_err(|e| e.to_string())
+        .map_err(anyhow::Error::from)
 }
 
 /// A package of decision heads trained on an encoder (`vllm-srun adapt --model minilm-l6`):
@@ -662,11 +654,11 @@ fn load_heads(
     mut meta: ModelMeta,
     slot: &Slot,
     o: &ServeOptions,
-) -> Result<Loaded, String> {
+) -> anyhow::Result<Loaded> {
     apply_card(&mut meta, dir)?;
     let entry = resolved.entry.as_ref();
     let adapters = decision_adapters(spec, Some(dir), entry.and_then(|e| e.decision_adapters))?
-        .ok_or_else(|| format!("{spec}: no {}", adapt::ADAPTERS_FILE))?;
+        .ok_or_else(|| anyhow::anyhow!("{spec}: no {}", adapt::ADAPTERS_FILE))?;
     let mut config = decision_config(spec, Some(dir), entry.and_then(|e| e.decision_config))?;
     config.question_types = if adapters.questions().is_empty() {
         Vec::new()
@@ -683,7 +675,7 @@ fn load_heads(
         router_questions(spec, Some(dir), entry.and_then(|e| e.router_questions))?;
     config
         .validate_router_questions()
-        .map_err(|e| format!("{spec}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("{spec}: {e}"))?;
     if o.max_scan_tokens.is_some() {
         config.max_scan_tokens = o.max_scan_tokens;
     }
@@ -692,7 +684,7 @@ fn load_heads(
     DecisionModel::start_direct(meta, config, Arc::new(backbone))
         .and_then(|m| m.with_adapters(adapters))
         .map(|m| Loaded::Decision(Arc::new(m)))
-        .map_err(|e| e.to_string())
+        .map_err(anyhow::Error::from)
 }
 
 /// A bound server: its address and the future that serves it.
@@ -713,7 +705,7 @@ impl Bound {
 
 /// Bind the port at once, and load the models on their own threads: `/health` answers
 /// `loading` until they are ready.
-pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
+pub async fn bind(o: ServeOptions) -> anyhow::Result<Bound> {
     let slots: Vec<(String, Arc<Slot>)> = o
         .models
         .iter()
@@ -744,14 +736,14 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
     let addr = format!("{}:{}", o.host, o.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
     let transport = config.transport.clone();
     let worker = server::router(registry.clone(), config);
     if let Some(n) = &o.nats {
         let queue = queue::Worker::connect(&n.url)
             .await
-            .map_err(|e| format!("--nats {}: {e}", n.url))?;
+            .map_err(|e| anyhow::anyhow!("--nats {}: {e}", n.url))?;
         let (registry, app, config) = (registry.clone(), worker.clone(), n.worker.clone());
         tokio::spawn(async move {
             // Pull only what can be answered: the models that loaded (and their aliases).
@@ -794,10 +786,9 @@ pub async fn bind(o: ServeOptions) -> Result<Bound, String> {
                 }
                 Err(e) => {
                     tracing::error!(model = %slot.meta().name, error = %e, "load failed");
-                    slot.set_state(ModelState::Failed(e));
+                    slot.set_state(ModelState::Failed(format!("{e:#}")));
                 }
-            })
-            .map_err(|e| e.to_string())?;
+            })?;
     }
     Ok(Bound {
         addr: bound,
@@ -849,16 +840,16 @@ pub async fn bind_gateway(
     config: server::GatewayConfig,
     host: &str,
     port: u16,
-) -> Result<BoundGateway, String> {
+) -> anyhow::Result<BoundGateway> {
     let queue = queue::Gateway::connect(nats)
         .await
-        .map_err(|e| format!("--nats {nats}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--nats {nats}: {e}"))?;
     let addr = format!("{host}:{port}");
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     Ok(BoundGateway {
-        addr: listener.local_addr().map_err(|e| e.to_string())?,
+        addr: listener.local_addr()?,
         listener,
         app: server::gateway(queue, config),
     })
@@ -886,7 +877,7 @@ pub async fn bind_router(
     pages: bool,
     host: &str,
     port: u16,
-) -> Result<BoundRouter, String> {
+) -> anyhow::Result<BoundRouter> {
     let runtime = router::Runtime::new(config.clone(), None, Some(server::prometheus()))?;
     let mut app = with_pages(router::app(runtime.clone(), true), pages)?;
     if let Some(so) = service {
@@ -895,11 +886,11 @@ pub async fn bind_router(
     let addr = format!("{host}:{port}");
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let checks = runtime.clone();
     tokio::spawn(async move { checks.start_health_checks().await });
     Ok(BoundRouter {
-        addr: listener.local_addr().map_err(|e| e.to_string())?,
+        addr: listener.local_addr()?,
         listener,
         app,
     })

@@ -126,7 +126,7 @@ struct ServiceArgs {
     no_pages: bool,
 }
 
-fn service_options(a: &ServiceArgs) -> Result<Option<vllm_srun::ServiceOptions>, String> {
+fn service_options(a: &ServiceArgs) -> anyhow::Result<Option<vllm_srun::ServiceOptions>> {
     if a.no_service {
         return Ok(None);
     }
@@ -143,8 +143,9 @@ fn service_options(a: &ServiceArgs) -> Result<Option<vllm_srun::ServiceOptions>,
     };
     if let Some(path) = &a.service_config {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        o.config = serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        o.config = serde_norway::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     if a.require_keys {
         o.config.require_keys = true;
@@ -487,10 +488,10 @@ async fn listen(
     }
 }
 
-fn load_router_config(path: &std::path::Path) -> Result<router::RouterConfig, String> {
+fn load_router_config(path: &std::path::Path) -> anyhow::Result<router::RouterConfig> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    router::RouterConfig::from_yaml(&text, &path.display().to_string()).map_err(|e| e.to_string())
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    router::RouterConfig::from_yaml(&text, &path.display().to_string()).map_err(anyhow::Error::from)
 }
 
 /// `vllm-srun gateway`: SIE requests through NATS JetStream to the workers.
@@ -562,12 +563,12 @@ fn serve(args: ServeArgs) -> i32 {
         eprintln!("--systemone-schema must be vllm-sr/5.0 or vllm-sr/4.0");
         return 2;
     };
-    let pairs = |given: &[String], flag: &str| -> Result<Vec<(String, String)>, String> {
+    let pairs = |given: &[String], flag: &str| -> anyhow::Result<Vec<(String, String)>> {
         given
             .iter()
             .map(|g| match g.split_once('=') {
                 Some((a, b)) => Ok((a.to_string(), b.to_string())),
-                None => Err(format!("{flag}, got {g:?}")),
+                None => Err(anyhow::anyhow!("{flag}, got {g:?}")),
             })
             .collect()
     };

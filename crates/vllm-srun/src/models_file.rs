@@ -63,15 +63,16 @@ fn yes() -> bool {
 }
 
 /// Read a models file into `o`: its models replace `o.models`.
-pub fn apply(path: &Path, o: &mut ServeOptions) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    apply_str(&text, o).map_err(|e| format!("{}: {e}", path.display()))
+pub fn apply(path: &Path, o: &mut ServeOptions) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    apply_str(&text, o).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
-    let f: ModelsFile = toml::from_str(text).map_err(|e| e.to_string())?;
+fn apply_str(text: &str, o: &mut ServeOptions) -> anyhow::Result<()> {
+    let f: ModelsFile = toml::from_str(text)?;
     if f.models.is_empty() {
-        return Err("the models file lists no [[models]]".into());
+        return Err(anyhow::anyhow!("the models file lists no [[models]]"));
     }
     o.models = f.models.iter().map(|m| m.model.clone()).collect();
     o.no_generate = f
@@ -94,7 +95,7 @@ fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
     for c in &f.classifiers {
         if c.spans {
             if c.multi_label {
-                return Err(format!(
+                return Err(anyhow::anyhow!(
                     "classifier {:?}: a span classifier has no multi_label",
                     c.name
                 ));
@@ -102,19 +103,19 @@ fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
             match (&c.preset, c.labels.is_empty()) {
                 (Some(p), true) if p == "pii" => {}
                 (Some(p), true) => {
-                    return Err(format!(
+                    return Err(anyhow::anyhow!(
                         "classifier {:?}: unknown preset {p:?}; presets: pii",
                         c.name
                     ))
                 }
                 (None, true) => {
-                    return Err(format!(
+                    return Err(anyhow::anyhow!(
                         "classifier {:?} needs labels or preset = \"pii\"",
                         c.name
                     ))
                 }
                 (Some(_), false) => {
-                    return Err(format!(
+                    return Err(anyhow::anyhow!(
                         "classifier {:?}: give labels or a preset, not both",
                         c.name
                     ))
@@ -122,19 +123,23 @@ fn apply_str(text: &str, o: &mut ServeOptions) -> Result<(), String> {
                 (None, false) => {}
             }
         } else if c.preset.is_some() {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "classifier {:?}: a preset needs spans = true",
                 c.name
             ));
         } else if c.labels.is_empty() || (c.labels.len() < 2 && !c.multi_label) {
-            return Err(format!("classifier {:?} needs at least two labels", c.name));
+            return Err(anyhow::anyhow!(
+                "classifier {:?} needs at least two labels",
+                c.name
+            ));
         }
         if !o.models.contains(&c.backbone)
             && !f.models.iter().any(|m| m.aliases.contains(&c.backbone))
         {
-            return Err(format!(
+            return Err(anyhow::anyhow!(
                 "classifier {:?}: backbone {:?} is not among the models",
-                c.name, c.backbone
+                c.name,
+                c.backbone
             ));
         }
     }
@@ -174,7 +179,7 @@ mod tests {
                 "multi_label",
             ),
         ] {
-            let e = apply_str(&file(bad), &mut o).unwrap_err();
+            let e = apply_str(&file(bad), &mut o).unwrap_err().to_string();
             assert!(e.contains(why), "{bad}: {e}");
         }
     }
@@ -212,7 +217,9 @@ labels = ["happy", "sad"]
             o.detectors,
             [("smollm2-135m".to_string(), "nanodet-coco".to_string())]
         );
-        let e = apply_str("[[models]]\nmodel = \"x\"\ncolour = 1\n", &mut o).unwrap_err();
+        let e = apply_str("[[models]]\nmodel = \"x\"\ncolour = 1\n", &mut o)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("colour"), "{e}");
     }
 }

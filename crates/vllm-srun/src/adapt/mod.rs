@@ -128,7 +128,7 @@ struct Case {
 
 impl Case {
     /// Its questions as one 5.0 request about its state.
-    fn request(&self) -> Result<protocol::request::DecisionBody, String> {
+    fn request(&self) -> anyhow::Result<protocol::request::DecisionBody> {
         let questions: serde_json::Map<String, Value> = self
             .questions
             .iter()
@@ -136,7 +136,7 @@ impl Case {
             .collect();
         let body = json!({"model": "m", "state": self.state, "questions": questions});
         protocol::request::parse_decision_body(&body, Schema::V5)
-            .map_err(|e| format!("{}: {}", self.at, e.message))
+            .map_err(|e| anyhow::anyhow!("{}: {}", self.at, e.message))
     }
 
     /// Each question's request form and truth, by its id.
@@ -153,23 +153,25 @@ impl Case {
 /// question whose truth is one of its answers; no state asked the same question twice with
 /// different truths. Questions of other types are not trained on. An error names the file and
 /// line.
-fn read_cases(data: &[PathBuf], unlabelled: bool) -> Result<Vec<Case>, String> {
+fn read_cases(data: &[PathBuf], unlabelled: bool) -> anyhow::Result<Vec<Case>> {
     let mut cases = Vec::new();
     // (state, question key) -> (where first labelled, its truth)
     let mut seen: BTreeMap<(String, String), (String, Value)> = BTreeMap::new();
     for path in data {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
             let at = format!("{}:{}", path.display(), n + 1);
-            let item: Value = serde_json::from_str(line).map_err(|e| format!("{at}: {e}"))?;
+            let item: Value =
+                serde_json::from_str(line).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
             let (Some(state), Some(asked)) = (
                 item.get("state"),
                 item.get("questions").and_then(Value::as_object),
             ) else {
-                return Err(format!(
+                return Err(anyhow::anyhow!(
                     "{at}: a case is an object with a state and its questions"
                 ));
             };
@@ -193,16 +195,16 @@ fn read_cases(data: &[PathBuf], unlabelled: bool) -> Result<Vec<Case>, String> {
                     // Unlabelled: nothing to train on.
                     (None, None | Some(Value::Null)) => continue,
                     (None, Some(t)) => {
-                        return Err(format!(
+                        return Err(anyhow::anyhow!(
                             "{at}: question {qid:?}: ground_truth {t} is none of its answers"
                         ))
                     }
                 };
                 let parsed = parse_question(&w, Schema::V5)
-                    .map_err(|f| format!("{at}: question {qid:?}: {}", f.message))?;
+                    .map_err(|f| anyhow::anyhow!("{at}: question {qid:?}: {}", f.message))?;
                 let classes = classes_of(&parsed).unwrap_or_default();
                 if !unlabelled && !classes.iter().any(|c| Some(c.as_str()) == truth.as_str()) {
-                    return Err(format!(
+                    return Err(anyhow::anyhow!(
                         "{at}: question {qid:?}: ground_truth {truth} is none of its answers ({})",
                         classes.join(", ")
                     ));
@@ -212,7 +214,7 @@ fn read_cases(data: &[PathBuf], unlabelled: bool) -> Result<Vec<Case>, String> {
                 match seen.get(&(state_key.clone(), key.clone())) {
                     _ if unlabelled => {}
                     Some((first, t)) if *t != truth => {
-                        return Err(format!(
+                        return Err(anyhow::anyhow!(
                             "{at}: question {qid:?} contradicts {first}: the same state and \
                              question answered {truth} there and {t} here"
                         ));
@@ -240,12 +242,12 @@ fn record(
     by_question: &mut BTreeMap<String, Cases>,
     features: impl IntoIterator<Item = (String, Option<Vec<f32>>)>,
     truths: &BTreeMap<String, (Value, Value)>,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     for (qid, h) in features {
         let (Some(h), Some((w, truth))) = (h, truths.get(&qid)) else {
             continue;
         };
-        let q = parse_question(w, Schema::V5).map_err(|f| f.message)?;
+        let q = parse_question(w, Schema::V5).map_err(|f| anyhow::anyhow!(f.message))?;
         // One head per question, whatever order a case lists a choice's options in: the
         // classes are the first case's, and each truth is placed among them.
         let Some(key) = question_key(&q) else {
@@ -290,7 +292,7 @@ fn record(
 async fn collect(
     model: Arc<DecisionModel>,
     items: &[Case],
-) -> Result<BTreeMap<String, Cases>, String> {
+) -> anyhow::Result<BTreeMap<String, Cases>> {
     let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
     let bar = progress(items.len());
     // A few requests at a time: the model's worker batches them into shared forwards.
@@ -305,13 +307,13 @@ async fn collect(
             let whence = item.at.clone();
             tasks.spawn(async move {
                 let protocol::request::DecisionBody::Single(r) = body else {
-                    return Err(format!("{whence}: a case is one request"));
+                    return Err(anyhow::anyhow!("{whence}: a case is one request"));
                 };
                 let features = model
                     .adapter_features(&r)
                     .await
-                    .map_err(|e| format!("{whence}: {e}"))?;
-                Ok::<_, String>((at, features, truths))
+                    .map_err(|e| anyhow::anyhow!("{whence}: {e}"))?;
+                Ok::<_, anyhow::Error>((at, features, truths))
             });
         }
         // In the manifest's order, not as the answers come back: the folds, the classes'
@@ -319,7 +321,7 @@ async fn collect(
         // the same heads.
         let mut answered = Vec::with_capacity(chunk.len());
         while let Some(done) = tasks.join_next().await {
-            answered.push(done.map_err(|e| e.to_string())??);
+            answered.push(done??);
         }
         answered.sort_by_key(|(at, _, _)| *at);
         for (_, features, truths) in answered {
@@ -333,7 +335,7 @@ async fn collect(
 
 /// Read every case's state on an encoder backbone (its first window, as the worker's first
 /// read of it), and group the vectors by question. Cases go to the encoder in batches.
-fn collect_encoded(backbone: &Backbone, items: &[Case]) -> Result<BTreeMap<String, Cases>, String> {
+fn collect_encoded(backbone: &Backbone, items: &[Case]) -> anyhow::Result<BTreeMap<String, Cases>> {
     let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
     let bar = progress(items.len());
     let room = engine::DirectBackend::info(backbone).trained_context;
@@ -343,11 +345,11 @@ fn collect_encoded(backbone: &Backbone, items: &[Case]) -> Result<BTreeMap<Strin
             .iter()
             .map(|c| {
                 engine::backend::Vocab::tokenize_text(backbone, &Backbone::render(&c.state))
-                    .map_err(|e| format!("{}: {e}", c.at))
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", c.at))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let reads: Vec<&[engine::Token]> = tokens.iter().map(|t| &t[..t.len().min(room)]).collect();
-        let vectors = backbone.vectors(&reads).map_err(|e| e.to_string())?;
+        let vectors = backbone.vectors(&reads)?;
         for (case, v) in chunk.iter().zip(vectors) {
             let truths = case.truths();
             let features = case
@@ -393,7 +395,7 @@ fn operating_points(classes: &[String], p: &[Vec<f64>], y: &[usize]) -> Option<V
 
 /// Fit one question's head: the L2 weight and the temperature by k-fold cross-validation,
 /// then the weights on every case, divided by the temperature.
-fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
+fn train(id: &str, c: &Cases, folds: usize) -> anyhow::Result<(Head, Fitted)> {
     let n = c.y.len();
     let k = c.classes.len();
     let folds = folds.clamp(2, n);
@@ -406,7 +408,7 @@ fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
             let train: Vec<usize> = (0..n).filter(|&i| fold_of(i) != f).collect();
             let x: Vec<Vec<f32>> = train.iter().map(|&i| c.x[i].clone()).collect();
             let t: Vec<Vec<f32>> = train.iter().map(|&i| c.t[i].clone()).collect();
-            let head = fit(&x, &t, k, l2).map_err(|e| e.to_string())?;
+            let head = fit(&x, &t, k, l2)?;
             for i in (0..n).filter(|&i| fold_of(i) == f) {
                 out[i] = head.probabilities(&c.x[i]).unwrap_or_default();
             }
@@ -418,9 +420,9 @@ fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
             best = Some((l2, t, nll, out));
         }
     }
-    let (l2, temperature, _, out) = best.ok_or("no L2 weight to try")?;
+    let (l2, temperature, _, out) = best.ok_or_else(|| anyhow::anyhow!("no L2 weight to try"))?;
     let (accuracy, nll, ece) = scores(&out, &c.y);
-    let mut head = fit(&c.x, &c.t, k, l2).map_err(|e| e.to_string())?;
+    let mut head = fit(&c.x, &c.t, k, l2)?;
     let scale = (1.0 / temperature) as f32;
     for row in &mut head.weights {
         row.iter_mut().for_each(|w| *w *= scale);
@@ -452,7 +454,7 @@ fn train(id: &str, c: &Cases, folds: usize) -> Result<(Head, Fitted), String> {
 /// Train adapters for every question of the manifests with enough cases, and write the
 /// package: `decision_adapters.json`, the base's `decision_config.json`, a card naming the
 /// base, and `model.gguf` as a link to the base's weights (not a copy).
-pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
+pub fn adapt(o: &AdaptOptions) -> anyhow::Result<Vec<Fitted>> {
     let mut cases = read_cases(&o.data, o.teacher.is_some())?;
     let threads = match o.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
@@ -461,11 +463,11 @@ pub fn adapt(o: &AdaptOptions) -> Result<Vec<Fitted>, String> {
     if let Some(teacher) = &o.teacher {
         teach(o, teacher, threads, &mut cases)?;
     }
-    let resolved = hub::resolve(&o.model, o.pull_missing).map_err(|e| e.to_string())?;
+    let resolved = hub::resolve(&o.model, o.pull_missing)?;
     match resolved.kind {
         hub::Kind::Gguf => adapt_llm(o, &resolved, &cases),
         hub::Kind::Encoder => adapt_encoder(o, &resolved, threads, &cases),
-        _ => Err(format!(
+        _ => Err(anyhow::anyhow!(
             "{}: heads are trained on a GGUF decision model or an encoder",
             o.model
         )),
@@ -480,12 +482,11 @@ fn teach(
     teacher: &str,
     threads: usize,
     cases: &mut [Case],
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     rt.block_on(async {
         let serve = super::ServeOptions {
             models: vec![teacher.to_string()],
@@ -501,7 +502,7 @@ fn teach(
             match bound.registry.ready(None) {
                 Ok(m) => break m,
                 Err(e @ engine::EngineError::LoadFailed(..)) => {
-                    return Err(format!("teacher {teacher}: {e}"))
+                    return Err(anyhow::anyhow!("teacher {teacher}: {e}"))
                 }
                 Err(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
             }
@@ -517,17 +518,16 @@ fn teach(
                     let (decision, _) = model
                         .decide(&body, std::time::Instant::now())
                         .await
-                        .map_err(|e| format!("{whence}: the teacher: {e}"))?;
+                        .map_err(|e| anyhow::anyhow!("{whence}: the teacher: {e}"))?;
                     let engine::Decision::Single(answer) = decision else {
-                        return Err(format!("{whence}: a case is one request"));
+                        return Err(anyhow::anyhow!("{whence}: a case is one request"));
                     };
-                    let answers =
-                        serde_json::to_value(&answer.answers).map_err(|e| e.to_string())?;
-                    Ok::<_, String>((at, answers))
+                    let answers = serde_json::to_value(&answer.answers)?;
+                    Ok::<_, anyhow::Error>((at, answers))
                 });
             }
             while let Some(done) = tasks.join_next().await {
-                let (at, answers) = done.map_err(|e| e.to_string())??;
+                let (at, answers) = done??;
                 let Some(case) = chunk.get_mut(at) else {
                     continue;
                 };
@@ -570,7 +570,7 @@ fn soft_label(question: &Value, answer: &Value) -> Option<Value> {
 fn train_all(
     by_question: &BTreeMap<String, Cases>,
     folds: usize,
-) -> Result<(Vec<Head>, Vec<Fitted>), String> {
+) -> anyhow::Result<(Vec<Head>, Vec<Fitted>)> {
     let started = std::time::Instant::now();
     let mut heads = Vec::new();
     let mut report = Vec::new();
@@ -611,7 +611,7 @@ fn adapt_llm(
     o: &AdaptOptions,
     resolved: &hub::Resolved,
     cases: &[Case],
-) -> Result<Vec<Fitted>, String> {
+) -> anyhow::Result<Vec<Fitted>> {
     let config = super::package_config(&o.model, resolved)?;
     let backend = backend_llama::LlamaBackend::load(
         &resolved.weights,
@@ -620,11 +620,10 @@ fn adapt_llm(
             probe_cache: Some(hub::cache_dir().join("flash-attention-probes.json")),
             ..Default::default()
         },
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let backend: Arc<dyn engine::Backend> = Arc::new(backend);
     if let Some(c) = cases.iter().find(|c| !c.spans.is_empty()) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{}: span heads are trained on an encoder backbone (e.g. --model minilm-l6)",
             c.at
         ));
@@ -636,14 +635,12 @@ fn adapt_llm(
     let base_name = meta.name.clone();
     let base_sha = meta.sha256.clone();
     let model = DecisionModel::start(meta, config.clone(), backend, Default::default())
-        .and_then(DecisionModel::recording_features)
-        .map_err(|e| e.to_string())?;
+        .and_then(DecisionModel::recording_features)?;
     let model = Arc::new(model);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let started = std::time::Instant::now();
     let by_question = rt.block_on(collect(model, cases))?;
     eprintln!(
@@ -675,11 +672,11 @@ fn adapt_encoder(
     resolved: &hub::Resolved,
     threads: usize,
     cases: &[Case],
-) -> Result<Vec<Fitted>, String> {
+) -> anyhow::Result<Vec<Fitted>> {
     let dir = resolved
         .dir
         .clone()
-        .ok_or_else(|| format!("{}: an encoder is a directory", o.model))?;
+        .ok_or_else(|| anyhow::anyhow!("{}: an encoder is a directory", o.model))?;
     let encoder = super::load_encoder(&dir, None, threads, super::ENCODER_PATH)?;
     let backbone = Backbone::new(encoder, threads, 64);
     let vocab_size = engine::backend::Vocab::vocab_size(&backbone);
@@ -734,10 +731,11 @@ fn link_to(target: &Path, link: &Path) -> std::io::Result<()> {
 
 /// Write `v` as `dir/name`, pretty-printed (through a JSON value, as the packages always
 /// were written).
-fn write_json(dir: &Path, name: &str, v: &impl serde::Serialize) -> Result<(), String> {
-    let v = serde_json::to_value(v).map_err(|e| e.to_string())?;
-    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
-    std::fs::write(dir.join(name), text + "\n").map_err(|e| format!("{}: {e}", dir.display()))
+fn write_json(dir: &Path, name: &str, v: &impl serde::Serialize) -> anyhow::Result<()> {
+    let v = serde_json::to_value(v)?;
+    let text = serde_json::to_string_pretty(&v)?;
+    std::fs::write(dir.join(name), text + "\n")
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))
 }
 
 /// An encoder heads package: each file of the encoder's directory linked (not copied), the
@@ -747,8 +745,8 @@ fn write_encoder_package(
     base_dir: &Path,
     base: &str,
     file: AdapterFile,
-) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("{}: {e}", o.out.display());
+) -> anyhow::Result<()> {
+    let io = |e: std::io::Error| anyhow::anyhow!("{}: {e}", o.out.display());
     std::fs::create_dir_all(&o.out).map_err(io)?;
     for entry in std::fs::read_dir(base_dir).map_err(io)? {
         let entry = entry.map_err(io)?;
@@ -784,8 +782,8 @@ fn write_package(
     base: String,
     base_sha256: Option<String>,
     file: AdapterFile,
-) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("{}: {e}", o.out.display());
+) -> anyhow::Result<()> {
+    let io = |e: std::io::Error| anyhow::anyhow!("{}: {e}", o.out.display());
     std::fs::create_dir_all(&o.out).map_err(io)?;
     link_to(weights, &o.out.join("model.gguf")).map_err(io)?;
     let target = std::fs::canonicalize(weights).map_err(io)?;

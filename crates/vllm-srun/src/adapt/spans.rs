@@ -55,7 +55,7 @@ pub(super) fn read_span(
     qid: &str,
     q: &Value,
     state: &Value,
-) -> Result<Option<SpanCase>, String> {
+) -> anyhow::Result<Option<SpanCase>> {
     let mut question = q.clone();
     let Some(truth) = question
         .as_object_mut()
@@ -64,19 +64,19 @@ pub(super) fn read_span(
         return Ok(None);
     };
     let parsed = parse_question(&question, Schema::V5)
-        .map_err(|f| format!("{at}: question {qid:?}: {}", f.message))?;
+        .map_err(|f| anyhow::anyhow!("{at}: question {qid:?}: {}", f.message))?;
     let protocol::QuestionKind::Span { labels, .. } = &parsed.kind else {
         return Ok(None);
     };
     let labels = span_labels(labels, parsed.preset.as_deref())
-        .map_err(|f| format!("{at}: question {qid:?}: {}", f.message))?;
+        .map_err(|f| anyhow::anyhow!("{at}: question {qid:?}: {}", f.message))?;
     let Some(text) = state.as_str() else {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{at}: question {qid:?}: a span case's state is a text"
         ));
     };
     let chars = text.chars().count();
-    let bad = |why: String| Err(format!("{at}: question {qid:?}: {why}"));
+    let bad = |why: String| Err(anyhow::anyhow!("{at}: question {qid:?}: {why}"));
     let Some(list) = truth.as_array() else {
         return bad("ground_truth is a list of {label, start, end}".into());
     };
@@ -109,12 +109,13 @@ pub(super) fn read_span(
 }
 
 /// The tags of a question's labels: `O`, then `B-` and `I-` of each label in its order.
-fn tags_of(question: &Value) -> Result<Vec<String>, String> {
-    let q = parse_question(question, Schema::V5).map_err(|f| f.message)?;
+fn tags_of(question: &Value) -> anyhow::Result<Vec<String>> {
+    let q = parse_question(question, Schema::V5).map_err(|f| anyhow::anyhow!(f.message))?;
     let protocol::QuestionKind::Span { labels, .. } = &q.kind else {
-        return Err("a span head answers a span question".into());
+        return Err(anyhow::anyhow!("a span head answers a span question"));
     };
-    let labels = span_labels(labels, q.preset.as_deref()).map_err(|f| f.message)?;
+    let labels =
+        span_labels(labels, q.preset.as_deref()).map_err(|f| anyhow::anyhow!(f.message))?;
     let mut tags = vec!["O".to_string()];
     for (k, _) in labels {
         tags.push(format!("B-{k}"));
@@ -155,14 +156,15 @@ struct Read {
 pub(super) fn train_spans(
     backbone: &Backbone,
     cases: &[SpanCase],
-) -> Result<Option<(Head, SpanFitted)>, String> {
+) -> anyhow::Result<Option<(Head, SpanFitted)>> {
     let Some(first) = cases.first() else {
         return Ok(None);
     };
     if let Some(other) = cases.iter().find(|c| c.question != first.question) {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "{}: a package has one span head; this span question differs from {}'s",
-            other.at, first.at
+            other.at,
+            first.at
         ));
     }
     let tags = tags_of(&first.question)?;
@@ -173,7 +175,7 @@ pub(super) fn train_spans(
     for c in cases {
         let w = backbone
             .word_rows(&c.text, budget)
-            .map_err(|e| format!("{}: {e}", c.at))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", c.at))?;
         reads.push(Read {
             ranges: w.ranges,
             rows: w.rows,
@@ -205,7 +207,7 @@ pub(super) fn train_spans(
         (x, t)
     };
     let (x, t) = rows_of(&|i| !held(i));
-    let head = fit_mlp(&x, &t, k).map_err(|e| e.to_string())?;
+    let head = fit_mlp(&x, &t, k)?;
     let out: Vec<Vec<Vec<f64>>> = (0..cases.len())
         .map(|i| match held(&i) {
             true => reads[i]
@@ -227,7 +229,7 @@ pub(super) fn train_spans(
     let labels = span_scores(cases, &reads, &out, &held_cases, &tags, temperature);
     let (x, t) = rows_of(&|_| true);
     let words = x.len();
-    let mut head = fit_mlp(&x, &t, k).map_err(|e| e.to_string())?;
+    let mut head = fit_mlp(&x, &t, k)?;
     let scale = (1.0 / temperature) as f32;
     for row in &mut head.weights {
         row.iter_mut().for_each(|w| *w *= scale);
@@ -435,11 +437,12 @@ mod tests {
         ] {
             let e = read_span("a.jsonl:3", "pii", &bad, &state)
                 .err()
+                .map(|e| e.to_string())
                 .unwrap_or_default();
             assert!(e.starts_with("a.jsonl:3: question \"pii\""), "{e}");
         }
         let e = read_span("a.jsonl:4", "pii", &ok, &json!({"text": "x"})).err();
-        assert!(e.is_some_and(|e| e.contains("a text")));
+        assert!(e.is_some_and(|e| e.to_string().contains("a text")));
         // Without truths it is not a labelled case.
         let none = json!({"type": "span", "preset": "pii"});
         assert!(read_span("a.jsonl:5", "pii", &none, &state)
