@@ -10,6 +10,7 @@ pub mod assets;
 pub mod bundle;
 pub mod confidence;
 pub mod encoder;
+pub mod endpoint;
 pub mod error;
 pub mod limits;
 pub mod listing;
@@ -26,6 +27,7 @@ pub use answer::{
     Answer, AnswerEntry, BatchResponse, ChoiceAnswer, DecisionResponse, NoulAnswer, ScoreAnswer,
     SetResult, SpanFound, Usage,
 };
+pub use endpoint::DecisionEndpoint;
 pub use error::{reason, ErrorCode, ProtocolError, QuestionErrorKind, QuestionFailure};
 pub use ordered::Ordered;
 pub use request::{

@@ -125,7 +125,7 @@ fn default_signal_timeout_ms() -> u64 {
 
 /// The System One schema a deployment's workers speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum Schema {
+pub enum WorkerSchema {
     #[serde(rename = "vllm-sr/5.0")]
     V5,
     #[serde(rename = "systemone/0.2")]
@@ -142,7 +142,7 @@ pub struct Deployment {
     /// Public model names answered here; `*` takes every name no other deployment lists.
     pub models: Vec<String>,
     #[serde(default = "default_schema")]
-    pub schema: Schema,
+    pub schema: WorkerSchema,
     /// Characters of a conversation a routing signal reads: its head and its tail.
     #[serde(default = "default_routing_view")]
     pub routing_view: usize,
@@ -156,8 +156,8 @@ pub struct Deployment {
     pub max_outstanding: usize,
 }
 
-fn default_schema() -> Schema {
-    Schema::V5
+fn default_schema() -> WorkerSchema {
+    WorkerSchema::V5
 }
 
 fn default_routing_view() -> usize {
@@ -569,7 +569,7 @@ impl RouterConfig {
                     );
                 }
             }
-            if dep.schema == Schema::Standard {
+            if dep.schema == WorkerSchema::Standard {
                 let refused = [
                     (s.kind == SignalType::Span, "type: span"),
                     (s.over.is_some(), "over"),

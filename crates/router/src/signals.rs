@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Map, Value};
 
-use crate::config::{Deployment, OnUnscanned, Schema, Signal, SignalType, SignalUse};
+use crate::config::{Deployment, OnUnscanned, Signal, SignalType, SignalUse, WorkerSchema};
 use crate::rules::{SignalValue, Signals};
 
 /// Most guard windows one request reads; text past them is not scanned (the rules decide
@@ -102,7 +102,7 @@ pub fn windows(texts: &[String], size: usize) -> (Vec<String>, bool) {
 }
 
 /// The question a signal asks.
-fn question(s: &Signal, schema: Schema) -> Value {
+fn question(s: &Signal, schema: WorkerSchema) -> Value {
     let mut q = Map::new();
     let kind = match s.kind {
         SignalType::Choice => "choice",
@@ -115,7 +115,7 @@ fn question(s: &Signal, schema: Schema) -> Value {
     if let Some(c) = &s.criteria {
         q.insert(member::CRITERIA.into(), c.clone());
     }
-    if schema == Schema::V5 {
+    if schema == WorkerSchema::V5 {
         if let Some(p) = &s.preset {
             q.insert(member::PRESET.into(), json!(p));
         }
@@ -183,7 +183,7 @@ pub fn calls(
         }
     }
     match dep.schema {
-        Schema::Standard => entries
+        WorkerSchema::Standard => entries
             .into_iter()
             .map(|(name, state, questions)| Call {
                 path: "/v1/systemone",
@@ -192,7 +192,7 @@ pub fn calls(
                 whole,
             })
             .collect(),
-        Schema::V5 => {
+        WorkerSchema::V5 => {
             let mut options = json!({ member::DEADLINE_MS: timeout_ms });
             if let Some(t) = dep.input.max_tokens.filter(|_| !guard.is_empty()) {
                 options[member::MAX_TOKENS] = json!(t);

@@ -3,7 +3,7 @@
 //! deployment gets the standard part only: stripped fields removed, fields it cannot carry
 //! refused, batches split. Error messages from the runtime are replaced by fixed words.
 
-use protocol::member;
+use protocol::{member, DecisionEndpoint};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Request, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use crate::config::{Deployment, Schema};
+use crate::config::{Deployment, WorkerSchema};
 use crate::error::{RouterError, Shape};
 use crate::pool::{PickError, Pool};
 use crate::Runtime;
@@ -33,28 +33,20 @@ const REFUSED_QUESTION: &[&str] = &[
 ];
 const REFUSED_TYPES: &[&str] = &["span", "set", "track"];
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Endpoint {
-    SystemOne,
-    Decisions,
-    Batch,
+/// The shape the router's own refusals take on a decision endpoint.
+fn shape(endpoint: DecisionEndpoint) -> Shape {
+    match endpoint {
+        DecisionEndpoint::Decisions => Shape::Internal,
+        _ => Shape::One,
+    }
 }
 
-impl Endpoint {
-    fn flavor(self) -> Shape {
-        match self {
-            Endpoint::Decisions => Shape::Internal,
-            _ => Shape::One,
-        }
-    }
-
-    fn path(self, schema: Schema) -> &'static str {
-        match (self, schema) {
-            (_, Schema::Standard) => "/v1/systemone",
-            (Endpoint::SystemOne, _) => "/v1/systemone",
-            (Endpoint::Decisions, _) => "/v1/decisions",
-            (Endpoint::Batch, _) => "/v1/systemone/batch",
-        }
+/// Where a worker answers what arrived at `endpoint`: a worker that speaks the standard
+/// alone is asked at `/v1/systemone` whatever the caller's path.
+fn worker_path(endpoint: DecisionEndpoint, schema: WorkerSchema) -> &'static str {
+    match schema {
+        WorkerSchema::Standard => DecisionEndpoint::SystemOne.path(),
+        WorkerSchema::V5 => endpoint.path(),
     }
 }
 
@@ -63,7 +55,7 @@ pub async fn systemone(
     headers: HeaderMap,
     body: Body,
 ) -> Response<Body> {
-    publish(&rt, Endpoint::SystemOne, &headers, body).await
+    publish(&rt, DecisionEndpoint::SystemOne, &headers, body).await
 }
 
 pub async fn decisions(
@@ -71,7 +63,7 @@ pub async fn decisions(
     headers: HeaderMap,
     body: Body,
 ) -> Response<Body> {
-    publish(&rt, Endpoint::Decisions, &headers, body).await
+    publish(&rt, DecisionEndpoint::Decisions, &headers, body).await
 }
 
 pub async fn batch(
@@ -79,11 +71,16 @@ pub async fn batch(
     headers: HeaderMap,
     body: Body,
 ) -> Response<Body> {
-    publish(&rt, Endpoint::Batch, &headers, body).await
+    publish(&rt, DecisionEndpoint::SystemOneBatch, &headers, body).await
 }
 
-async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) -> Response<Body> {
-    let flavor = ep.flavor();
+async fn publish(
+    rt: &Runtime,
+    ep: DecisionEndpoint,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response<Body> {
+    let flavor = shape(ep);
     let read = crate::read_object(rt, headers, body, flavor, true, Some("body_malformed")).await;
     let (bytes, mut req, parts) = match read {
         Ok(x) => x,
@@ -98,7 +95,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
         return RouterError::ModelNotFound(model).response(flavor);
     };
     let deadline = wait(&req, headers, rt.deadline_ms, rt.max_deadline_ms);
-    if dep.schema == Schema::V5 {
+    if dep.schema == WorkerSchema::V5 {
         // The published face speaks system-duo-api.txt: its `images` and `videos` reach a
         // vllm-sr/5.0 worker as the assets they are.
         let bytes = match media_as_assets(&mut req) {
@@ -112,7 +109,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
         return call(
             dep,
             pool,
-            ep.path(dep.schema),
+            worker_path(ep, dep.schema),
             headers,
             (bytes, &parts),
             deadline,
@@ -124,7 +121,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
     if let Err(e) = standardize(&mut req) {
         return e.response(flavor);
     }
-    if ep == Endpoint::Batch {
+    if ep == DecisionEndpoint::SystemOneBatch {
         return split_batch(dep, pool, headers, req, &parts, deadline).await;
     }
     match serde_json::to_vec(&req) {
@@ -132,7 +129,7 @@ async fn publish(rt: &Runtime, ep: Endpoint, headers: &HeaderMap, body: Body) ->
             call(
                 dep,
                 pool,
-                ep.path(dep.schema),
+                worker_path(ep, dep.schema),
                 headers,
                 (Bytes::from(b), &parts),
                 deadline,
@@ -476,7 +473,7 @@ async fn call(
             return RouterError::NotReady.response(flavor);
         }
         let mut changed = scrub(&mut v);
-        if dep.schema == Schema::Standard && parts.status == StatusCode::OK {
+        if dep.schema == WorkerSchema::Standard && parts.status == StatusCode::OK {
             changed |= strip_listing(&mut v);
         }
         if changed {
@@ -586,7 +583,7 @@ pub async fn models(State(rt): State<Arc<Runtime>>) -> Response<Body> {
         let Ok(Some(mut v)) = tokio::time::timeout(Duration::from_secs(10), fetch).await else {
             continue;
         };
-        if dep.schema == Schema::Standard {
+        if dep.schema == WorkerSchema::Standard {
             strip_listing(&mut v);
         }
         if head.is_empty() {

@@ -7,29 +7,13 @@ use engine::{Decision, DecisionModel};
 use protocol::assets::Parts;
 use protocol::error::ErrorCode;
 use protocol::request::{parse_decision_body_with, DecisionBody, Schema};
+use protocol::DecisionEndpoint;
 use serde_json::{json, Value};
 
 use crate::calls::CoreResult;
 use crate::error::ApiError;
 use crate::timing::Phases;
 use crate::AppState;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Endpoint {
-    Decisions,
-    SystemOne,
-    SystemOneBatch,
-}
-
-impl Endpoint {
-    pub(crate) fn path(self) -> &'static str {
-        match self {
-            Endpoint::Decisions => "/v1/decisions",
-            Endpoint::SystemOne => "/v1/systemone",
-            Endpoint::SystemOneBatch => "/v1/systemone/batch",
-        }
-    }
-}
 
 fn meta_of(model: &DecisionModel, phases: &Phases) -> Value {
     let info = model.info();
@@ -55,7 +39,7 @@ fn meta_of(model: &DecisionModel, phases: &Phases) -> Value {
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
     pub(crate) schema: Schema,
-    pub(crate) endpoint: Endpoint,
+    pub(crate) endpoint: DecisionEndpoint,
     pub(crate) long_context: bool,
     pub(crate) started: Instant,
     /// In a `/v1/systemone/batch`, the name of the request.
@@ -115,7 +99,7 @@ pub(crate) async fn answer(
     let value = match decision {
         Decision::Single(mut r) => {
             let failures = r.failures();
-            if endpoint != Endpoint::Decisions {
+            if endpoint != DecisionEndpoint::Decisions {
                 if let Some(e) = ApiError::question_failed(&failures, state_name) {
                     return Err(e);
                 }
@@ -147,7 +131,7 @@ pub(crate) async fn decisions_core(state: &AppState, body: &Value) -> CoreResult
     let mut phases = Phases::default();
     let call = Call {
         schema: Schema::Internal,
-        endpoint: Endpoint::Decisions,
+        endpoint: DecisionEndpoint::Decisions,
         long_context: false,
         started: Instant::now(),
         state_name: None,

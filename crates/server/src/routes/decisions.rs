@@ -16,11 +16,12 @@ use protocol::error::ErrorDoc;
 use protocol::request::{Schema, SystemOneBatch, SystemOneBatchWire};
 use serde_json::{json, Value};
 
-use crate::calls::decide::{answer, Call, Endpoint};
+use crate::calls::decide::{answer, Call};
 use crate::error::ApiError;
 use crate::respond::json::respond;
 use crate::timing::Phases;
 use crate::AppState;
+use protocol::DecisionEndpoint;
 
 const LONG_CONTEXT_HEADER: &str = "typesafe-danger-zone-long-context";
 
@@ -28,11 +29,11 @@ async fn handle(
     state: Arc<AppState>,
     headers: HeaderMap,
     body: Body,
-    endpoint: Endpoint,
+    endpoint: DecisionEndpoint,
 ) -> Response {
     let started = Instant::now();
     let schema = match endpoint {
-        Endpoint::Decisions => Schema::Internal,
+        DecisionEndpoint::Decisions => Schema::Internal,
         _ => state.config.schema,
     };
     let flavor = crate::error::shape_of_path(endpoint.path(), schema);
@@ -61,7 +62,7 @@ async fn handle(
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_json(&e))?;
         // The parsed value holds everything now; a long body's bytes are not kept beside it.
         drop(bytes);
-        if endpoint == Endpoint::SystemOneBatch {
+        if endpoint == DecisionEndpoint::SystemOneBatch {
             if !parts.is_empty() {
                 return Err(ApiError::from(crate::body::BodyError::Multipart(
                     "a batch reads its assets from data_base64; send one request per multipart body".into(),
@@ -95,7 +96,7 @@ async fn batch(
     phases: &mut Phases,
 ) -> Result<(StatusCode, Value, String), ApiError> {
     let requests = SystemOneBatch::parse(&value)?.requests;
-    let flavor = crate::error::shape_of_path(Endpoint::SystemOneBatch.path(), schema);
+    let flavor = crate::error::shape_of_path(DecisionEndpoint::SystemOneBatch.path(), schema);
     let mut set = tokio::task::JoinSet::new();
     let count = requests.len();
     for (i, (name, req)) in requests.into_iter().enumerate() {
@@ -104,7 +105,7 @@ async fn batch(
             let mut p = Phases::default();
             let call = Call {
                 schema,
-                endpoint: Endpoint::SystemOneBatch,
+                endpoint: DecisionEndpoint::SystemOneBatch,
                 long_context,
                 started,
                 state_name: Some(&name),
@@ -170,7 +171,7 @@ pub async fn decisions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(state, headers, body, Endpoint::Decisions).await
+    handle(state, headers, body, DecisionEndpoint::Decisions).await
 }
 
 /// Answer one System One request; a failed question fails the request.
@@ -196,7 +197,7 @@ pub async fn systemone(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(state, headers, body, Endpoint::SystemOne).await
+    handle(state, headers, body, DecisionEndpoint::SystemOne).await
 }
 
 /// Named System One requests, each answered as it would be alone.
@@ -220,5 +221,5 @@ pub async fn systemone_batch(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    handle(state, headers, body, Endpoint::SystemOneBatch).await
+    handle(state, headers, body, DecisionEndpoint::SystemOneBatch).await
 }
