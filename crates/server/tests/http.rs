@@ -42,12 +42,14 @@ fn registry() -> Arc<Registry> {
 
 /// The worker's routes on the fake model, with a small body limit.
 fn app() -> axum::Router {
-    let registry = registry();
-    let config = ServerConfig {
+    app_with(ServerConfig {
         max_request_bytes: LIMIT,
         ..ServerConfig::default()
-    };
-    server::router(registry, config)
+    })
+}
+
+fn app_with(config: ServerConfig) -> axum::Router {
+    server::router(registry(), config)
 }
 
 /// POST `body` to `path` with `headers`; the status, the headers and the JSON body.
@@ -56,11 +58,27 @@ async fn post(
     body: Vec<u8>,
     headers: &[(&str, &str)],
 ) -> (StatusCode, axum::http::HeaderMap, Value) {
-    let mut req = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+    send(app(), Request::post(path), body, headers).await
+}
+
+/// POST a JSON value to `path`.
+async fn post_json(path: &str, body: &Value) -> (StatusCode, Value) {
+    let (s, _, v) = post(path, body.to_string().into_bytes(), &[]).await;
+    (s, v)
+}
+
+/// `req` with `body` and `headers` to `app`; the status, the headers and the JSON body.
+async fn send(
+    app: axum::Router,
+    mut req: axum::http::request::Builder,
+    body: Vec<u8>,
+    headers: &[(&str, &str)],
+) -> (StatusCode, axum::http::HeaderMap, Value) {
+    req = req.header(header::CONTENT_TYPE, "application/json");
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = app()
+    let resp = app
         .oneshot(req.body(Body::from(body)).unwrap())
         .await
         .unwrap();
@@ -111,7 +129,7 @@ async fn gzip_and_zstd_bodies_are_answered_as_the_plain_one() {
 }
 
 #[tokio::test]
-async fn an_unread_coding_is_415_encoding_unsupported() {
+async fn an_unread_coding_is_415_encoding_unsupported_and_a_broken_one_400() {
     let (s, _, v) = post(
         "/v1/decisions",
         noul().to_string().into_bytes(),
@@ -121,6 +139,28 @@ async fn an_unread_coding_is_415_encoding_unsupported() {
     assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(v["error"]["code"], "unsupported_media_type");
     assert_eq!(v["error"]["reason"], "encoding_unsupported");
+    // Stacked codings and ones this server does not read, on the published path's shape,
+    // still carry the request's timing and id.
+    for enc in ["br", "gzip, gzip", "compress"] {
+        let (s, h, v) = post(
+            "/v1/systemone",
+            noul().to_string().into_bytes(),
+            &[("content-encoding", enc)],
+        )
+        .await;
+        assert_eq!(s, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{enc}: {v}");
+        assert_eq!(v["code"], "unsupported_media_type");
+        assert_eq!(v["reason"], "encoding_unsupported");
+        assert!(h.contains_key("server-timing") && h.contains_key("x-request-id"));
+    }
+    let (s, _, v) = post(
+        "/v1/decisions",
+        b"not gzip at all".to_vec(),
+        &[("content-encoding", "gzip")],
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["reason"], "encoding_malformed");
 }
 
 #[tokio::test]
@@ -150,6 +190,15 @@ async fn a_body_that_is_not_json_is_422_on_systemone_and_400_on_decisions() {
     let (s, _, v) = post("/v1/decisions", b"{not json".to_vec(), &[]).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(v["error"]["reason"], "body_malformed");
+    // A member of the wrong type: 5.0's detail names where.
+    let body = json!({"state": 7, "questions": {"q": {"type": "noul", "instructions": "?"}}});
+    let (s, v) = post_json("/v1/systemone", &body).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["reason"], "body_malformed");
+    assert_eq!(v["detail"][0]["loc"], json!(["body", "state"]));
+    let (s, v) = post_json("/v1/decisions", &body).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["reason"], "body_malformed");
 }
 
 #[tokio::test]
@@ -163,6 +212,123 @@ async fn an_unknown_member_is_refused_by_name() {
         v["error"]["message"].as_str().unwrap().contains("colour"),
         "{v}"
     );
+}
+
+#[tokio::test]
+async fn an_unknown_member_is_400_on_the_published_path_and_mixed_forms_forms_mixed() {
+    let q = json!({"q": {"type": "noul", "instructions": "?"}});
+    let (s, v) = post_json(
+        "/v1/systemone",
+        &json!({"state": "x", "questions": q, "temperature": 0}),
+    )
+    .await;
+    assert_eq!(
+        (s, v["reason"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("unknown_member")),
+        "{v}"
+    );
+    assert!(v["message"].as_str().unwrap().contains("temperature"));
+    let mixed =
+        json!({"state": "x", "questions": q, "states": {"a": {"state": "y", "questions": q}}});
+    let (s, v) = post_json("/v1/decisions", &mixed).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["reason"], "forms_mixed");
+}
+
+/// worker-api.txt: an entry of `states` whose images are refused fails each of its
+/// questions with `invalid_input` (`input_malformed`) and the refusal's message; the other
+/// entries are answered. Every entry refused: the first refusal answers the body.
+#[tokio::test]
+async fn a_refused_batch_entry_fails_its_questions_with_input_malformed() {
+    let q = json!({"q": {"type": "noul", "instructions": "Does it rain?"}});
+    let broken = "data:image/png;base64,iVBORw0KGgo=";
+    let body = json!({"states": {
+        "good": {"state": "It rains.", "questions": q},
+        "bad": {"state": "x", "images": [broken], "questions": q},
+    }});
+    let (s, v) = post_json("/v1/decisions", &body).await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "a refused image fails only its entry: {v}"
+    );
+    let bad = &v["states"]["bad"]["answers"]["q"];
+    assert_eq!(bad["error"], "invalid_input", "{v}");
+    assert_eq!(bad["reason"], "input_malformed", "{v}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("images[0]"),
+        "{v}"
+    );
+    assert!(
+        v["states"]["good"]["answers"]["q"]["noul"].is_number(),
+        "{v}"
+    );
+    let all = json!({"states": {"bad": {"state": "x", "images": [broken], "questions": q}}});
+    let (s, v) = post_json("/v1/decisions", &all).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["reason"], "image_malformed");
+    // A picture that decodes, refused while reading the entry for the model (a text model):
+    // only that entry's questions fail.
+    let png = {
+        let mut b = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+        b.extend(4u32.to_be_bytes());
+        b.extend(4u32.to_be_bytes());
+        b.extend([8, 6, 0, 0, 0, 0, 0, 0, 0]);
+        b
+    };
+    use base64::Engine as _;
+    let url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(png)
+    );
+    let body = json!({"states": {
+        "good": {"state": "It rains.", "questions": q},
+        "bad": {"state": "x", "images": [url], "questions": q},
+    }});
+    let (s, v) = post_json("/v1/decisions", &body).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["states"]["good"]["answers"]["q"]["type"], "noul");
+    let bad = &v["states"]["bad"]["answers"]["q"];
+    assert_eq!(bad["error"], "invalid_input", "{bad}");
+    assert_eq!(bad["reason"], "input_malformed");
+    assert!(bad["message"].as_str().unwrap().contains("image"));
+}
+
+/// A worker started with `--systemone-schema vllm-sr/4.0` reads the earlier forms and
+/// answers errors with both `error` and `detail`.
+#[tokio::test]
+async fn v4_reads_the_earlier_forms_and_answers_errors_with_error_and_detail() {
+    let v4 = || {
+        app_with(ServerConfig {
+            schema: protocol::Schema::V4,
+            ..ServerConfig::default()
+        })
+    };
+    let call = |path: &'static str, body: Value| {
+        send(
+            v4(),
+            Request::post(path),
+            body.to_string().into_bytes(),
+            &[],
+        )
+    };
+    let body = json!({"state": "It rains.", "options": {"long_context": true}, "questions": {
+        "team": {"type": "choice", "instructions": "Which team?", "choices": [{"key": "billing"}, {"key": "tech", "description": "Bugs"}]},
+        "anger": {"type": "score", "instructions": "How angry?", "levels": ["Calm", "Angry"]}}});
+    let (s, _, v) = call("/v1/systemone", body).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["answers"]["team"]["type"], "choice");
+    assert_eq!(v["answers"]["anger"]["legend"]["1"], "Angry");
+    let bad = json!({"state": "x", "questions": {"w": {"type": "box", "instructions": "logo"}}});
+    let (s, _, v) = call("/v1/systemone", bad).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["error"]["code"], "question_failed");
+    assert_eq!(v["error"]["reason"], "box_unsupported");
+    assert_eq!(v["code"], "question_failed");
+    assert!(v["detail"].is_array());
+    let (s, _, m) = send(v4(), Request::get("/v1/models"), Vec::new(), &[]).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(m["data"].is_array(), "4.0 keeps the OpenAI data list");
 }
 
 #[tokio::test]

@@ -3,9 +3,51 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use std::sync::Arc;
 
-use common::*;
+use axum::body::Body;
+use axum::http::{header, Request};
+use engine::package::DecisionConfig;
+use engine::registry::{Loaded, ModelKind, Registry, Slot};
+use serde_json::Value;
+use server::ServerConfig;
+use tower::ServiceExt;
+
+/// One fake model (`engine::fake`), loaded on a thread of its own (loading runs the model's
+/// self-check outside any runtime).
+fn registry() -> Arc<Registry> {
+    std::thread::spawn(|| {
+        let m = engine::fake::model_named(
+            "fake",
+            DecisionConfig::default(),
+            engine::fake::table(&[("Yes", 2.0), ("No", 0.0)]),
+        )
+        .expect("the fake model loads");
+        let slot = Slot::new(m.meta.clone(), ModelKind::Decision);
+        slot.ready(Loaded::Decision(Arc::new(m)));
+        Arc::new(Registry::new(vec![slot]))
+    })
+    .join()
+    .expect("the loading thread")
+}
+
+/// POST a coded body to `/v1/decisions`: the status and the JSON body.
+async fn post(app: axum::Router, body: Vec<u8>, coding: &str) -> (u16, Value) {
+    let req = Request::post("/v1/decisions")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_ENCODING, coding)
+        .body(Body::from(body))
+        .unwrap();
+    let resp = app.oneshot(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -22,9 +64,13 @@ fn rss_bytes() -> u64 {
 async fn compressed_bombs_are_413_without_holding_the_inflated_bytes() {
     use std::io::Write;
     let limit = 4 << 20;
-    let mut o = options();
-    o.max_request_bytes = limit;
-    let s = start(o);
+    let app = server::router(
+        registry(),
+        ServerConfig {
+            max_request_bytes: limit,
+            ..ServerConfig::default()
+        },
+    );
     let chunk = vec![b' '; 1 << 20];
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut zs = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
@@ -54,8 +100,7 @@ async fn compressed_bombs_are_413_without_holding_the_inflated_bytes() {
                 }
             })
         };
-        let (status, _, v) =
-            post_raw(&s.url("/v1/decisions"), body, &[("content-encoding", enc)]).await;
+        let (status, v) = post(app.clone(), body, enc).await;
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         sampler.join().unwrap();
         assert_eq!(status, 413, "{enc}: {v}");
