@@ -44,6 +44,16 @@ async fn create(client: &reqwest::Client, base: &str) -> Option<String> {
     k["api_key"].as_str().map(str::to_string)
 }
 
+/// The router process, killed when the test ends however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_a_burst_of_key_creations_loses_no_received_key() {
     let dir = std::env::temp_dir().join(format!("vsr-keys-{}", std::process::id()));
@@ -55,19 +65,21 @@ async fn kill_9_during_a_burst_of_key_creations_loses_no_received_key() {
         "difficulty: 4\nkeys_per_hour: 100000\nkeys_per_day: 100000\nchallenges_per_minute: 100000\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vllm-srun"))
-        .args(["router", "--port", "0", "--config"])
-        .arg(dir.join("router.yaml"))
-        .arg("--service-config")
-        .arg(dir.join("service.yaml"))
-        .arg("--data-dir")
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = Killed(
+        Command::new(env!("CARGO_BIN_EXE_vllm-srun"))
+            .args(["router", "--port", "0", "--config"])
+            .arg(dir.join("router.yaml"))
+            .arg("--service-config")
+            .arg(dir.join("service.yaml"))
+            .arg("--data-dir")
+            .arg(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
+    BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let base = line
@@ -93,10 +105,9 @@ async fn kill_9_during_a_burst_of_key_creations_loses_no_received_key() {
     while received.lock().unwrap().len() < 80 {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGKILL);
-    }
-    let _ = child.wait();
+    // SIGKILL: no chance to flush or finish a write.
+    let _ = child.0.kill();
+    let _ = child.0.wait();
     for t in tasks {
         let _ = t.await;
     }

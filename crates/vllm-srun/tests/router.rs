@@ -20,6 +20,7 @@ const SIGNALS: &str = "sparrow-nano";
 struct Stack {
     worker: TestServer,
     router: String,
+    _router_running: Running,
 }
 
 fn config(worker: &str) -> String {
@@ -97,16 +98,20 @@ fn stack() -> &'static Stack {
             max_waiting: 16,
         });
         let worker = start(o);
-        let router = serve_router(&config(&worker.base));
-        Stack { worker, router }
+        let (router, _router_running) = serve_router(&config(&worker.base));
+        Stack {
+            worker,
+            router,
+            _router_running,
+        }
     })
 }
 
 /// A router on its own thread, serving `yaml`; its URL once its health checks have seen the
 /// worker.
-fn serve_router(yaml: &str) -> String {
+fn serve_router(yaml: &str) -> (String, Running) {
     let cfg = router::RouterConfig::from_yaml(yaml, "test.yaml").expect("the test config loads");
-    let addr = on_own_runtime(move |tx| async move {
+    let (addr, running) = on_own_runtime(move |tx| async move {
         let bound = vllm_srun::bind_router(cfg, None, true, "127.0.0.1", 0)
             .await
             .expect("bind");
@@ -127,7 +132,7 @@ fn serve_router(yaml: &str) -> String {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(300));
-    router
+    (router, running)
 }
 
 /// One test at a time: several read the worker's request counters.
@@ -283,7 +288,7 @@ async fn a_guard_reads_an_earlier_turn_from_the_prefix_cache() {
     let worker = &stack().worker.base;
     let small = test_model();
     // A guard on a GGUF model (the shared config's guard reads Sparrow, which has no cache).
-    let router = serve_router(&format!(
+    let (router, _running) = serve_router(&format!(
         r#"
 global: {{model_catalog: {{signal_timeout_ms: 60000}}}}
 deployments:
@@ -529,7 +534,7 @@ decisions:
 default_decision: all
 "#
     );
-    let base = tokio::task::spawn_blocking(move || serve_router(&yaml))
+    let (base, _running) = tokio::task::spawn_blocking(move || serve_router(&yaml))
         .await
         .expect("a router");
     let body = json!({"model": DECIDER, "state": TICKET,

@@ -25,6 +25,26 @@ pub fn test_threads() -> usize {
 pub struct TestServer {
     pub base: String,
     pub registry: std::sync::Arc<engine::Registry>,
+    /// The server's thread and runtime, stopped when the server is dropped.
+    pub running: Running,
+}
+
+/// A server running on a thread and runtime of its own: dropping it stops the server and
+/// waits for its thread, so a test binary holds only the servers its tests still use.
+pub struct Running {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl TestServer {
@@ -58,30 +78,45 @@ pub fn start(o: ServeOptions) -> TestServer {
     server
 }
 
-/// Run `serve` on a thread of its own, on a two-worker runtime, until it ends; return what
-/// it sends once it is bound (within 30 s).
+/// Run `serve` on a thread of its own, on a two-worker runtime, until it ends or the
+/// returned [`Running`] is dropped; return what it sends once it is bound (within 30 s).
 pub fn on_own_runtime<T, F>(
     serve: impl FnOnce(std::sync::mpsc::Sender<T>) -> F + Send + 'static,
-) -> T
+) -> (T, Running)
 where
     T: Send + 'static,
     F: std::future::Future<Output = ()>,
 {
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("runtime");
-        rt.block_on(serve(tx));
+        rt.block_on(async move {
+            tokio::select! {
+                _ = serve(tx) => {}
+                _ = stopped => {}
+            }
+        });
+        // Tasks still running (open connections, a forward's wait) are dropped with it.
+        rt.shutdown_timeout(Duration::from_secs(5));
     });
-    rx.recv_timeout(Duration::from_secs(30)).expect("bound")
+    let sent = rx.recv_timeout(Duration::from_secs(30)).expect("bound");
+    (
+        sent,
+        Running {
+            stop: Some(stop),
+            thread: Some(thread),
+        },
+    )
 }
 
 /// Start a server and return as soon as it listens.
 pub fn start_unready(o: ServeOptions) -> TestServer {
-    let (addr, registry) = on_own_runtime(move |tx| async move {
+    let ((addr, registry), running) = on_own_runtime(move |tx| async move {
         let bound = vllm_srun::bind(o).await.expect("bind");
         tx.send((bound.addr, bound.registry.clone()))
             .expect("send addr");
@@ -90,6 +125,7 @@ pub fn start_unready(o: ServeOptions) -> TestServer {
     TestServer {
         base: format!("http://{addr}"),
         registry,
+        running,
     }
 }
 
