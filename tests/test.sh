@@ -121,7 +121,7 @@ fi
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}"
 lanes="${VLLM_SRUN_TEST_LANES:-2}"
 [ "$lanes" -gt 1 ] && export VLLM_SRUN_TEST_THREADS="${VLLM_SRUN_TEST_THREADS:-1}"
-python3 tests/lanes.py "$artifacts" "$lanes" spans packages decisions calibration limits \
+python3 tests/lanes.py "$artifacts" "$lanes" spans packages decisions calibration \
     encoders router long_inputs abuse answers boxes budget cluster generate
 
 # Conformance: the System One suite must pass every MUST.

@@ -168,12 +168,24 @@ pub fn model_named(
     config: DecisionConfig,
     script: Script,
 ) -> Result<DecisionModel, crate::EngineError> {
+    model_with(name, config, script, 65_536, SchedulerConfig::default())
+}
+
+/// A decision model named `name` on the fake backend, with `context_tokens` per sequence and
+/// its scheduler's limits.
+pub fn model_with(
+    name: &str,
+    config: DecisionConfig,
+    script: Script,
+    context_tokens: usize,
+    scheduler: SchedulerConfig,
+) -> Result<DecisionModel, crate::EngineError> {
     let fake = Fake {
         info: BackendInfo {
             engine: "fake".into(),
             device: "cpu".into(),
             dtype: "f32".into(),
-            context_tokens: 65_536,
+            context_tokens,
             max_sequences: 16,
             trained_context: 8192,
             threads: 1,
@@ -193,7 +205,7 @@ pub fn model_named(
         sha256: None,
         aliases: Vec::new(),
     };
-    DecisionModel::start(meta, config, Arc::new(fake), SchedulerConfig::default())
+    DecisionModel::start(meta, config, Arc::new(fake), scheduler)
 }
 
 /// The logits a table gives each candidate text (absent ones at -200: no share at any

@@ -74,7 +74,10 @@ async fn send(
     body: Vec<u8>,
     headers: &[(&str, &str)],
 ) -> (StatusCode, axum::http::HeaderMap, Value) {
-    req = req.header(header::CONTENT_TYPE, "application/json");
+    // As a client sends it: its length said.
+    req = req
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, body.len());
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -168,8 +171,9 @@ async fn a_body_over_the_limit_is_413_as_sent_and_once_decoded() {
     let mut big = noul();
     big["state"] = json!("x".repeat(LIMIT));
     let bytes = big.to_string().into_bytes();
-    let (s, _, v) = post("/v1/decisions", bytes.clone(), &[]).await;
+    let (s, h, v) = post("/v1/decisions", bytes.clone(), &[]).await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(h.contains_key("server-timing"));
     assert_eq!(v["error"]["code"], "request_too_large");
     assert_eq!(v["error"]["reason"], "body_too_large");
     assert_eq!(v["error"]["limit"], LIMIT);
@@ -179,6 +183,7 @@ async fn a_body_over_the_limit_is_413_as_sent_and_once_decoded() {
     let (s, _, v) = post("/v1/systemone", packed, &[("content-encoding", "gzip")]).await;
     assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(v["reason"], "body_too_large");
+    assert_eq!(v["code"], "request_too_large");
 }
 
 #[tokio::test]
@@ -370,4 +375,279 @@ async fn chat_on_a_decision_model_answers_in_openai_shape() {
         "{v}"
     );
     assert!(v.get("detail").is_none());
+}
+
+/// Says Yes over No, and takes `pause` over each read of a state that holds "SLOW": a forward
+/// that runs long enough to be seen running, queued behind or timed out.
+fn slow_script(pause: std::time::Duration) -> engine::fake::Script {
+    let answer = engine::fake::table(&[("Yes", 2.0), ("No", 0.0)]);
+    Arc::new(move |context, candidates| {
+        if context.contains("SLOW") {
+            std::thread::sleep(pause);
+        }
+        answer(context, candidates)
+    })
+}
+
+/// A registry of one fake model, "fake", with `context_tokens` per sequence, its scheduler's
+/// limits and `script`; loaded on a thread of its own.
+fn fake_registry(
+    context_tokens: usize,
+    scheduler: engine::SchedulerConfig,
+    script: engine::fake::Script,
+) -> Arc<Registry> {
+    std::thread::spawn(move || {
+        let m = engine::fake::model_with(
+            "fake",
+            DecisionConfig::default(),
+            script,
+            context_tokens,
+            scheduler,
+        )
+        .expect("the fake model loads");
+        let slot = Slot::new(m.meta.clone(), ModelKind::Decision);
+        slot.ready(Loaded::Decision(Arc::new(m)));
+        Arc::new(Registry::new(vec![slot]))
+    })
+    .join()
+    .expect("the loading thread")
+}
+
+async fn get(app: axum::Router, path: &str) -> (StatusCode, Value) {
+    let (s, _, v) = send(app, Request::get(path), Vec::new(), &[]).await;
+    (s, v)
+}
+
+/// A queue of one job: the others are refused at once with Retry-After, each in its path's
+/// shape (429 internally, 529 on vllm-sr/5.0), and every request is answered.
+#[tokio::test]
+async fn admission_refuses_at_once_with_retry_after_and_loses_nothing() {
+    let registry = fake_registry(
+        65_536,
+        engine::SchedulerConfig {
+            max_queued_jobs: 1,
+            ..Default::default()
+        },
+        slow_script(std::time::Duration::from_millis(20)),
+    );
+    let app = server::router(registry, ServerConfig::default());
+    let body = json!({"state": "SLOW ticket", "questions": {
+        "a": {"type": "noul", "instructions": "Refund?"}, "b": {"type": "noul", "instructions": "Angry?"}}});
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let path = if i % 2 == 0 {
+            "/v1/decisions"
+        } else {
+            "/v1/systemone"
+        };
+        let (app, body) = (app.clone(), body.to_string().into_bytes());
+        tasks.push(tokio::spawn(async move {
+            (i, send(app, Request::post(path), body, &[]).await)
+        }));
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for t in tasks {
+        let (i, (status, h, v)) = t.await.unwrap();
+        match status.as_u16() {
+            200 => ok += 1,
+            429 | 529 => {
+                refused += 1;
+                assert_eq!(status.as_u16(), if i % 2 == 0 { 429 } else { 529 }, "{v}");
+                assert!(h.contains_key("retry-after"));
+                let code = if i % 2 == 0 {
+                    &v["error"]["code"]
+                } else {
+                    &v["code"]
+                };
+                assert_eq!(code, "overloaded");
+            }
+            other => panic!("unexpected {other}: {v}"),
+        }
+    }
+    assert_eq!(ok + refused, 8, "every request is answered");
+    assert!(ok >= 1 && refused >= 1, "ok {ok}, refused {refused}");
+}
+
+/// A question that cannot fit one sequence is `question_tokens` (5.0:
+/// `max_length_exceeded`); questions that each fit but together pass the request cap
+/// (context tokens × sequences) are `request_tokens`, with the cap the card publishes.
+#[tokio::test]
+async fn a_question_longer_than_a_sequence_is_max_length_exceeded() {
+    let registry = fake_registry(512, Default::default(), slow_script(Default::default()));
+    let app = || server::router(registry.clone(), ServerConfig::default());
+    let body = json!({"state": "The customer writes again about the invoice. ".repeat(80),
+        "questions": {"q": {"type": "noul", "instructions": "Refund?"}}});
+    let call = |path: &'static str, body: &Value| {
+        send(
+            app(),
+            Request::post(path),
+            body.to_string().into_bytes(),
+            &[],
+        )
+    };
+    let (s, _, v) = call("/v1/decisions", &body).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["reason"], "question_tokens");
+    assert!(v["error"]["limit"].as_u64().unwrap() <= 512);
+    let (s, _, v) = call("/v1/systemone", &body).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["question_error"], "max_length_exceeded");
+    let words = "Does the customer mention the invoice or the order? ".repeat(4);
+    let questions: serde_json::Map<String, Value> = (0..60)
+        .map(|i| {
+            (
+                format!("q{i}"),
+                json!({"type": "noul", "instructions": words}),
+            )
+        })
+        .collect();
+    let body = json!({"state": "A short ticket.", "questions": questions});
+    let (s, _, v) = call("/v1/decisions", &body).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["error"]["reason"], "request_tokens");
+    let cap = v["error"]["limit"].as_u64().unwrap();
+    let (_, m) = get(app(), "/v1/models").await;
+    assert_eq!(
+        m["models"][0]["card"]["limits"]["max_request_tokens"], cap,
+        "{m}"
+    );
+}
+
+/// A request dropped while its job waits behind a running forward is cancelled: it never
+/// runs a forward of its own.
+#[tokio::test]
+async fn a_dropped_request_s_queued_work_is_not_run() {
+    let registry = fake_registry(
+        65_536,
+        Default::default(),
+        slow_script(std::time::Duration::from_millis(100)),
+    );
+    let app = server::router(registry.clone(), ServerConfig::default());
+    let model = registry.ready(None).expect("ready");
+    let worker = model.worker().expect("the fake model has a worker");
+    let busy_body =
+        json!({"state": "SLOW", "questions": {"q": {"type": "noul", "instructions": "?"}}});
+    let busy = tokio::spawn(send(
+        app.clone(),
+        Request::post("/v1/decisions"),
+        busy_body.to_string().into_bytes(),
+        &[],
+    ));
+    while worker.status().forward_running_for().is_none() {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let (cancelled, forwards) = (worker.status().cancelled(), worker.status().forwards());
+    let queued_body =
+        json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}});
+    let queued = tokio::spawn(send(
+        app.clone(),
+        Request::post("/v1/decisions"),
+        queued_body.to_string().into_bytes(),
+        &[],
+    ));
+    while worker.status().queued_jobs() == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    queued.abort();
+    let _ = queued.await;
+    assert_eq!(busy.await.unwrap().0, StatusCode::OK);
+    let counts = || {
+        let st = worker.status();
+        (st.cancelled() - cancelled, st.forwards() - forwards)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while counts().0 + counts().1 < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // A forward wrongly run after the cancellation would show here.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(
+        counts(),
+        (1, 1),
+        "(cancelled, forwards) from the busy forward on"
+    );
+}
+
+/// `/health/live` answers 503 `stalled` (`forward_timeout`) while a forward outruns the
+/// timeout, and `alive` again once it ends.
+#[tokio::test]
+async fn live_answers_stalled_while_a_forward_outruns_the_timeout() {
+    let registry = fake_registry(
+        65_536,
+        Default::default(),
+        slow_script(std::time::Duration::from_millis(300)),
+    );
+    let app = server::router(
+        registry,
+        ServerConfig {
+            forward_timeout: std::time::Duration::from_millis(50),
+            ..ServerConfig::default()
+        },
+    );
+    let (s, v) = get(app.clone(), "/health/live").await;
+    assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("alive")));
+    let body = json!({"state": "SLOW", "questions": {"q": {"type": "noul", "instructions": "?"}}});
+    let busy = tokio::spawn(send(
+        app.clone(),
+        Request::post("/v1/decisions"),
+        body.to_string().into_bytes(),
+        &[],
+    ));
+    let mut stalled = None;
+    for _ in 0..2000 {
+        let (s, v) = get(app.clone(), "/health/live").await;
+        if s == StatusCode::SERVICE_UNAVAILABLE {
+            stalled = Some(v);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let v = stalled.expect("a forward longer than 50 ms makes /health/live answer 503");
+    assert_eq!(v["status"], "stalled");
+    assert_eq!(v["reason"], "forward_timeout");
+    assert_eq!(busy.await.unwrap().0, StatusCode::OK);
+    let (s, v) = get(app, "/health/live").await;
+    assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("alive")));
+}
+
+/// A model whose load failed: `/health` 503 naming it failed, its requests 503 `not_ready`
+/// with Retry-After, the process still alive, and its card's state `failed`.
+#[tokio::test]
+async fn a_model_that_failed_to_load_is_reported_and_answers_503() {
+    let meta = engine::package::ModelMeta {
+        name: "broken".into(),
+        description: String::new(),
+        release_date: String::new(),
+        revision: String::new(),
+        sha256: None,
+        aliases: Vec::new(),
+    };
+    let slot = Slot::new(meta, ModelKind::Decision);
+    slot.set_state(engine::registry::ModelState::Failed(
+        "not a GGUF file".into(),
+    ));
+    let app = server::router(Arc::new(Registry::new(vec![slot])), ServerConfig::default());
+    let (s, v) = get(app.clone(), "/health").await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["models"]["broken"], "failed");
+    let body = json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}});
+    let (s, h, v) = send(
+        app.clone(),
+        Request::post("/v1/decisions"),
+        body.to_string().into_bytes(),
+        &[],
+    )
+    .await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert_eq!(v["error"]["code"], "not_ready");
+    assert!(h.contains_key("retry-after"));
+    let (s, _) = get(app.clone(), "/health/live").await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "the process is alive though its model is not"
+    );
+    let (_, m) = get(app, "/v1/models").await;
+    assert_eq!(m["models"][0]["card"]["state"], "failed");
 }
