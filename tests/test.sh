@@ -5,6 +5,8 @@
 # PostgreSQL started (the storage tests run on it), then the models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's start, in seconds since this script started: where the run's time goes.
+stage() { echo "== ${SECONDS} s: $*"; }
 
 # llama.cpp builds with cmake; bindgen in llama-cpp-sys-2 needs libclang. The cluster test
 # starts Debian's nats-server with JetStream. Debian's darknet package carries the photographs
@@ -44,6 +46,7 @@ export VLLM_SRUN_TEST_MODEL="$MODEL"
 
 # The rules as checks: formatting, and clippy with every warning an error (the workspace lints
 # deny unwrap and expect outside tests).
+stage "format and build"
 cargo fmt --all --check
 # Clippy lints the workspace's own crates while they are compiled for the tests: it is the
 # compiler cargo runs for workspace members (the wrapper `cargo clippy` itself sets, with the
@@ -97,6 +100,7 @@ if [ -n "$pulls" ]; then
     cat "$pulls_log"
 fi
 # No import circle inside any crate; the server's route modules import no other route module.
+stage "layout checks and model pulls"
 python3 tests/modgraph.py
 # No HTTP error status or OpenAI error type chosen outside the errors crate.
 python3 tests/errors_check.py
@@ -121,6 +125,7 @@ fi
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}"
 lanes="${VLLM_SRUN_TEST_LANES:-2}"
 [ "$lanes" -gt 1 ] && export VLLM_SRUN_TEST_THREADS="${VLLM_SRUN_TEST_THREADS:-1}"
+stage "test binaries"
 python3 tests/lanes.py "$artifacts" "$lanes" spans packages decisions calibration \
     encoders router long_inputs abuse answers boxes budget cluster generate
 
@@ -183,6 +188,7 @@ schema_run() {
         --exclude-path-regex '^/v1/(chat/completions|completions|generate/.*)$' \
         --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance
 }
+stage "conformance and schemathesis (worker)"
 conformance "$url" "the worker alone"
 # The OpenAPI document validates.
 curl -fsS "$url/openapi.yaml" -o "$report.yaml"
@@ -222,11 +228,13 @@ for _ in $(seq 1 600); do
     curl -fsS "$curl_composed/api/status" 2>/dev/null | grep -q '"status":"ready"' && break
     sleep 0.2
 done
+stage "conformance and schemathesis (serve)"
 conformance "$curl_composed" "serve"
 schema_run "$curl_composed"
 kill "$composed" 2>/dev/null || true
 
 # Real clients: the OpenAI Python SDK (embeddings) and a msgpack client (SIE endpoints).
+stage "clients, keys and router checks"
 python3 tests/clients_check.py "$url"
 
 # The router alone in front of that worker (System Two through the OpenAI SDK): routing
@@ -278,6 +286,7 @@ XDG_DATA_HOME="$(mktemp -d)" ./target/debug/vllm-srun serve >"$readme_log" 2>&1 
 readme=$!
 trap 'kill "$server" "$router" "$readme" 2>/dev/null || true' EXIT
 wait_listening "$readme_log" 1500 >/dev/null || { echo "the default serve did not start"; exit 1; }
+stage "README examples"
 python3 tests/readme_check.py README.md docs/*.md
 kill "$readme" 2>/dev/null || true
 
@@ -295,6 +304,7 @@ pages=$!
 trap 'kill "$server" "$router" "$pages" 2>/dev/null || true' EXIT
 purl="$(wait_listening "$pages_log" 100)" || { echo "router for the pages did not start"; exit 1; }
 # An older System Two key, as an operator moving an older site's keys imports it.
+stage "pages"
 OLD_KEY="sk-pt-$(python3 -c 'import secrets; print(secrets.token_urlsafe(21))')"
 echo "$OLD_KEY" | ./target/debug/vllm-srun keys import --data-dir "$pages_data"
 OLD_KEY="$OLD_KEY" python3 tests/pages_check.py "$purl" sparrow-nano target/pages
@@ -311,6 +321,7 @@ command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz --locked
     # A workspace of its own, built by nightly rustc: the stable clippy wrapper set above
     # for the project's crates does not apply.
     unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+    stage "fuzz"
     cargo +nightly fuzz build -O
     for target in body_decode request_decode media_containers; do
         flog="$(mktemp)"
@@ -324,3 +335,4 @@ command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz --locked
         echo "fuzz $target: 1 passed, 0 failed"
     done
 )
+stage "done"
