@@ -2,7 +2,8 @@
 
 The official OpenAI Python SDK (models, embeddings float and base64, chat completions
 streamed and not, tools, JSON schema answers, completions, errors), and a plain msgpack
-client for the SIE endpoints (/v1/encode, /v1/score, /v1/generate, errors). Usage: clients_check.py URL
+client for the SIE endpoints (/v1/encode, /v1/score, /v1/generate, errors); against `serve`
+(when the listing has `vllm-sr/auto`), System Two through the SDK. Usage: clients_check.py URL
 Prints `clients: N passed, M failed` and exits non-zero on any failure.
 """
 import base64
@@ -152,6 +153,19 @@ status, headers, raw = post_msgpack("/v1/encode/nope", {"items": [{"text": "x"}]
 check("msgpack error: 404 MODEL_NOT_FOUND", status == 404 and msgpack.unpackb(raw)["detail"]["code"] == "MODEL_NOT_FOUND")
 status, headers, raw = post_msgpack("/v1/encode/minilm-l6", {"items": [{"text": "x"}]}, accept="application/json")
 check("Accept: application/json answers JSON", status == 200 and json.loads(raw)["items"][0]["dense"]["dims"] == 384)
+
+# Against `serve` (router in front): System Two through the same SDK, routed to a served model.
+if "vllm-sr/auto" in [m.id for m in models.data]:
+    raw = client.chat.completions.with_raw_response.create(
+        model="vllm-sr/auto", messages=[{"role": "user", "content": "Say hello."}], max_tokens=6, temperature=0)
+    r = raw.parse()
+    routed = raw.headers.get("x-vsr-selected-model")
+    check("openai sdk vllm-sr/auto: routed to a served model with an answer",
+          routed in gen and bool(r.choices[0].message.content) and r.model == routed, f"{routed} {r}")
+    chunks = list(client.chat.completions.create(model="vllm-sr/auto", messages=[{"role": "user", "content": "Say hello."}],
+                                                 max_tokens=6, temperature=0, stream=True))
+    check("openai sdk vllm-sr/auto stream: text arrives in chunks",
+          "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) != "")
 
 print(f"clients: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -231,6 +231,8 @@ done
 stage "conformance and schemathesis (serve)"
 conformance "$curl_composed" "serve"
 schema_run "$curl_composed"
+# The OpenAI SDK and the msgpack client against serve too (and System Two through the SDK).
+python3 tests/clients_check.py "$curl_composed"
 kill "$composed" 2>/dev/null || true
 
 # Real clients: the OpenAI Python SDK (embeddings) and a msgpack client (SIE endpoints).
