@@ -14,6 +14,17 @@ use crate::{MAX_LEVELS, MAX_OPTIONS, MAX_QUESTIONS};
 
 /// Most Unicode code points of one state's text (every string of an object state together).
 pub const MAX_STATE_CHARS: usize = 16 << 20;
+/// Bytes of a request body a worker reads (`--max-request-bytes`), as sent and once decoded.
+pub const WORKER_REQUEST_BYTES: usize = 16 << 20;
+/// Bytes of a request body the public face reads (the router's listener and the keys guard in
+/// front of it, `max_request_bytes` of the router config).
+pub const PUBLIC_REQUEST_BYTES: usize = 48 << 20;
+/// Bytes a worker the router manages reads (worker-api.txt: 96 MiB): above the public face's
+/// limit, so a client meets that limit, never an inner 413.
+pub const MANAGED_WORKER_REQUEST_BYTES: usize = 96 << 20;
+/// Bytes of an answer the router and the keys guard read back from a worker (to split a batch,
+/// count usage, merge listings).
+pub const ANSWER_BYTES: usize = 64 << 20;
 /// Most entries of a batch's `states`.
 pub const MAX_STATES: usize = 1024;
 /// Most images of one request (every entry's, each use of an asset counted).

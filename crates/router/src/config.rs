@@ -58,7 +58,7 @@ fn default_address() -> String {
 }
 
 fn default_max_request_bytes() -> usize {
-    48 * 1024 * 1024
+    protocol::limits::PUBLIC_REQUEST_BYTES
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -402,6 +402,16 @@ pub struct ConfigError {
 }
 
 impl RouterConfig {
+    /// The most bytes of a request body the public face reads: the first listener's
+    /// `max_request_bytes`, else protocol's public limit.
+    pub fn max_request_bytes(&self) -> usize {
+        self.listeners
+            .first()
+            .map_or(protocol::limits::PUBLIC_REQUEST_BYTES, |l| {
+                l.max_request_bytes
+            })
+    }
+
     /// Parse and validate `text`; `file` names it in errors.
     pub fn from_yaml(text: &str, file: &str) -> Result<RouterConfig, ConfigError> {
         let config: RouterConfig =

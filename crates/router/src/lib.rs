@@ -149,7 +149,7 @@ impl Runtime {
             .map(|l| l.apis.systemone.clone())
             .unwrap_or_default();
         Ok(Arc::new(Runtime {
-            max_request_bytes: listener.map_or(48 * 1024 * 1024, |l| l.max_request_bytes),
+            max_request_bytes: config.max_request_bytes(),
             deadline_ms: api.deadline_ms,
             max_deadline_ms: api.max_deadline_ms,
             config,
@@ -430,7 +430,7 @@ async fn worker_listing(up: &dyn Upstream) -> Option<Value> {
     if !resp.status().is_success() {
         return None;
     }
-    let bytes = axum::body::to_bytes(resp.into_body(), 16 * 1024 * 1024)
+    let bytes = axum::body::to_bytes(resp.into_body(), protocol::limits::ANSWER_BYTES)
         .await
         .ok()?;
     serde_json::from_slice::<Value>(&bytes)

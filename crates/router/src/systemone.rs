@@ -379,7 +379,7 @@ async fn split_batch(
             )
             .await;
             let status = r.status();
-            let b = axum::body::to_bytes(r.into_body(), 64 * 1024 * 1024)
+            let b = axum::body::to_bytes(r.into_body(), protocol::limits::ANSWER_BYTES)
                 .await
                 .unwrap_or_default();
             let mut v = serde_json::from_slice::<Value>(&b).unwrap_or(Value::Null);
@@ -575,7 +575,7 @@ pub async fn models(State(rt): State<Arc<Runtime>>) -> Response<Body> {
         };
         let fetch = async {
             let r = lease.worker.upstream.call(req).await.ok()?;
-            let b = axum::body::to_bytes(r.into_body(), 16 * 1024 * 1024)
+            let b = axum::body::to_bytes(r.into_body(), protocol::limits::ANSWER_BYTES)
                 .await
                 .ok()?;
             serde_json::from_slice::<Value>(&b).ok()

@@ -79,7 +79,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             schema: Schema::V5,
-            max_request_bytes: 16 * 1024 * 1024,
+            max_request_bytes: protocol::limits::WORKER_REQUEST_BYTES,
             forward_timeout: Duration::from_secs(60),
             classifiers: Vec::new(),
             max_bundle_tasks: 32,

@@ -13,6 +13,9 @@ use crate::limits::Budgets;
 pub struct ServiceConfig {
     /// Every `/v1` request needs a key (a public service); off for a private worker.
     pub require_keys: bool,
+    /// The most bytes the guard reads of a request body, as sent and once decoded: the public
+    /// face's limit (`serve` sets the router's listener limit here, so both refuse alike).
+    pub max_request_bytes: usize,
     /// Leading zero bits a key's proof of work needs.
     pub difficulty: u32,
     pub challenge_ttl_seconds: u64,
@@ -42,6 +45,7 @@ impl Default for ServiceConfig {
     fn default() -> Self {
         ServiceConfig {
             require_keys: false,
+            max_request_bytes: protocol::limits::PUBLIC_REQUEST_BYTES,
             difficulty: 16,
             challenge_ttl_seconds: 600,
             challenges_per_minute: 20,

@@ -29,10 +29,7 @@ use crate::store::{DayRow, KeyRow, RequestRow};
 use crate::Service;
 use errors::{ApiError, Code, Shape};
 
-/// The most bytes the guard reads of a request body (the router applies its own limit).
-const MAX_BODY: usize = 64 * 1024 * 1024;
-/// The most bytes of a System One answer read to find its usage.
-const MAX_ANSWER: usize = 64 * 1024 * 1024;
+use protocol::limits::ANSWER_BYTES as MAX_ANSWER;
 
 /// The service's routes around `inner` (the router's app, with the worker behind it).
 pub fn app(svc: Arc<Service>, inner: Router) -> Router {
@@ -844,7 +841,7 @@ async fn admit(svc: Arc<Service>, req: Request, next: Next) -> Response {
     // The shared body layer: one layer of gzip or zstd decoded here, once; the request goes
     // on decoded. A multipart body is read for its JSON `request` part (what the estimate
     // counts) and goes on as it came.
-    let bytes = match ::body::read(&parts.headers, body, MAX_BODY).await {
+    let bytes = match ::body::read(&parts.headers, body, svc.config.max_request_bytes).await {
         Ok(b) => b,
         Err(e) => return ServiceError::Body(e).response(),
     };

@@ -154,8 +154,13 @@ async fn with_service(
     o: &ServiceOptions,
 ) -> anyhow::Result<axum::Router> {
     let store = service::Store::open(&o.database_url).await?;
+    // The guard in front of the router reads what the router's listener reads.
+    let config = service::ServiceConfig {
+        max_request_bytes: rc.max_request_bytes(),
+        ..o.config.clone()
+    };
     let svc = service::Service::new(
-        o.config.clone(),
+        config,
         store,
         Arc::new(service::clock::SystemClock),
         service_models(rc, local),
@@ -171,7 +176,7 @@ impl Default for ServeOptions {
             host: "127.0.0.1".into(),
             port: 8000,
             schema: Schema::V5,
-            max_request_bytes: 16 * 1024 * 1024,
+            max_request_bytes: protocol::limits::WORKER_REQUEST_BYTES,
             forward_timeout: Duration::from_secs(60),
             context_tokens: 8192,
             sequences: 8,
@@ -219,9 +224,6 @@ pub fn default_service_models() -> Vec<String> {
 pub fn default_service_detectors() -> Vec<(String, String)> {
     vec![("qwen2.5-1.5b".into(), "nanodet-coco".into())]
 }
-
-/// The body limit of a worker the router manages (worker-api.txt: 96 MiB).
-pub const MANAGED_WORKER_BYTES: usize = 96 * 1024 * 1024;
 
 /// The built-in router configuration.
 pub fn default_router() -> anyhow::Result<router::RouterConfig> {
@@ -724,7 +726,8 @@ pub async fn bind(o: ServeOptions) -> anyhow::Result<Bound> {
         // the workers it manages 96 MiB, so the public face's own limit (48 MiB) is the one a
         // client meets, never an inner 413.
         max_request_bytes: if o.router.is_some() {
-            o.max_request_bytes.max(MANAGED_WORKER_BYTES)
+            o.max_request_bytes
+                .max(protocol::limits::MANAGED_WORKER_REQUEST_BYTES)
         } else {
             o.max_request_bytes
         },

@@ -177,7 +177,7 @@ struct GatewayArgs {
     host: String,
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, default_value_t = protocol::limits::WORKER_REQUEST_BYTES)]
     max_request_bytes: usize,
     /// How long a request waits for its answer, its time in the queue included; past it the
     /// answer is 504 DEADLINE_EXCEEDED and a worker that pulls the item later does not run it.
@@ -222,7 +222,7 @@ struct ServeArgs {
         default_value = "vllm-sr/5.0"
     )]
     systemone_schema: String,
-    #[arg(long, env = "VLLM_SRUN_MAX_REQUEST_BYTES", default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, env = "VLLM_SRUN_MAX_REQUEST_BYTES", default_value_t = protocol::limits::WORKER_REQUEST_BYTES)]
     max_request_bytes: usize,
     /// While a forward runs longer, /health/live answers 503 stalled.
     #[arg(long, env = "VLLM_SRUN_FORWARD_TIMEOUT_SECONDS", default_value_t = 60)]

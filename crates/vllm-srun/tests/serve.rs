@@ -319,3 +319,33 @@ async fn a_body_that_is_not_json_is_refused_by_serve_as_by_the_worker() {
         }
     }
 }
+
+/// One byte limit for the public face: the keys guard reads what the router's listener
+/// reads, so a body over it is the published 413 naming the public limit on every path,
+/// whether it arrives plain or inflates past it from gzip.
+#[tokio::test]
+async fn the_public_body_limit_is_one_number_for_guard_and_router() {
+    let serve = composed();
+    routed(serve).await;
+    let limit = protocol::limits::PUBLIC_REQUEST_BYTES;
+    let big = vec![b' '; limit + 1];
+    for path in ["/v1/systemone", "/v1/decisions"] {
+        let (status, _, v) = post_raw(&serve.url(path), big.clone(), &[]).await;
+        assert_eq!(status, 413, "{path}: {v}");
+        let code = v["code"].as_str().or(v["error"]["code"].as_str());
+        assert_eq!(code, Some("request_too_large"), "{path}: {v}");
+        let said = v["limit"].as_u64().or(v["error"]["limit"].as_u64());
+        assert_eq!(said, Some(limit as u64), "{path}: {v}");
+    }
+    let (status, _, v) = post_raw(
+        &serve.url("/v1/systemone"),
+        gzip(&big),
+        &[("content-encoding", "gzip")],
+    )
+    .await;
+    assert_eq!(
+        (status, v["limit"].as_u64()),
+        (413, Some(limit as u64)),
+        "{v}"
+    );
+}
