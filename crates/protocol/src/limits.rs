@@ -22,6 +22,10 @@ pub const PUBLIC_REQUEST_BYTES: usize = 48 << 20;
 /// Bytes a worker the router manages reads (worker-api.txt: 96 MiB): above the public face's
 /// limit, so a client meets that limit, never an inner 413.
 pub const MANAGED_WORKER_REQUEST_BYTES: usize = 96 << 20;
+/// Bytes a multipart body keeps for its `request` part and its boundaries: a picture or a
+/// video of the body limit less this is the largest that arrives in one, so the public face
+/// advertises that.
+pub const MULTIPART_HEADROOM_BYTES: usize = 1 << 20;
 /// Bytes of an answer the router and the keys guard read back from a worker (to split a batch,
 /// count usage, merge listings).
 pub const ANSWER_BYTES: usize = 64 << 20;

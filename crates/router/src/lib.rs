@@ -411,12 +411,14 @@ async fn models(State(rt): State<Arc<Runtime>>) -> Response {
 }
 
 /// A card's limits as the public face reads bodies: no body over `public` bytes arrives, so
-/// neither does a picture or a video larger than that.
+/// the largest picture or video is what a multipart body of that size carries beside its
+/// request part.
 pub(crate) fn public_limits(limits: &mut serde_json::Map<String, Value>, public: usize) {
     limits.insert("max_request_bytes".into(), json!(public));
+    let carried = public.saturating_sub(protocol::limits::MULTIPART_HEADROOM_BYTES) as u64;
     for k in ["max_image_bytes", "max_video_bytes"] {
         if let Some(v) = limits.get(k).and_then(Value::as_u64) {
-            limits.insert(k.into(), json!(v.min(public as u64)));
+            limits.insert(k.into(), json!(v.min(carried)));
         }
     }
 }

@@ -169,8 +169,9 @@ async fn the_model_listing_of_serve_carries_the_workers_cards() {
     for (m, own) in cards.as_array_mut().unwrap().iter_mut().zip(own) {
         let (limits, alone) = (&mut m["card"]["limits"], &own["card"]["limits"]);
         assert_eq!(limits["max_request_bytes"], public, "{limits}");
+        let carried = public - protocol::limits::MULTIPART_HEADROOM_BYTES as u64;
         for k in ["max_image_bytes", "max_video_bytes"] {
-            let want = alone[k].as_u64().unwrap().min(public);
+            let want = alone[k].as_u64().unwrap().min(carried);
             assert_eq!(limits[k], want, "{k}");
         }
         for k in ["max_request_bytes", "max_image_bytes", "max_video_bytes"] {
@@ -348,4 +349,48 @@ async fn the_public_body_limit_is_one_number_for_guard_and_router() {
         (413, Some(limit as u64)),
         "{v}"
     );
+}
+
+/// What the public face advertises arrives: a video of exactly the card's `max_video_bytes`
+/// (a short clip padded by a `free` box to that size), sent in a multipart body as the
+/// System One SDKs send media, is answered, not refused with 413 by any layer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_video_at_the_advertised_maximum_is_answered_through_serve() {
+    let serve = composed();
+    routed(serve).await;
+    let (_, listing) = get(&serve.url("/v1/models")).await;
+    let card = listing["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == test_model())
+        .map(|m| m["card"]["limits"].clone())
+        .unwrap();
+    let max = card["max_video_bytes"].as_u64().unwrap() as usize;
+    let frames: Vec<media::Picture> = (0..4)
+        .map(|_| media::Picture {
+            width: 64,
+            height: 64,
+            rgb: vec![128; 64 * 64 * 3],
+        })
+        .collect();
+    let mut clip = media::encode_mp4(&frames, 2).unwrap();
+    let pad = max - clip.len();
+    clip.extend((pad as u32).to_be_bytes());
+    clip.extend(b"free");
+    clip.resize(max, 0);
+    let request = json!({"model": test_model(), "state": "<clip> A camera's clip.",
+        "assets": {"<clip>": {"type": "video", "part": "clip"}},
+        "questions": {"dog": {"type": "noul", "instructions": "Does a dog appear in the video?"}}});
+    let (form, form_type) = multipart(&request, &[("clip", &clip)]);
+    assert!(form.len() <= listing["limits"]["max_request_bytes"].as_u64().unwrap() as usize);
+    let (status, _, v) = post_raw(
+        &serve.url("/v1/systemone"),
+        form,
+        &[("content-type", form_type.as_str())],
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let p = v["answers"]["dog"]["noul"].as_f64().unwrap();
+    assert!(p < 0.5, "a grey clip shows no dog: {v}");
 }
