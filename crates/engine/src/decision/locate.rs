@@ -214,8 +214,11 @@ impl DecisionModel {
         let frames = detect_frames(detector.clone(), clip.bytes.clone(), moments).await?;
         let p: Vec<f64> = frames
             .iter()
-            .flat_map(|found| target::objects(found, *kind))
-            .map(|f| confidence(Some(&f), 1.0))
+            .flat_map(|found| {
+                target::objects(found, *kind)
+                    .into_iter()
+                    .map(|f| confidence(Some(&f), target::read_right(&f, found)))
+            })
             .collect();
         Ok(Answer::Noul(NoulAnswer {
             noul: round(target::presence(&p).max(confidence(None, 1.0))),
@@ -374,15 +377,18 @@ impl DecisionModel {
 
 /// A noul or score about the state's pictures, answered from what the detector saw in them:
 /// each object of the kind is there with its calibrated confidence (`CALIBRATION`, the kind
-/// read by its word); a noul is the surest one's (never below a whole picture's confidence
+/// read right by its share of the place's best score, `target::read_right`); a noul is the surest one's (never below a whole picture's confidence
 /// when none was seen: the detector misses some), a score each level's share of the count's
 /// distribution, the objects taken as independent.
 fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Question) -> Answer {
     let seen = |kind: usize| -> Vec<f64> {
         pictures
             .iter()
-            .flat_map(|found| target::objects(found, kind))
-            .map(|f| confidence(Some(&f), 1.0))
+            .flat_map(|found| {
+                target::objects(found, kind)
+                    .into_iter()
+                    .map(|f| confidence(Some(&f), target::read_right(&f, found)))
+            })
             .collect()
     };
     let kind = match g {

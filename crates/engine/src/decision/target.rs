@@ -174,6 +174,23 @@ pub(crate) fn objects(found: &[Found], kind: usize) -> Vec<Found> {
         .collect()
 }
 
+/// How surely `f` is read as its kind rather than as another kind seen at the same place: its
+/// score's share of the best score of any kind whose box overlaps it by at least half. The
+/// detector scores each kind of a place on its own, so a dog also comes out as a weaker cow;
+/// one object has one kind.
+pub(crate) fn read_right(f: &Found, found: &[Found]) -> f64 {
+    let best = found
+        .iter()
+        .filter(|g| g.kind != f.kind && iou(&g.edges, &f.edges) >= 0.5)
+        .map(|g| g.score)
+        .fold(f.score, f32::max);
+    if best > 0.0 {
+        f64::from(f.score / best)
+    } else {
+        1.0
+    }
+}
+
 /// Whether `small` lies mostly inside the larger `big` (at least `CONTAINED` of its area).
 fn part_of(small: &Found, big: &Found) -> bool {
     let area = |e: &[f32; 4]| (e[2] - e[0]).max(0.0) * (e[3] - e[1]).max(0.0);
@@ -678,6 +695,20 @@ mod tests {
                 "{instructions}"
             );
         }
+    }
+
+    /// A place the detector scores as two kinds is read as the surer one: the weaker kind's
+    /// box there counts by its share of the best score; elsewhere a kind counts whole.
+    #[test]
+    fn one_place_is_read_as_its_surest_kind() {
+        let at = |kind, score, edges| Found { kind, score, edges };
+        let dog = at(3, 0.8, [0.1, 0.1, 0.5, 0.6]);
+        let cow_on_dog = at(9, 0.2, [0.12, 0.1, 0.5, 0.62]);
+        let cow_apart = at(9, 0.3, [0.6, 0.5, 0.9, 0.9]);
+        let found = [dog, cow_on_dog, cow_apart];
+        assert_eq!(read_right(&dog, &found), 1.0);
+        assert!((read_right(&cow_on_dog, &found) - 0.25).abs() < 1e-6);
+        assert_eq!(read_right(&cow_apart, &found), 1.0);
     }
 
     /// Which kind is there: the one there while the others are not, given exactly one is.
