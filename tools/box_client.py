@@ -1,9 +1,57 @@
-"""What tools/box_check.py and tools/boxset.py share: one box question asked of a running
-server about a picture, and the overlap of two boxes."""
+"""What tools/box_check.py, tools/boxset.py and tools/media_eval.py share: one box question
+asked of a running server about a picture, the overlap of two boxes, and scenes composed from
+the objects marked by hand on darknet's photographs (`box_marks.json`)."""
 
 import base64
 import json
+import os
 import urllib.request
+
+MARKS = json.load(open(os.path.join(os.path.dirname(__file__), "box_marks.json")))
+W, H = 640, 480
+_photos = {}
+
+
+def crop(photos_dir, name, box):
+    """The part `box` (fractions of width and height) of darknet's photograph `name`."""
+    from PIL import Image
+
+    if name not in _photos:
+        _photos[name] = Image.open(os.path.join(photos_dir, name)).convert("RGB")
+    p = _photos[name]
+    return p.crop((int(box[0] * p.width), int(box[1] * p.height),
+                   int(box[2] * p.width), int(box[3] * p.height)))
+
+
+# One cut-out per marked object (the same box marked twice counts once).
+CUTOUTS = []
+for _name, _, _box, _kind in MARKS["present"]:
+    if not any(c[0] == _name and c[1] == _box for c in CUTOUTS):
+        CUTOUTS.append((_name, _box, _kind))
+
+
+def compose(rng, photos_dir):
+    """A scene: a background without objects (a strip of sky, water or sea) with one to three
+    cut-outs pasted at random places and sizes, none overlapping another much. Returns the
+    picture (PIL) and each pasted object as (true box, kind, source photo)."""
+    bg_name, region = rng.choice(MARKS["backgrounds"])
+    canvas = crop(photos_dir, bg_name, region).resize((W, H))
+    placed = []
+    for _ in range(rng.randint(1, 3)):
+        name, box, kind = rng.choice(CUTOUTS)
+        cut = crop(photos_dir, name, box)
+        scale = rng.uniform(0.25, 0.6) * H / cut.height
+        w, h = max(8, int(cut.width * scale)), max(8, int(cut.height * scale))
+        if w > 0.6 * W:
+            w, h = int(0.6 * W), int(h * 0.6 * W / w)
+        for _ in range(20):
+            x, y = rng.randint(0, W - w), rng.randint(0, H - h)
+            b = [x / W, y / H, (x + w) / W, (y + h) / H]
+            if all(iou(b, o[0]) < 0.1 for o in placed):
+                canvas.paste(cut.resize((w, h)), (x, y))
+                placed.append((b, kind, name))
+                break
+    return canvas, placed, bg_name
 
 
 def ask_box(url, model, picture, instructions):

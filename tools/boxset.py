@@ -26,64 +26,21 @@ with it, a fit near a = 0, b = 1 says the calibration still holds.
 """
 
 import io
-import json
 import math
-import os
 import random
 import sys
 
-from PIL import Image
-
-from box_client import ask_box, iou
+from box_client import ask_box, compose, iou
 
 URL, MODEL = sys.argv[1], sys.argv[2]
 SCENES = int(sys.argv[3]) if len(sys.argv) > 3 else 120
 PHOTOS = sys.argv[4] if len(sys.argv) > 4 else "/usr/share/darknet/data"
-MARKS = json.load(open(os.path.join(os.path.dirname(__file__), "box_marks.json")))
 ABSENT_KINDS = ["cat", "car", "elephant", "umbrella", "chair", "bus", "sheep", "cow"]
-W, H = 640, 480
-
-photos = {}
-
-
-def photo(name):
-    if name not in photos:
-        photos[name] = Image.open(os.path.join(PHOTOS, name)).convert("RGB")
-    return photos[name]
-
-
-def crop(name, box):
-    p = photo(name)
-    return p.crop((int(box[0] * p.width), int(box[1] * p.height),
-                   int(box[2] * p.width), int(box[3] * p.height)))
-
-
-# One cut-out per marked object (the same box marked twice counts once).
-cutouts = []
-for name, _, box, kind in MARKS["present"]:
-    if not any(c[0] == name and c[1] == box for c in cutouts):
-        cutouts.append((name, box, kind))
 
 
 def scene(rng):
     """A picture and its questions: (instructions, true box or None, source photo)."""
-    bg_name, region = rng.choice(MARKS["backgrounds"])
-    canvas = crop(bg_name, region).resize((W, H))
-    placed = []
-    for _ in range(rng.randint(1, 3)):
-        name, box, kind = rng.choice(cutouts)
-        cut = crop(name, box)
-        scale = rng.uniform(0.25, 0.6) * H / cut.height
-        w, h = max(8, int(cut.width * scale)), max(8, int(cut.height * scale))
-        if w > 0.6 * W:
-            w, h = int(0.6 * W), int(h * 0.6 * W / w)
-        for _ in range(20):
-            x, y = rng.randint(0, W - w), rng.randint(0, H - h)
-            b = [x / W, y / H, (x + w) / W, (y + h) / H]
-            if all(iou(b, o[0]) < 0.1 for o in placed):
-                canvas.paste(cut.resize((w, h)), (x, y))
-                placed.append((b, kind, name))
-                break
+    canvas, placed, bg_name = compose(rng, PHOTOS)
     asked = []
     kinds = [k for _, k, _ in placed]
     for kind in set(kinds):

@@ -30,17 +30,15 @@ import urllib.request
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(__file__))
-from box_client import iou  # noqa: E402
+from box_client import compose  # noqa: E402
 
 URL, MODEL = sys.argv[1], sys.argv[2]
 SCENES = int(sys.argv[3]) if len(sys.argv) > 3 else 40
 PHOTOS = sys.argv[4] if len(sys.argv) > 4 else "/usr/share/darknet/data"
-MARKS = json.load(open(os.path.join(os.path.dirname(__file__), "box_marks.json")))
 # Kinds no source photograph shows, asked as absent.
 ABSENT = ["cat", "elephant", "umbrella", "chair", "bus", "sheep", "cow"]
 LEVELS = ["None", "One", "Two", "Three or more"]
 PLURAL = {"person": "people", "bus": "buses", "sheep": "sheep"}
-W, H = 640, 480
 
 # darknet's photographs, counted by hand (3 stands for three or more). `None` asks presence
 # only (the count is not clear enough to write down).
@@ -54,47 +52,16 @@ PHOTO_TRUTHS = {
     "scream.jpg": {"person": None, "dog": 0, "horse": 0, "bicycle": 0},
 }
 
-photos = {}
-
-
 def photo(name):
-    if name not in photos:
-        photos[name] = Image.open(os.path.join(PHOTOS, name)).convert("RGB")
-    return photos[name]
-
-
-def crop(name, box):
-    p = photo(name)
-    return p.crop((int(box[0] * p.width), int(box[1] * p.height),
-                   int(box[2] * p.width), int(box[3] * p.height)))
-
-
-cutouts = []
-for name, _, box, kind in MARKS["present"]:
-    if not any(c[0] == name and c[1] == box for c in cutouts):
-        cutouts.append((name, box, kind))
+    return Image.open(os.path.join(PHOTOS, name)).convert("RGB")
 
 
 def scene(rng):
     """A composed picture (JPEG bytes) and how many of each pasted kind it holds."""
-    bg_name, region = rng.choice(MARKS["backgrounds"])
-    canvas = crop(bg_name, region).resize((W, H))
-    placed, counts = [], {}
-    for _ in range(rng.randint(1, 3)):
-        name, box, kind = rng.choice(cutouts)
-        cut = crop(name, box)
-        scale = rng.uniform(0.25, 0.6) * H / cut.height
-        w, h = max(8, int(cut.width * scale)), max(8, int(cut.height * scale))
-        if w > 0.6 * W:
-            w, h = int(0.6 * W), int(h * 0.6 * W / w)
-        for _ in range(20):
-            x, y = rng.randint(0, W - w), rng.randint(0, H - h)
-            b = [x / W, y / H, (x + w) / W, (y + h) / H]
-            if all(iou(b, o) < 0.1 for o in placed):
-                canvas.paste(cut.resize((w, h)), (x, y))
-                placed.append(b)
-                counts[kind] = counts.get(kind, 0) + 1
-                break
+    canvas, placed, _ = compose(rng, PHOTOS)
+    counts = {}
+    for _, kind, _ in placed:
+        counts[kind] = counts.get(kind, 0) + 1
     out = io.BytesIO()
     canvas.save(out, format="JPEG", quality=90)
     return out.getvalue(), counts

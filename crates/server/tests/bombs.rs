@@ -3,32 +3,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, Request};
-use engine::package::DecisionConfig;
-use engine::registry::{Loaded, ModelKind, Registry, Slot};
+use common::{fake_registry, yes_over_no, CONTEXT_TOKENS};
+use engine::registry::Registry;
 use serde_json::Value;
 use server::ServerConfig;
 use tower::ServiceExt;
 
-/// One fake model (`engine::fake`), loaded on a thread of its own (loading runs the model's
-/// self-check outside any runtime).
 fn registry() -> Arc<Registry> {
-    std::thread::spawn(|| {
-        let m = engine::fake::model_named(
-            "fake",
-            DecisionConfig::default(),
-            engine::fake::table(&[("Yes", 2.0), ("No", 0.0)]),
-        )
-        .expect("the fake model loads");
-        let slot = Slot::new(m.meta.clone(), ModelKind::Decision);
-        slot.ready(Loaded::Decision(Arc::new(m)));
-        Arc::new(Registry::new(vec![slot]))
-    })
-    .join()
-    .expect("the loading thread")
+    fake_registry(CONTEXT_TOKENS, Default::default(), yes_over_no())
 }
 
 /// POST a coded body to `/v1/decisions`: the status and the JSON body.

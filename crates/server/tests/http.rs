@@ -4,39 +4,26 @@
 //! what only a real model shows (answers, bit-exactness, speed) stays in `crates/vllm-srun/tests`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::Write;
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
-use engine::package::DecisionConfig;
-use engine::registry::{Loaded, ModelKind, Registry, Slot};
+use common::{fake_registry, yes_over_no, CONTEXT_TOKENS};
+use engine::registry::{ModelKind, Registry, Slot};
 use serde_json::{json, Value};
 use server::ServerConfig;
 use tower::ServiceExt;
 
 const LIMIT: usize = 4096;
 
-/// One fake model, "fake", that says Yes (logit 2) over No (logit 0), loaded once for every
-/// test (on a thread of its own: loading runs the model's self-check outside any runtime).
+/// One fake model, "fake", that says Yes over No, loaded once for every test.
 fn registry() -> Arc<Registry> {
     static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
     REGISTRY
-        .get_or_init(|| {
-            std::thread::spawn(|| {
-                let m = engine::fake::model_named(
-                    "fake",
-                    DecisionConfig::default(),
-                    engine::fake::table(&[("Yes", 2.0), ("No", 0.0)]),
-                )
-                .expect("the fake model loads");
-                let slot = Slot::new(m.meta.clone(), ModelKind::Decision);
-                slot.ready(Loaded::Decision(Arc::new(m)));
-                Arc::new(Registry::new(vec![slot]))
-            })
-            .join()
-            .expect("the loading thread")
-        })
+        .get_or_init(|| fake_registry(CONTEXT_TOKENS, Default::default(), yes_over_no()))
         .clone()
 }
 
@@ -380,37 +367,13 @@ async fn chat_on_a_decision_model_answers_in_openai_shape() {
 /// Says Yes over No, and takes `pause` over each read of a state that holds "SLOW": a forward
 /// that runs long enough to be seen running, queued behind or timed out.
 fn slow_script(pause: std::time::Duration) -> engine::fake::Script {
-    let answer = engine::fake::table(&[("Yes", 2.0), ("No", 0.0)]);
+    let answer = yes_over_no();
     Arc::new(move |context, candidates| {
         if context.contains("SLOW") {
             std::thread::sleep(pause);
         }
         answer(context, candidates)
     })
-}
-
-/// A registry of one fake model, "fake", with `context_tokens` per sequence, its scheduler's
-/// limits and `script`; loaded on a thread of its own.
-fn fake_registry(
-    context_tokens: usize,
-    scheduler: engine::SchedulerConfig,
-    script: engine::fake::Script,
-) -> Arc<Registry> {
-    std::thread::spawn(move || {
-        let m = engine::fake::model_with(
-            "fake",
-            DecisionConfig::default(),
-            script,
-            context_tokens,
-            scheduler,
-        )
-        .expect("the fake model loads");
-        let slot = Slot::new(m.meta.clone(), ModelKind::Decision);
-        slot.ready(Loaded::Decision(Arc::new(m)));
-        Arc::new(Registry::new(vec![slot]))
-    })
-    .join()
-    .expect("the loading thread")
 }
 
 async fn get(app: axum::Router, path: &str) -> (StatusCode, Value) {
@@ -423,7 +386,7 @@ async fn get(app: axum::Router, path: &str) -> (StatusCode, Value) {
 #[tokio::test]
 async fn admission_refuses_at_once_with_retry_after_and_loses_nothing() {
     let registry = fake_registry(
-        65_536,
+        CONTEXT_TOKENS,
         engine::SchedulerConfig {
             max_queued_jobs: 1,
             ..Default::default()
@@ -518,7 +481,7 @@ async fn a_question_longer_than_a_sequence_is_max_length_exceeded() {
 #[tokio::test]
 async fn a_dropped_request_s_queued_work_is_not_run() {
     let registry = fake_registry(
-        65_536,
+        CONTEXT_TOKENS,
         Default::default(),
         slow_script(std::time::Duration::from_millis(100)),
     );
@@ -573,7 +536,7 @@ async fn a_dropped_request_s_queued_work_is_not_run() {
 #[tokio::test]
 async fn live_answers_stalled_while_a_forward_outruns_the_timeout() {
     let registry = fake_registry(
-        65_536,
+        CONTEXT_TOKENS,
         Default::default(),
         slow_script(std::time::Duration::from_millis(300)),
     );
