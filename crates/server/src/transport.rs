@@ -100,6 +100,7 @@ pub(crate) async fn admit(
     next: Next,
 ) -> Response {
     let admission = &state.admission;
+    let started = std::time::Instant::now();
     let is_large = large(req.headers(), req.method());
     let (parts, body) = req.into_parts();
     let body = Body::new(Deadline::new(body, admission.body_timeout));
@@ -107,11 +108,18 @@ pub(crate) async fn admit(
         return next.run(Request::from_parts(parts, body)).await;
     }
     let flavor = crate::error::shape_of_path(parts.uri.path(), state.config.schema);
+    // Refused before any handler: the time spent here is the request's (Server-Timing is on
+    // every answer, errors included).
     let refuse = |e: ApiError| {
         if flavor == Shape::Sie {
             return crate::respond::sie::error_response(&parts.headers, e);
         }
-        crate::respond::json::error_response(&e, flavor, None)
+        let phases = crate::timing::Phases {
+            parse: started.elapsed(),
+            total: started.elapsed(),
+            ..Default::default()
+        };
+        crate::respond::json::error_response(&e, flavor, Some(&phases))
     };
     let Ok(permit) = admission.large.clone().try_acquire_owned() else {
         metrics::counter!("vllm_srun_large_requests_refused_total").increment(1);

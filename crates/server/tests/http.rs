@@ -173,6 +173,29 @@ async fn a_body_over_the_limit_is_413_as_sent_and_once_decoded() {
     assert_eq!(v["code"], "request_too_large");
 }
 
+/// A body whose length is not said (streamed) is read on the large-body path; refused there
+/// it still carries Server-Timing, as every answer of these endpoints does.
+#[tokio::test]
+async fn a_streamed_body_over_the_limit_is_413_with_server_timing() {
+    let mut big = noul();
+    big["state"] = json!("x".repeat(LIMIT));
+    let bytes = big.to_string().into_bytes();
+    let chunks = || {
+        let c: Vec<Result<Vec<u8>, std::io::Error>> =
+            bytes.chunks(1024).map(|c| Ok(c.to_vec())).collect();
+        futures_util::stream::iter(c)
+    };
+    for path in ["/v1/decisions", "/v1/systemone"] {
+        let req = Request::post(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from_stream(chunks()))
+            .unwrap();
+        let resp = app().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE, "{path}");
+        assert!(resp.headers().contains_key("server-timing"), "{path}");
+    }
+}
+
 #[tokio::test]
 async fn a_body_that_is_not_json_is_422_on_systemone_and_400_on_decisions() {
     let (s, _, v) = post("/v1/systemone", b"{not json".to_vec(), &[]).await;
