@@ -214,11 +214,7 @@ impl DecisionModel {
         let frames = detect_frames(detector.clone(), clip.bytes.clone(), moments).await?;
         let p: Vec<f64> = frames
             .iter()
-            .flat_map(|found| {
-                target::objects(found, *kind)
-                    .into_iter()
-                    .map(|f| confidence(Some(&f), target::read_right(&f, found)))
-            })
+            .flat_map(|found| sightings(found, *kind))
             .collect();
         Ok(Answer::Noul(NoulAnswer {
             noul: round(target::presence(&p).max(confidence(None, 1.0))),
@@ -375,20 +371,26 @@ impl DecisionModel {
     }
 }
 
+/// Each object of `kind` in one picture or moment, with the calibrated confidence that it is
+/// there (`CALIBRATION`, the kind read right by its share of the place's best score,
+/// `target::read_right`).
+fn sightings(found: &[Found], kind: usize) -> Vec<f64> {
+    target::objects(found, kind)
+        .iter()
+        .map(|f| confidence(Some(f), target::read_right(f, found)))
+        .collect()
+}
+
 /// A noul or score about the state's pictures, answered from what the detector saw in them:
-/// each object of the kind is there with its calibrated confidence (`CALIBRATION`, the kind
-/// read right by its share of the place's best score, `target::read_right`); a noul is the surest one's (never below a whole picture's confidence
-/// when none was seen: the detector misses some), a score each level's share of the count's
-/// distribution, the objects taken as independent.
+/// each object of the kind is there with its confidence (`sightings`); a noul is the surest
+/// one's (never below a whole picture's confidence when none was seen: the detector misses
+/// some), a score each level's share of the count's distribution, the objects taken as
+/// independent.
 fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Question) -> Answer {
     let seen = |kind: usize| -> Vec<f64> {
         pictures
             .iter()
-            .flat_map(|found| {
-                target::objects(found, kind)
-                    .into_iter()
-                    .map(|f| confidence(Some(&f), target::read_right(&f, found)))
-            })
+            .flat_map(|found| sightings(found, kind))
             .collect()
     };
     let kind = match g {
