@@ -162,13 +162,22 @@ impl Session for FakeSession<'_> {
     }
 }
 
+/// Tokens a fake model's sequence holds unless its maker says otherwise.
+pub const CONTEXT_TOKENS: usize = 65_536;
+
 /// A decision model named `name` on the fake backend.
 pub fn model_named(
     name: &str,
     config: DecisionConfig,
     script: Script,
 ) -> Result<DecisionModel, crate::EngineError> {
-    model_with(name, config, script, 65_536, SchedulerConfig::default())
+    model_with(
+        name,
+        config,
+        script,
+        CONTEXT_TOKENS,
+        SchedulerConfig::default(),
+    )
 }
 
 /// A decision model named `name` on the fake backend, with `context_tokens` per sequence and
@@ -197,15 +206,19 @@ pub fn model_with(
         },
         script,
     };
-    let meta = ModelMeta {
+    DecisionModel::start(meta_named(name), config, Arc::new(fake), scheduler)
+}
+
+/// What a fake model says of itself: its name, nothing else.
+pub fn meta_named(name: &str) -> ModelMeta {
+    ModelMeta {
         name: name.into(),
         description: String::new(),
         release_date: String::new(),
         revision: String::new(),
         sha256: None,
         aliases: Vec::new(),
-    };
-    DecisionModel::start(meta, config, Arc::new(fake), scheduler)
+    }
 }
 
 /// The logits a table gives each candidate text (absent ones at -200: no share at any

@@ -54,6 +54,20 @@ async fn post_json(path: &str, body: &Value) -> (StatusCode, Value) {
     (s, v)
 }
 
+/// POST a JSON value to `path` of `app` (a future that owns what it needs, to spawn).
+async fn post_to(
+    app: axum::Router,
+    path: &'static str,
+    body: Value,
+) -> (StatusCode, axum::http::HeaderMap, Value) {
+    send(app, Request::post(path), body.to_string().into_bytes(), &[]).await
+}
+
+/// One noul about `state`, for the model the process serves.
+fn asking(state: &str) -> Value {
+    json!({"state": state, "questions": {"q": {"type": "noul", "instructions": "Does it rain?"}}})
+}
+
 /// `req` with `body` and `headers` to `app`; the status, the headers and the JSON body.
 async fn send(
     app: axum::Router,
@@ -319,14 +333,7 @@ async fn v4_reads_the_earlier_forms_and_answers_errors_with_error_and_detail() {
             ..ServerConfig::default()
         })
     };
-    let call = |path: &'static str, body: Value| {
-        send(
-            v4(),
-            Request::post(path),
-            body.to_string().into_bytes(),
-            &[],
-        )
-    };
+    let call = |path, body| post_to(v4(), path, body);
     let body = json!({"state": "It rains.", "options": {"long_context": true}, "questions": {
         "team": {"type": "choice", "instructions": "Which team?", "choices": [{"key": "billing"}, {"key": "tech", "description": "Bugs"}]},
         "anger": {"type": "score", "instructions": "How angry?", "levels": ["Calm", "Angry"]}}});
@@ -426,10 +433,8 @@ async fn admission_refuses_at_once_with_retry_after_and_loses_nothing() {
         } else {
             "/v1/systemone"
         };
-        let (app, body) = (app.clone(), body.to_string().into_bytes());
-        tasks.push(tokio::spawn(async move {
-            (i, send(app, Request::post(path), body, &[]).await)
-        }));
+        let sent = post_to(app.clone(), path, body.clone());
+        tasks.push(tokio::spawn(async move { (i, sent.await) }));
     }
     let (mut ok, mut refused) = (0, 0);
     for t in tasks {
@@ -459,18 +464,11 @@ async fn admission_refuses_at_once_with_retry_after_and_loses_nothing() {
 /// (context tokens × sequences) are `request_tokens`, with the cap the card publishes.
 #[tokio::test]
 async fn a_question_longer_than_a_sequence_is_max_length_exceeded() {
-    let registry = fake_registry(512, Default::default(), slow_script(Default::default()));
+    let registry = fake_registry(512, Default::default(), yes_over_no());
     let app = || server::router(registry.clone(), ServerConfig::default());
     let body = json!({"state": "The customer writes again about the invoice. ".repeat(80),
         "questions": {"q": {"type": "noul", "instructions": "Refund?"}}});
-    let call = |path: &'static str, body: &Value| {
-        send(
-            app(),
-            Request::post(path),
-            body.to_string().into_bytes(),
-            &[],
-        )
-    };
+    let call = |path, body: &Value| post_to(app(), path, body.clone());
     let (s, _, v) = call("/v1/decisions", &body).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
     assert_eq!(v["error"]["reason"], "question_tokens");
@@ -511,26 +509,12 @@ async fn a_dropped_request_s_queued_work_is_not_run() {
     let app = server::router(registry.clone(), ServerConfig::default());
     let model = registry.ready(None).expect("ready");
     let worker = model.worker().expect("the fake model has a worker");
-    let busy_body =
-        json!({"state": "SLOW", "questions": {"q": {"type": "noul", "instructions": "?"}}});
-    let busy = tokio::spawn(send(
-        app.clone(),
-        Request::post("/v1/decisions"),
-        busy_body.to_string().into_bytes(),
-        &[],
-    ));
+    let busy = tokio::spawn(post_to(app.clone(), "/v1/decisions", asking("SLOW")));
     while worker.status().forward_running_for().is_none() {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     let (cancelled, forwards) = (worker.status().cancelled(), worker.status().forwards());
-    let queued_body =
-        json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}});
-    let queued = tokio::spawn(send(
-        app.clone(),
-        Request::post("/v1/decisions"),
-        queued_body.to_string().into_bytes(),
-        &[],
-    ));
+    let queued = tokio::spawn(post_to(app.clone(), "/v1/decisions", asking("x")));
     while worker.status().queued_jobs() == 0 {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
@@ -572,13 +556,7 @@ async fn live_answers_stalled_while_a_forward_outruns_the_timeout() {
     );
     let (s, v) = get(app.clone(), "/health/live").await;
     assert_eq!((s, v["status"].as_str()), (StatusCode::OK, Some("alive")));
-    let body = json!({"state": "SLOW", "questions": {"q": {"type": "noul", "instructions": "?"}}});
-    let busy = tokio::spawn(send(
-        app.clone(),
-        Request::post("/v1/decisions"),
-        body.to_string().into_bytes(),
-        &[],
-    ));
+    let busy = tokio::spawn(post_to(app.clone(), "/v1/decisions", asking("SLOW")));
     let mut stalled = None;
     for _ in 0..2000 {
         let (s, v) = get(app.clone(), "/health/live").await;
@@ -600,15 +578,7 @@ async fn live_answers_stalled_while_a_forward_outruns_the_timeout() {
 /// with Retry-After, the process still alive, and its card's state `failed`.
 #[tokio::test]
 async fn a_model_that_failed_to_load_is_reported_and_answers_503() {
-    let meta = engine::package::ModelMeta {
-        name: "broken".into(),
-        description: String::new(),
-        release_date: String::new(),
-        revision: String::new(),
-        sha256: None,
-        aliases: Vec::new(),
-    };
-    let slot = Slot::new(meta, ModelKind::Decision);
+    let slot = Slot::new(engine::fake::meta_named("broken"), ModelKind::Decision);
     slot.set_state(engine::registry::ModelState::Failed(
         "not a GGUF file".into(),
     ));
@@ -617,14 +587,7 @@ async fn a_model_that_failed_to_load_is_reported_and_answers_503() {
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(v["status"], "failed");
     assert_eq!(v["models"]["broken"], "failed");
-    let body = json!({"state": "x", "questions": {"q": {"type": "noul", "instructions": "?"}}});
-    let (s, h, v) = send(
-        app.clone(),
-        Request::post("/v1/decisions"),
-        body.to_string().into_bytes(),
-        &[],
-    )
-    .await;
+    let (s, h, v) = post_to(app.clone(), "/v1/decisions", asking("x")).await;
     assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE, "{v}");
     assert_eq!(v["error"]["code"], "not_ready");
     assert!(h.contains_key("retry-after"));

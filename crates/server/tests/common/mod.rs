@@ -6,8 +6,7 @@ use std::sync::Arc;
 use engine::package::DecisionConfig;
 use engine::registry::{Loaded, ModelKind, Registry, Slot};
 
-/// Tokens a fake model's sequence holds unless a test says otherwise.
-pub const CONTEXT_TOKENS: usize = 65_536;
+pub use engine::fake::CONTEXT_TOKENS;
 
 /// Says Yes (logit 2) over No (logit 0) whatever it reads.
 pub fn yes_over_no() -> engine::fake::Script {
