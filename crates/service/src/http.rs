@@ -29,7 +29,7 @@ use crate::store::{DayRow, KeyRow, RequestRow};
 use crate::Service;
 use errors::{ApiError, Code, Shape};
 
-use protocol::limits::ANSWER_BYTES as MAX_ANSWER;
+use protocol::limits::ANSWER_BYTES;
 
 /// The service's routes around `inner` (the router's app, with the worker behind it).
 pub fn app(svc: Arc<Service>, inner: Router) -> Router {
@@ -795,7 +795,7 @@ async fn guard(State(svc): State<Arc<Service>>, req: Request, next: Next) -> Res
 
 async fn one_error_shape(resp: Response, flat: bool) -> Response {
     let (mut parts, body) = resp.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_ANSWER)
+    let bytes = axum::body::to_bytes(body, ANSWER_BYTES)
         .await
         .unwrap_or_default();
     let Ok(mut v) = serde_json::from_slice::<Value>(&bytes) else {
@@ -1044,7 +1044,7 @@ async fn finish_buffered(
     permit: Option<crate::admission::Permit>,
 ) -> Response {
     let (mut parts, body) = resp.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_ANSWER)
+    let bytes = axum::body::to_bytes(body, ANSWER_BYTES)
         .await
         .unwrap_or_default();
     drop(permit);
