@@ -325,14 +325,7 @@ async fn video_box_questions_fail_with_the_spec_reasons() {
     let s = server();
     let url = s.url("/v1/decisions");
     // 31 seconds at one frame a second: longer than the card's box_video_max_seconds.
-    let frames: Vec<media::Picture> = (0..31)
-        .map(|_| media::Picture {
-            width: 64,
-            height: 48,
-            rgb: vec![128; 64 * 48 * 3],
-        })
-        .collect();
-    let long = media::encode_mp4(&frames, 1).unwrap();
+    let long = grey_clip(31, 64, 48, 1);
     let (status, _, v) = post(
         &url,
         &about_clip(

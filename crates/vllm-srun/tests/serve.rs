@@ -367,14 +367,7 @@ async fn a_video_at_the_advertised_maximum_is_answered_through_serve() {
         .map(|m| m["card"]["limits"].clone())
         .unwrap();
     let max = card["max_video_bytes"].as_u64().unwrap() as usize;
-    let frames: Vec<media::Picture> = (0..4)
-        .map(|_| media::Picture {
-            width: 64,
-            height: 64,
-            rgb: vec![128; 64 * 64 * 3],
-        })
-        .collect();
-    let mut clip = media::encode_mp4(&frames, 2).unwrap();
+    let mut clip = grey_clip(4, 64, 64, 2);
     let pad = max - clip.len();
     clip.extend((pad as u32).to_be_bytes());
     clip.extend(b"free");

@@ -307,3 +307,16 @@ pub fn multipart(request: &Value, parts: &[(&str, &[u8])]) -> (Vec<u8>, String) 
     b.extend(format!("--{boundary}--\r\n").bytes());
     (b, format!("multipart/form-data; boundary={boundary}"))
 }
+
+/// An H.264 MP4 of `frames` plain grey frames of `width` × `height` at `fps`: a clip in which
+/// the detector finds nothing.
+pub fn grey_clip(frames: usize, width: usize, height: usize, fps: u32) -> Vec<u8> {
+    let frames: Vec<media::Picture> = (0..frames)
+        .map(|_| media::Picture {
+            width,
+            height,
+            rgb: vec![128; width * height * 3],
+        })
+        .collect();
+    media::encode_mp4(&frames, fps).expect("grey frames encode")
+}
