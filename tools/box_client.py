@@ -1,9 +1,11 @@
 """What tools/box_check.py, tools/boxset.py and tools/media_eval.py share: one box question
 asked of a running server about a picture, the overlap of two boxes, and scenes composed from
-the objects marked by hand on darknet's photographs (`box_marks.json`)."""
+the objects marked by hand on darknet's photographs (`box_marks.json`), and the logistic
+calibration curve fitted to answers and how well probabilities are calibrated."""
 
 import base64
 import json
+import math
 import os
 import urllib.request
 
@@ -72,3 +74,57 @@ def iou(a, b):
     h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
     area = lambda x: (x[2] - x[0]) * (x[3] - x[1])
     return w * h / (area(a) + area(b) - w * h)
+
+
+def logit(p):
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return math.log(p / (1 - p))
+
+
+def sigmoid(z):
+    return 1 / (1 + math.exp(-min(max(z, -50.0), 50.0)))
+
+
+def fit(rows):
+    """Logistic regression of the outcome on logit(raw) (`rows` of (raw, outcome, ...)) by
+    Newton's method, a little ridge on the curvature keeping it finite on separable data, each
+    step halved until the log-likelihood improves (a full step can overshoot and diverge)."""
+    xs = [(logit(r[0]), r[1]) for r in rows]
+
+    def loss(a, b):
+        return sum(math.log(1 + math.exp(-(2 * y - 1) * min(max(a + b * x, -50), 50)))
+                   for x, y in xs)
+
+    a, b = 0.0, 1.0
+    for _ in range(100):
+        ga = gb = haa = hab = hbb = 0.0
+        for x, y in xs:
+            p = sigmoid(a + b * x)
+            ga += p - y
+            gb += (p - y) * x
+            w = p * (1 - p) + 1e-9
+            haa, hab, hbb = haa + w, hab + w * x, hbb + w * x * x
+        haa, hbb = haa + 1e-3, hbb + 1e-3
+        det = haa * hbb - hab * hab
+        da, db = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
+        step, before = 1.0, loss(a, b)
+        while step > 1e-6 and loss(a - step * da, b - step * db) > before:
+            step /= 2
+        a, b = a - step * da, b - step * db
+    return a, b
+
+
+def brier(pairs):
+    return sum((p - y) ** 2 for p, y in pairs) / len(pairs)
+
+
+def ece(pairs, bins=10):
+    """Expected calibration error of (probability, outcome) pairs over `bins` equal bins."""
+    total = 0.0
+    for k in range(bins):
+        inside = [(p, y) for p, y in pairs
+                  if k / bins <= p < (k + 1) / bins or (k == bins - 1 and p == 1.0)]
+        if inside:
+            total += len(inside) * abs(sum(p for p, _ in inside) / len(inside)
+                                       - sum(y for _, y in inside) / len(inside))
+    return total / len(pairs)

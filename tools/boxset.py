@@ -26,11 +26,10 @@ with it, a fit near a = 0, b = 1 says the calibration still holds.
 """
 
 import io
-import math
 import random
 import sys
 
-from box_client import ask_box, compose, iou
+from box_client import ask_box, brier, compose, ece, fit, iou, logit, sigmoid
 
 URL, MODEL = sys.argv[1], sys.argv[2]
 SCENES = int(sys.argv[3]) if len(sys.argv) > 3 else 120
@@ -59,52 +58,6 @@ def scene(rng):
 
 def ask(picture, instructions):
     return ask_box(URL, MODEL, picture, instructions)
-
-
-def logit(p):
-    p = min(max(p, 1e-4), 1 - 1e-4)
-    return math.log(p / (1 - p))
-
-
-def sigmoid(z):
-    return 1 / (1 + math.exp(-z))
-
-
-def fit(rows):
-    """Logistic regression of the outcome on logit(raw), by Newton's method."""
-    a, b = 0.0, 1.0
-    for _ in range(50):
-        ga = gb = haa = hab = hbb = 0.0
-        for raw, y, *_ in rows:
-            x = logit(raw)
-            p = sigmoid(a + b * x)
-            ga += p - y
-            gb += (p - y) * x
-            w = p * (1 - p) + 1e-9
-            haa += w
-            hab += w * x
-            hbb += w * x * x
-        # A little ridge keeps the fit finite on separable data.
-        haa += 1e-3
-        hbb += 1e-3
-        det = haa * hbb - hab * hab
-        a -= (hbb * ga - hab * gb) / det
-        b -= (haa * gb - hab * ga) / det
-    return a, b
-
-
-def brier(pairs):
-    return sum((p - y) ** 2 for p, y in pairs) / len(pairs)
-
-
-def ece(pairs, bins=10):
-    total = 0.0
-    for k in range(bins):
-        inside = [(p, y) for p, y in pairs if k / bins <= p < (k + 1) / bins or (k == bins - 1 and p == 1.0)]
-        if inside:
-            total += len(inside) * abs(sum(p for p, _ in inside) / len(inside)
-                                       - sum(y for _, y in inside) / len(inside))
-    return total / len(pairs)
 
 
 rng = random.Random(20261204)

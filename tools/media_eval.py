@@ -21,7 +21,6 @@ most probable level is within one of the truth, and the refusals.
 import base64
 import io
 import json
-import math
 import os
 import random
 import sys
@@ -30,7 +29,7 @@ import urllib.request
 from PIL import Image
 
 sys.path.insert(0, os.path.dirname(__file__))
-from box_client import compose  # noqa: E402
+from box_client import brier, compose, ece, fit, logit, sigmoid  # noqa: E402
 
 URL, MODEL = sys.argv[1], sys.argv[2]
 SCENES = int(sys.argv[3]) if len(sys.argv) > 3 else 40
@@ -97,68 +96,18 @@ def ask(picture, truths, rng):
 BOX = (2.1959, 1.4907)  # locate::CALIBRATION, through which the nouls are answered
 
 
-def logit(p):
-    p = min(max(p, 1e-4), 1 - 1e-4)
-    return math.log(p / (1 - p))
-
-
-def sigmoid(z):
-    return 1 / (1 + math.exp(-min(max(z, -50.0), 50.0)))
-
-
 def raw_of(p):
     """The detector's best score for the kind, from a noul answered through BOX."""
     return sigmoid((logit(p) - BOX[0]) / BOX[1])
 
 
-def fit(rows):
-    """Logistic regression of the outcome on logit(raw): Newton's method, each step halved
-    until the log-likelihood (with a little ridge) improves."""
-    xs = [(logit(raw), y) for raw, y in rows]
-
-    def loss(a, b):
-        return sum(math.log(1 + math.exp(-(2 * y - 1) * min(max(a + b * x, -50), 50)))
-                   for x, y in xs) + 1e-3 * (a * a + b * b)
-
-    a, b = 0.0, 1.0
-    for _ in range(100):
-        ga = gb = haa = hab = hbb = 0.0
-        for x, y in xs:
-            p = sigmoid(a + b * x)
-            ga += p - y
-            gb += (p - y) * x
-            w = p * (1 - p) + 1e-9
-            haa, hab, hbb = haa + w, hab + w * x, hbb + w * x * x
-        ga, gb = ga + 2e-3 * a, gb + 2e-3 * b
-        haa, hbb = haa + 2e-3, hbb + 2e-3
-        det = haa * hbb - hab * hab
-        da, db = (hbb * ga - hab * gb) / det, (haa * gb - hab * ga) / det
-        step, before = 1.0, loss(a, b)
-        while step > 1e-6 and loss(a - step * da, b - step * db) > before:
-            step /= 2
-        a, b = a - step * da, b - step * db
-    return a, b
-
-
-def ece(pairs, bins=10):
-    total = 0.0
-    for k in range(bins):
-        inside = [(p, y) for p, y in pairs
-                  if k / bins <= p < (k + 1) / bins or (k == bins - 1 and p == 1.0)]
-        if inside:
-            total += len(inside) * abs(sum(p for p, _ in inside) / len(inside)
-                                       - sum(y for _, y in inside) / len(inside))
-    return total / len(pairs)
-
-
 def report(label, nouls, counts, refusals):
     pairs = [(p, y) for p, y, _ in nouls]
     acc = sum((p >= 0.5) == (y == 1.0) for p, y in pairs) / len(pairs)
-    brier = sum((p - y) ** 2 for p, y in pairs) / len(pairs)
     within = sum(abs(b - t) <= 1 for b, t, _ in counts) / len(counts)
     exact = sum(b == t for b, t, _ in counts) / len(counts)
     grounded = sum(r == "question_not_grounded" for r in refusals)
-    print(f"{label}: presence {len(pairs)} nouls, accuracy {acc:.3f}, Brier {brier:.4f}, "
+    print(f"{label}: presence {len(pairs)} nouls, accuracy {acc:.3f}, Brier {brier(pairs):.4f}, "
           f"ECE {ece(pairs):.4f}; counts {len(counts)}, within one {within:.3f}, exact {exact:.3f}; "
           f"refused as question_not_grounded {grounded}/{len(refusals)}")
 
@@ -199,7 +148,7 @@ for s in range(SCENES):
 for label, (n, c, r) in rows.items():
     report(f"{label} ({len(r)} pictures)", n, c, r)
     refit = [(sigmoid(CURVE[0] + CURVE[1] * logit(raw_of(p))), y, k) for p, y, k in n]
-    report(f"  with the fitted presence curve", refit, c, r)
+    report("  with the fitted presence curve", refit, c, r)
 report(f"all ({len(rows['photos'][2]) + len(rows['scenes'][2])} pictures)",
        rows["photos"][0] + rows["scenes"][0], rows["photos"][1] + rows["scenes"][1],
        rows["photos"][2] + rows["scenes"][2])
