@@ -27,8 +27,10 @@ pub const MANAGED_WORKER_REQUEST_BYTES: usize = 96 << 20;
 /// advertises that.
 pub const MULTIPART_HEADROOM_BYTES: usize = 1 << 20;
 /// Bytes of an answer the router and the keys guard read back from a worker (to split a batch,
-/// count usage, merge listings).
+/// count usage).
 pub const ANSWER_BYTES: usize = 64 << 20;
+/// Bytes of a worker's model listing the router reads to merge listings.
+pub const LISTING_BYTES: usize = 16 << 20;
 /// Most entries of a batch's `states`.
 pub const MAX_STATES: usize = 1024;
 /// Most images of one request (every entry's, each use of an asset counted).

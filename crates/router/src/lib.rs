@@ -432,7 +432,7 @@ async fn worker_listing(up: &dyn Upstream) -> Option<Value> {
     if !resp.status().is_success() {
         return None;
     }
-    let bytes = axum::body::to_bytes(resp.into_body(), protocol::limits::ANSWER_BYTES)
+    let bytes = axum::body::to_bytes(resp.into_body(), protocol::limits::LISTING_BYTES)
         .await
         .ok()?;
     serde_json::from_slice::<Value>(&bytes)

@@ -575,7 +575,7 @@ pub async fn models(State(rt): State<Arc<Runtime>>) -> Response<Body> {
         };
         let fetch = async {
             let r = lease.worker.upstream.call(req).await.ok()?;
-            let b = axum::body::to_bytes(r.into_body(), protocol::limits::ANSWER_BYTES)
+            let b = axum::body::to_bytes(r.into_body(), protocol::limits::LISTING_BYTES)
                 .await
                 .ok()?;
             serde_json::from_slice::<Value>(&b).ok()
