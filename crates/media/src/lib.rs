@@ -1,15 +1,22 @@
 //! Media read from their bytes, as `system-duo-api.txt` asks: "the service reads a video's
 //! container from its bytes, not from the type in the data URL". What a container says (its
 //! duration, the frames of its first video track, their size) comes from the container's own
-//! indexes, read by the `mp4` and `matroska-demuxer` crates; no frame is decoded here.
+//! indexes, read by the `mp4` and `matroska-demuxer` crates. Frames are decoded by maintained
+//! codec libraries: OpenH264 (`h264`), the system's libvpx (`vpx`) and dav1d (`av1`); the
+//! WebM/Matroska path is `webm`, what they share `frames`.
 //!
 //! Architecture invariant: nothing here panics or allocates past the input's size on bad
 //! bytes. Both readers bound their tables by the boxes that hold them; a reader that still
 //! panics on some input is caught and reported as unreadable.
 
+mod av1;
 pub mod frames;
+mod h264;
 pub mod picture;
-pub use frames::{decode_frames, encode_mp4, FramesError};
+mod vpx;
+mod webm;
+pub use frames::FramesError;
+pub use h264::encode_mp4;
 pub use picture::{decode_picture, Picture, PictureError};
 
 use std::io::Cursor;
@@ -99,6 +106,24 @@ pub fn video_facts(bytes: &[u8]) -> Result<VideoFacts, MediaError> {
         return Err(unreadable("its video track has no frames".into()));
     }
     Ok(facts)
+}
+
+/// The frame shown at each of `moments` (seconds from the start, ascending), as RGB, with
+/// frames of at most `max_pixels` pixels. A moment past the last frame gets the last frame.
+/// H.264 in MP4 or QuickTime; VP8, VP9, AV1 or H.264 in WebM or Matroska.
+pub fn decode_frames(
+    bytes: &[u8],
+    moments: &[f64],
+    max_pixels: u64,
+) -> Result<Vec<Picture>, FramesError> {
+    let read = match sniff(bytes) {
+        Some(Container::Mp4) => h264::mp4_frames,
+        Some(Container::Matroska) => webm::matroska_frames,
+        None => return Err(FramesError::Unsupported("not a video container".into())),
+    };
+    // A reader or decoder binding that still panics on some input is caught here.
+    catch_unwind(AssertUnwindSafe(|| read(bytes, moments, max_pixels)))
+        .unwrap_or_else(|_| Err(FramesError::malformed("its tables contradict each other")))
 }
 
 /// An MP4's first video track (the lowest track id), the one whose frames are counted and
