@@ -17,6 +17,7 @@ pub(crate) fn mp4_frames(
     moments: &[f64],
     max_pixels: u64,
 ) -> Result<Vec<Picture>, FramesError> {
+    crate::iso::sound(bytes).map_err(FramesError::malformed)?;
     let mut r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)
         .map_err(FramesError::malformed)?;
     let track =

@@ -12,6 +12,7 @@
 mod av1;
 pub mod frames;
 mod h264;
+mod iso;
 pub mod picture;
 mod vpx;
 mod webm;
@@ -145,12 +146,15 @@ enum Unread {
     #[error("it gives no duration")]
     NoDuration,
     #[error("{0}")]
+    Boxes(&'static str),
+    #[error("{0}")]
     Mp4(#[from] mp4::Error),
     #[error("{0}")]
     Matroska(#[from] matroska_demuxer::DemuxError),
 }
 
 fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, Unread> {
+    iso::sound(bytes).map_err(Unread::Boxes)?;
     let r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)?;
     let track = first_video_track(&r).ok_or(Unread::NoVideoTrack)?;
     let frames = if track.trafs.is_empty() {
