@@ -141,8 +141,9 @@ pub(crate) fn position(instructions: &str) -> Position {
 
 /// The objects a position chooses among: those of the kind the detector is at least half as
 /// sure of as of its surest one (a faint double of an object is not "the one on the left"),
-/// less any that lies mostly inside a larger one of them (a part of an object, such as a
-/// horse's head seen past another's, is not another object).
+/// less any that lies mostly inside a larger one of them the detector is at least as sure of
+/// (a part of an object, such as a horse's head seen past another's, is not another object;
+/// a fainter box around a sure object and its neighbour does not hide it).
 pub(crate) fn candidates(found: &[Found], kind: usize) -> Vec<Found> {
     let best = found
         .iter()
@@ -155,7 +156,7 @@ pub(crate) fn candidates(found: &[Found], kind: usize) -> Vec<Found> {
         .copied()
         .collect();
     sure.iter()
-        .filter(|f| !sure.iter().any(|g| part_of(f, g)))
+        .filter(|f| !sure.iter().any(|g| g.score >= f.score && part_of(f, g)))
         .copied()
         .collect()
 }
@@ -240,8 +241,10 @@ const FOLLOWS: f32 = 0.3;
 
 /// The target through a video's sampled moments (`frames`: each moment's detections): chosen
 /// by `position` at the moment the detector is surest of the kind, then followed moment by
-/// moment, forwards and backwards, to the box of the kind that overlaps it most (at least
-/// `FOLLOWS`); a moment where none does has no box (the target is hidden or lost there).
+/// moment, forwards and backwards, to the box of the kind that overlaps it (by at least
+/// `FOLLOWS`) with the most score times overlap: a faint box that happens to overlap a little
+/// more does not take the target from a sure one. A moment where none overlaps has no box
+/// (the target is hidden or lost there).
 pub(crate) fn follow(frames: &[Vec<Found>], kind: usize, position: Position) -> Vec<Option<Found>> {
     let mut out = vec![None; frames.len()];
     let surest = |f: &Vec<Found>| {
@@ -271,7 +274,7 @@ pub(crate) fn follow(frames: &[Vec<Found>], kind: usize, position: Position) -> 
                 .filter(|d| d.kind == kind)
                 .map(|d| (iou(&d.edges, &last), d))
                 .filter(|(o, _)| *o >= FOLLOWS)
-                .max_by(|a, b| a.0.total_cmp(&b.0));
+                .max_by(|a, b| (a.0 * a.1.score).total_cmp(&(b.0 * b.1.score)));
             if let Some((_, d)) = next {
                 last = d.edges;
                 out[i] = Some(*d);
