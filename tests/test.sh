@@ -10,9 +10,10 @@ stage() { echo "== ${SECONDS} s: $*"; }
 
 # llama.cpp builds with cmake; bindgen in llama-cpp-sys-2 needs libclang. The cluster test
 # starts Debian's nats-server with JetStream. Debian's darknet package carries the photographs
-# the object detector is tested on (no weights); chromium runs the pages' browser test.
+# the object detector is tested on (no weights); chromium runs the pages' browser test. Videos'
+# VP8/VP9 frames are decoded by Debian's libvpx, AV1 frames by its dav1d.
 need=()
-for p in cmake libclang-dev curl postgresql chromium nats-server darknet; do
+for p in cmake libclang-dev curl postgresql chromium nats-server darknet libvpx-dev libdav1d-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ "${#need[@]}" -gt 0 ]; then
