@@ -46,6 +46,29 @@ pub(crate) fn mp4_frames(
             .map_err(FramesError::malformed)?
             .to_vec(),
     ];
+    // The reader allocates each sample at the size its table declares before it reads it:
+    // tables that claim more samples or bytes than the file holds are refused first.
+    let declared: u64 = if track.trafs.is_empty() {
+        let stsz = &track.trak.mdia.minf.stbl.stsz;
+        if stsz.sample_size > 0 {
+            u64::from(stsz.sample_size) * u64::from(stsz.sample_count)
+        } else {
+            stsz.sample_sizes.iter().map(|n| u64::from(*n)).sum()
+        }
+    } else {
+        track
+            .trafs
+            .iter()
+            .filter_map(|t| t.trun.as_ref())
+            .flat_map(|run| &run.sample_sizes)
+            .map(|n| u64::from(*n))
+            .sum()
+    };
+    if u64::from(count) > bytes.len() as u64 || declared > bytes.len() as u64 {
+        return Err(FramesError::malformed(
+            "its sample table claims more bytes than the file holds",
+        ));
+    }
     let mut samples = Vec::with_capacity(count as usize);
     for sample_id in 1..=count {
         if let Some(sample) = r

@@ -212,7 +212,10 @@ fn a_box_smaller_than_its_header_is_refused_not_read_forever() {
     assert!(
         matches!(
             media::video_facts(&b),
-            Err(media::MediaError::Unreadable { container: "mp4", .. })
+            Err(media::MediaError::Unreadable {
+                container: "mp4",
+                ..
+            })
         ),
         "{:?}",
         media::video_facts(&b)
@@ -221,4 +224,16 @@ fn a_box_smaller_than_its_header_is_refused_not_read_forever() {
         media::decode_frames(&b, &[0.0], 1 << 20),
         Err(media::FramesError::Malformed(_))
     ));
+}
+
+/// `huge-sample.mp4` (found by `fuzz/`): a sample table declaring a 4 GiB sample in a 9 KB
+/// file. The `mp4` crate allocates a sample at its declared size before reading it; the table
+/// is refused before any sample is read.
+#[test]
+fn a_sample_table_claiming_more_than_the_file_is_refused_before_reading() {
+    let b = fixture("huge-sample.mp4");
+    match media::decode_frames(&b, &[0.0, 0.5, 1.0], 64 * 64) {
+        Err(media::FramesError::Malformed(why)) => assert!(why.contains("claims more"), "{why}"),
+        other => panic!("{other:?}"),
+    }
 }
