@@ -270,11 +270,12 @@ impl DecisionModel {
         if let Some(f) = followed.iter().flatten().next() {
             last = f.edges.map(f64::from);
         }
+        let part = target::part_named(instructions, detector.kinds()).is_some();
         for (time, found) in moments.iter().zip(&followed) {
             if let Some(f) = found {
                 last = f.edges.map(f64::from);
             }
-            let sure = confidence(found.as_ref(), p_kind);
+            let sure = confidence(found.as_ref().filter(|_| !part), p_kind);
             track.push(TrackMoment {
                 time: round(*time),
                 edges: edges(last),
@@ -363,9 +364,12 @@ impl DecisionModel {
             )
         });
         let box_edges = chosen.map_or([0.0, 0.0, 1.0, 1.0], |f| f.edges.map(f64::from));
+        // A thing on or of the object ("the dog's collar") is somewhere in its box, but the
+        // detector did not find the thing itself: the box is given as not found.
+        let sure = chosen.filter(|_| target::part_named(instructions, kinds).is_none());
         Answer::Box(BoxAnswer {
             edges: edges(box_edges),
-            confidence: Some(round(confidence(chosen.as_ref(), p_kind))),
+            confidence: Some(round(confidence(sure.as_ref(), p_kind))),
             time: time.map(round),
         })
     }

@@ -96,32 +96,114 @@ fn names(w: &str, name: &str) -> bool {
 /// The kind the instructions name first (an index into `kinds`), when they name one.
 pub(crate) fn named_kind(instructions: &str, kinds: &[&str]) -> Option<usize> {
     let w = words(instructions);
-    let index = |name: &str| kinds.iter().position(|k| *k == name);
-    for (at, word) in w.iter().enumerate() {
-        // A kind of two words first ("traffic light", "teddy bear"), then one.
-        for (k, name) in kinds.iter().enumerate() {
-            let parts: Vec<&str> = name.split(' ').collect();
-            let [first @ .., last] = parts.as_slice() else {
-                continue;
-            };
-            let Some(here) = w.get(at..at + parts.len()) else {
-                continue;
-            };
-            let leading = first.iter().zip(here).all(|(p, h)| p == h);
-            if leading && here.last().is_some_and(|h| names(h, last)) {
-                return Some(k);
-            }
+    (0..w.len()).find_map(|at| kind_at(&w, at, kinds))
+}
+
+/// The kind named by the words starting at `at`: a kind of two words first ("traffic
+/// light", "teddy bear"), then one, then a common other word for one.
+fn kind_at(w: &[String], at: usize, kinds: &[&str]) -> Option<usize> {
+    let word = w.get(at)?;
+    for (k, name) in kinds.iter().enumerate() {
+        let parts: Vec<&str> = name.split(' ').collect();
+        let [first @ .., last] = parts.as_slice() else {
+            continue;
+        };
+        let Some(here) = w.get(at..at + parts.len()) else {
+            continue;
+        };
+        let leading = first.iter().zip(here).all(|(p, h)| p == h);
+        if leading && here.last().is_some_and(|h| names(h, last)) {
+            return Some(k);
         }
-        if let Some((_, kind)) = OTHER_WORDS.iter().find(|(other, _)| names(word, other)) {
-            if let Some(k) = index(kind) {
-                return Some(k);
+    }
+    let (_, kind) = OTHER_WORDS.iter().find(|(other, _)| names(word, other))?;
+    kinds.iter().position(|k| k == kind)
+}
+
+/// Words that join a thing to the object it is on, of or near ("the hat on the man").
+const JOINS: &[&str] = &[
+    "on", "of", "in", "at", "by", "under", "above", "behind", "near", "beside", "around", "inside",
+    "from", "over", "below",
+];
+
+/// Words before a target that name no thing of their own.
+const FILLER: &[&str] = &[
+    "the", "a", "an", "find", "locate", "where", "is", "are", "box", "show", "me", "draw", "point",
+    "to", "please", "mark", "outline", "its", "his", "her", "their", "this", "that", "these",
+    "those", "there", "can", "you", "see", "any", "some", "picture", "photo", "image", "frame",
+    "video", "clip", "scene", "one", "ones", "which", "what", "how", "many", "much", "does", "do",
+    "appear", "visible", "in", "at", "on",
+];
+
+/// The thing the instructions ask to find when it is not an object of the detector's kinds
+/// but something on, of or near one ("the dog's collar", "the hat on the man", "the wheel of
+/// the bicycle"): the word before the join, or after the possessive. `None` when the kind
+/// they name is the target itself ("the dog on the left", "the man with the hat").
+pub(crate) fn part_named(instructions: &str, kinds: &[&str]) -> Option<String> {
+    let w = words(instructions);
+    let first_kind = (0..w.len()).find(|&at| kind_at(&w, at, kinds).is_some())?;
+    // "the dog's collar": the kind, the possessive's "s", then the thing.
+    if w.get(first_kind + 1).map(String::as_str) == Some("s") {
+        if let Some(thing) = w.get(first_kind + 2) {
+            let known = kind_at(&w, first_kind + 2, kinds).is_some();
+            let plain =
+                FILLER.contains(&thing.as_str()) || POSITION_WORDS.contains(&thing.as_str());
+            if !known && !plain {
+                return Some(thing.clone());
             }
         }
     }
-    None
+    // "the hat on the man": a thing, then a join, before the kind.
+    let before = &w[..first_kind];
+    let join = before.iter().rposition(|x| JOINS.contains(&x.as_str()))?;
+    before[..join]
+        .iter()
+        .find(|x| !FILLER.contains(&x.as_str()) && !POSITION_WORDS.contains(&x.as_str()))
+        .cloned()
 }
 
 /// The position the instructions' words ask for.
+/// Every word that asks for a position (`position`), and ordinal words that choose likewise.
+const POSITION_WORDS: &[&str] = &[
+    "left",
+    "leftmost",
+    "leftward",
+    "right",
+    "rightmost",
+    "rightward",
+    "top",
+    "topmost",
+    "upper",
+    "uppermost",
+    "highest",
+    "above",
+    "bottom",
+    "bottommost",
+    "lower",
+    "lowest",
+    "below",
+    "largest",
+    "biggest",
+    "big",
+    "large",
+    "closest",
+    "nearest",
+    "smallest",
+    "small",
+    "tiny",
+    "farthest",
+    "furthest",
+    "middle",
+    "center",
+    "centre",
+    "central",
+    "first",
+    "second",
+    "third",
+    "last",
+    "other",
+];
+
 pub(crate) fn position(instructions: &str) -> Position {
     for w in words(instructions) {
         let p = match w.as_str() {
@@ -410,6 +492,9 @@ pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Ground
     if let Some(u) = w.iter().find(|x| UNSEEN.contains(&x.as_str())) {
         return Err(Ungrounded::Unseen(u.clone()));
     }
+    if let Some(part) = part_named(instructions, kinds) {
+        return Err(Ungrounded::Unseen(part));
+    }
     if let QuestionKind::Choice { options } = &q.kind {
         return option_kinds(options, kinds).map(Grounded::Which);
     }
@@ -597,6 +682,48 @@ mod tests {
         assert_eq!(pick("the lower horse"), Some(0.7));
         assert_eq!(pick("the biggest horse"), Some(0.9));
         assert_eq!(choose(&[], Position::Left), None);
+    }
+
+    #[test]
+    fn a_thing_on_or_of_an_object_is_not_that_object() {
+        let kinds = ["person", "bicycle", "dog", "horse", "cup", "dining table"];
+        let part = |s: &str| part_named(s, &kinds);
+        assert_eq!(part("the dog's collar").as_deref(), Some("collar"));
+        assert_eq!(part("the hat on the man").as_deref(), Some("hat"));
+        assert_eq!(
+            part("Find the wheel of the bicycle").as_deref(),
+            Some("wheel")
+        );
+        assert_eq!(part("the saddle on the horse").as_deref(), Some("saddle"));
+        // The kind itself is the target, whatever follows or chooses it.
+        for s in [
+            "the dog",
+            "the dog on the left",
+            "the man with the hat",
+            "the person on the horse",
+            "the cup on the table",
+            "the biggest of the dogs",
+            "the dog's box",
+            "Where is the leftmost horse in the picture?",
+            "the horse on the right's",
+        ] {
+            assert_eq!(part(s), None, "{s}");
+        }
+        // Asked as a noul, a thing of an object is refused, not answered as the object.
+        let noul = protocol::QuestionKind::Noul {
+            when_false: None,
+            when_true: None,
+        };
+        let q = protocol::Question::asked(
+            noul,
+            Some("Is there a wheel on the bicycle?"),
+            None,
+            protocol::Overflow::Truncate,
+        );
+        assert_eq!(
+            grounding(&q, &kinds),
+            Err(Ungrounded::Unseen("wheel".into()))
+        );
     }
 
     #[test]
