@@ -61,14 +61,13 @@ fn walk(mut rest: &[u8], depth: usize, inside: bool) -> Result<(), &'static str>
         let Ok(size) = usize::try_from(size) else {
             return Err("a box is larger than the file");
         };
-        if size > rest.len() {
-            if inside {
-                return Err("a box is larger than the box that holds it");
-            }
-            // The top level's last box may be cut: the reader reports it.
-            return Ok(());
+        if size > rest.len() && inside {
+            return Err("a box is larger than the box that holds it");
         }
-        let payload = &rest[header..size];
+        // The top level's last box may be cut: the reader walks what there is of it, so
+        // that is checked too.
+        let size = size.min(rest.len());
+        let payload = rest.get(header..size).unwrap_or_default();
         if let Some(at) = children_at(&kind, payload) {
             walk(payload.get(at..).unwrap_or_default(), depth + 1, true)?;
         }
@@ -108,6 +107,13 @@ mod tests {
         let mut last = vec![0, 0, 0, 0];
         last.extend_from_slice(b"mdat");
         assert_eq!(sound(&last), Ok(()));
+        // A cut file's last box is still walked as far as it goes.
+        let mut cut = boxed(
+            b"moov",
+            &boxed(b"trak", &[0, 0, 0, 0, b'f', b'r', b'e', b'e']),
+        );
+        cut[3] += 100;
+        assert!(sound(&cut).is_err());
         // A child larger than its parent.
         let mut over = boxed(b"moov", &[0, 0, 0, 64, b'f', b'r', b'e', b'e']);
         over.extend_from_slice(&[0; 8]);

@@ -203,27 +203,30 @@ fn b_frames_are_shown_in_order() {
     assert!(levels[0] < 30.0 && levels[19] > 220.0, "{levels:?}");
     assert!(levels.windows(2).all(|w| w[1] > w[0]), "{levels:?}");
 }
-/// `zero-box.mp4` (found by `fuzz/`): an MP4 whose `dinf` holds a box declaring 0 bytes. The
-/// `mp4` crate would read that header forever; it is refused as unreadable instead, for its
-/// facts and for its frames.
+/// `zero-box.mp4` and `cut-zero-box.mp4` (found by `fuzz/`): MP4s whose `dinf` or `trak`
+/// holds a box declaring 0 bytes, the second in a `moov` cut short. The `mp4` crate would
+/// read that header forever; they are refused as unreadable instead, for their facts and for
+/// their frames.
 #[test]
 fn a_box_smaller_than_its_header_is_refused_not_read_forever() {
-    let b = fixture("zero-box.mp4");
-    assert!(
-        matches!(
-            media::video_facts(&b),
-            Err(media::MediaError::Unreadable {
-                container: "mp4",
-                ..
-            })
-        ),
-        "{:?}",
-        media::video_facts(&b)
-    );
-    assert!(matches!(
-        media::decode_frames(&b, &[0.0], 1 << 20),
-        Err(media::FramesError::Malformed(_))
-    ));
+    for name in ["zero-box.mp4", "cut-zero-box.mp4"] {
+        let b = fixture(name);
+        assert!(
+            matches!(
+                media::video_facts(&b),
+                Err(media::MediaError::Unreadable {
+                    container: "mp4",
+                    ..
+                })
+            ),
+            "{name}: {:?}",
+            media::video_facts(&b)
+        );
+        assert!(matches!(
+            media::decode_frames(&b, &[0.0], 1 << 20),
+            Err(media::FramesError::Malformed(_))
+        ));
+    }
 }
 
 /// `huge-sample.mp4` (found by `fuzz/`): a sample table declaring a 4 GiB sample in a 9 KB
