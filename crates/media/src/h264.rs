@@ -8,6 +8,7 @@ use openh264::decoder::{DecodedYUV, Decoder, DecoderConfig, Flush};
 use openh264::formats::YUVSource;
 use openh264::OpenH264API;
 
+use crate::budget::Budgeted;
 use crate::first_video_track;
 use crate::frames::{FramesError, Shown};
 use crate::picture::Picture;
@@ -18,7 +19,7 @@ pub(crate) fn mp4_frames(
     max_pixels: u64,
 ) -> Result<Vec<Picture>, FramesError> {
     crate::iso::sound(bytes).map_err(FramesError::malformed)?;
-    let mut r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)
+    let mut r = mp4::Mp4Reader::read_header(Budgeted::new(bytes), bytes.len() as u64)
         .map_err(FramesError::malformed)?;
     let track =
         first_video_track(&r).ok_or_else(|| FramesError::malformed("it has no video track"))?;

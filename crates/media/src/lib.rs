@@ -10,6 +10,7 @@
 //! panics on some input is caught and reported as unreadable.
 
 mod av1;
+mod budget;
 pub mod frames;
 mod h264;
 mod iso;
@@ -20,7 +21,6 @@ pub use frames::FramesError;
 pub use h264::encode_mp4;
 pub use picture::{decode_picture, Picture, PictureError};
 
-use std::io::Cursor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// A video container this runtime reads.
@@ -155,7 +155,7 @@ enum Unread {
 
 fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, Unread> {
     iso::sound(bytes).map_err(Unread::Boxes)?;
-    let r = mp4::Mp4Reader::read_header(Cursor::new(bytes), bytes.len() as u64)?;
+    let r = mp4::Mp4Reader::read_header(budget::Budgeted::new(bytes), bytes.len() as u64)?;
     let track = first_video_track(&r).ok_or(Unread::NoVideoTrack)?;
     let frames = if track.trafs.is_empty() {
         u64::from(track.trak.mdia.minf.stbl.stsz.sample_count)
@@ -204,7 +204,7 @@ fn ratio(units: u64, per_second: u32) -> Option<f64> {
 }
 
 fn matroska_facts(bytes: &[u8]) -> Result<VideoFacts, Unread> {
-    let mut f = matroska_demuxer::MatroskaFile::open(Cursor::new(bytes))?;
+    let mut f = matroska_demuxer::MatroskaFile::open(budget::Budgeted::new(bytes))?;
     let track = f
         .tracks()
         .iter()

@@ -240,3 +240,27 @@ fn a_sample_table_claiming_more_than_the_file_is_refused_before_reading() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `crc-loop.mkv` (found by `fuzz/`): a Matroska segment opening with a CRC-32 element, which
+/// `matroska-demuxer` looks past by seeking back to the same place at every turn. Its reader
+/// runs out of calls and the file is unreadable, for its facts and for its frames (before,
+/// this test never ended).
+#[test]
+fn a_container_reader_that_goes_round_is_stopped() {
+    let b = fixture("crc-loop.mkv");
+    assert!(
+        matches!(
+            media::video_facts(&b),
+            Err(media::MediaError::Unreadable {
+                container: "matroska",
+                ..
+            })
+        ),
+        "{:?}",
+        media::video_facts(&b)
+    );
+    assert!(matches!(
+        media::decode_frames(&b, &[0.0], 1 << 20),
+        Err(media::FramesError::Malformed(_))
+    ));
+}
