@@ -413,6 +413,75 @@ async fn the_same_clip_gives_the_same_track_in_every_container_and_codec() {
     }
 }
 
+/// "When does … appear?" about a video, a choice over spans of the clip: a clip that is
+/// grey for 2 s and then shows darknet's dog (H.264, 10 frames a second, 5 s) is answered in
+/// the middle third and between 2 and 4 s; a kind it never shows is answered "never"; a
+/// picture has no moments, and an option that names none is refused.
+#[tokio::test]
+async fn when_a_kind_first_appears_in_a_video() {
+    let s = server();
+    let photo = media::decode_picture(&photo("dog.jpg"), 1 << 24).unwrap();
+    let (w, h) = (384usize, 288usize);
+    // The photo halved (every other pixel of every other row).
+    let mut dog = Vec::with_capacity(w * h * 3);
+    for row in 0..h {
+        for col in 0..w {
+            let at = (row * 2 * photo.width + col * 2) * 3;
+            dog.extend_from_slice(&photo.rgb[at..at + 3]);
+        }
+    }
+    let frames: Vec<media::Picture> = (0..50)
+        .map(|i| media::Picture {
+            width: w,
+            height: h,
+            rgb: if i < 20 {
+                vec![128; w * h * 3]
+            } else {
+                dog.clone()
+            },
+        })
+        .collect();
+    let clip = media::encode_mp4(&frames, 10).unwrap();
+    let parts = json!({"s": "at the start", "m": "in the middle", "e": "at the end",
+                       "n": "it does not appear"});
+    let body = about_clip(
+        &clip,
+        json!({
+            "dog": {"type": "choice", "instructions": "At which moment does a dog appear?",
+                    "criteria": parts},
+            "seconds": {"type": "choice", "instructions": "When does the dog first appear?",
+                        "criteria": {"a": "before 2 s", "b": "between 2 and 4 seconds",
+                                     "c": "after 4 s"}},
+            "horse": {"type": "choice", "instructions": "When does a horse appear?",
+                      "criteria": parts},
+            "vague": {"type": "choice", "instructions": "When does a dog appear?",
+                      "criteria": {"a": "soon", "b": "at the end"}}}),
+    );
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    eprintln!("{}", v["answers"]);
+    assert_eq!(v["answers"]["dog"]["choice"], "m", "{v}");
+    assert_eq!(v["answers"]["seconds"]["choice"], "b", "{v}");
+    assert_eq!(v["answers"]["horse"]["choice"], "n", "{v}");
+    assert_eq!(
+        v["answers"]["vague"]["reason"], "question_not_grounded",
+        "{v}"
+    );
+    // A picture has no moments.
+    let body = about(
+        "dog.jpg",
+        json!({"when": {"type": "choice", "instructions": "When does the dog appear?",
+                        "criteria": parts},
+               "dog": {"type": "noul", "instructions": "Is there a dog?"}}),
+    );
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["answers"]["when"]["reason"], "question_not_grounded",
+        "{v}"
+    );
+}
+
 #[tokio::test]
 async fn video_box_questions_fail_with_the_spec_reasons() {
     let s = server();

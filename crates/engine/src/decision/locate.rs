@@ -28,7 +28,7 @@ use serde_json::json;
 
 use super::model::{entries, Decision, DecisionModel};
 use super::readout::{choice_answer, score_answer};
-use super::target;
+use super::{moments, target};
 use crate::backend::{Detector, Found};
 
 /// What the detector finds at least this surely is a candidate box (the rest is noise).
@@ -161,7 +161,7 @@ impl DecisionModel {
                             continue;
                         };
                         if let [clip] = r.videos.as_slice() {
-                            let answer = match self.appears(detector, &g, clip).await {
+                            let answer = match self.appears(detector, &g, q, clip).await {
                                 Ok(a) => a,
                                 Err(f) => failed(f),
                             };
@@ -193,32 +193,46 @@ impl DecisionModel {
         Located { answers }
     }
 
-    /// Whether a kind appears in the state's only video: the detector reads one moment a
-    /// second (as a track question does), and the answer is the surest sighting's confidence.
+    /// Whether a kind appears in the state's only video, or when it first does: the detector
+    /// reads one moment a second (as a track question does). Whether is the surest
+    /// sighting's confidence; when, each option's share of the first appearance
+    /// (`moments::first_seen`, each moment's presence its surest sighting's).
     async fn appears(
         &self,
         detector: &Arc<dyn Detector>,
         g: &target::Grounded,
+        q: &Question,
         clip: &Clip,
     ) -> Result<Answer, QuestionFailure> {
         let seconds = readable_seconds(clip, "questions about what it shows")?;
-        let target::Grounded::Presence(kind) = g else {
+        let (target::Grounded::Presence(kind) | target::Grounded::When(kind, _)) = g else {
             return Err(QuestionFailure::malformed(
                 "not a question the video answers",
             ));
         };
-        let moments: Vec<f64> = (0..)
+        let times: Vec<f64> = (0..)
             .map(f64::from)
             .take_while(|t| *t < seconds.max(0.001))
             .collect();
-        let frames = detect_frames(detector.clone(), clip.bytes.clone(), moments).await?;
-        let p: Vec<f64> = frames
+        let frames = detect_frames(detector.clone(), clip.bytes.clone(), times.clone()).await?;
+        let there: Vec<f64> = frames
             .iter()
-            .flat_map(|found| sightings(found, *kind))
+            .map(|found| target::presence(&sightings(found, *kind)))
             .collect();
-        Ok(Answer::Noul(NoulAnswer {
-            noul: round(target::presence(&p).max(confidence(None, 1.0))),
-        }))
+        match (g, &q.kind) {
+            (target::Grounded::When(_, spans), QuestionKind::Choice { options }) => {
+                let seen: Vec<(f64, f64)> = times.iter().copied().zip(there).collect();
+                let probs: Vec<f64> = moments::first_seen(&seen, seconds, spans)
+                    .into_iter()
+                    .map(round)
+                    .collect();
+                let keys: Vec<String> = options.iter().map(|(k, _)| k.clone()).collect();
+                Ok(choice_answer(&probs, &keys))
+            }
+            _ => Ok(Answer::Noul(NoulAnswer {
+                noul: round(target::presence(&there).max(confidence(None, 1.0))),
+            })),
+        }
     }
 
     /// A box question with `at`, or a track question, on the state's only video.
@@ -399,6 +413,8 @@ fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Quest
     };
     let kind = match g {
         target::Grounded::Presence(k) | target::Grounded::Count(k, _) => *k,
+        // Refused for pictures by `media_grounding`: a picture has no moments.
+        target::Grounded::When(k, _) => *k,
         target::Grounded::Which(kinds) => {
             let QuestionKind::Choice { options } = &q.kind else {
                 return Answer::Noul(NoulAnswer { noul: 0.0 });

@@ -25,6 +25,7 @@ mod load;
 mod locate;
 mod merge;
 mod model;
+mod moments;
 mod plan;
 mod prepare;
 mod readout;

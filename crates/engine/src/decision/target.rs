@@ -3,6 +3,7 @@
 //! choose among several objects of that kind; then the box chosen among a picture's
 //! detections. Pure functions, no model.
 
+use super::moments;
 use crate::backend::{iou, Found};
 
 /// Other words for a kind (COCO's names), singular and plural forms included.
@@ -377,6 +378,9 @@ pub(crate) enum Grounded {
     /// Which of the options' kinds is in the pictures (a choice): each option's kind, in the
     /// question's option order.
     Which(Vec<usize>),
+    /// When an object of the kind first appears in the video (a choice asking when): the span
+    /// each option names, in the question's option order.
+    When(usize, Vec<moments::Span>),
 }
 
 /// Words that ask about what a detector of kinds of object does not see.
@@ -466,6 +470,14 @@ pub(crate) enum Ungrounded {
     #[error("two of its options name the same kind, {0}")]
     OptionsShareAKind(String),
     #[error(
+        "it asks when, and its option {0:?} names no span of the video (\"at the start\", \
+         \"in the middle\", \"at the end\", \"between 2 and 4 seconds\", \"after 3 s\", \
+         \"never\")"
+    )]
+    OptionNamesNoMoment(String),
+    #[error("a picture has no moments: a question asking when is answered about a video")]
+    PictureHasNoMoments,
+    #[error(
         "a score about a picture asks how many, its levels counts (\"none\", \"one\", \
          \"3 or more\")"
     )]
@@ -477,8 +489,8 @@ pub(crate) enum Ungrounded {
     )]
     Type(&'static str),
     #[error(
-        "about a video, the detector answers whether a kind appears (a noul), not how many or \
-         which"
+        "about a video, the detector answers whether a kind appears (a noul) and when it first \
+         does (a choice over spans of the clip), not how many or which"
     )]
     VideoCountOrWhich,
 }
@@ -496,6 +508,18 @@ pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Ground
         return Err(Ungrounded::Unseen(part));
     }
     if let QuestionKind::Choice { options } = &q.kind {
+        if moments::asks_when(instructions) {
+            let kind = named_kind(instructions, kinds).ok_or(Ungrounded::NamesNoKind)?;
+            let spans = options
+                .iter()
+                .map(|(key, description)| {
+                    let meaning = description.as_deref().unwrap_or(key);
+                    moments::span_of(meaning)
+                        .ok_or_else(|| Ungrounded::OptionNamesNoMoment(meaning.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Grounded::When(kind, spans));
+        }
         return option_kinds(options, kinds).map(Grounded::Which);
     }
     let Some(kind) = named_kind(instructions, kinds) else {
@@ -536,6 +560,7 @@ pub(crate) fn media_grounding(
         Grounded::Count(..) | Grounded::Which(..) if !pictures => {
             Err(Ungrounded::VideoCountOrWhich)
         }
+        Grounded::When(..) if pictures => Err(Ungrounded::PictureHasNoMoments),
         g => Ok(g),
     }))
 }
