@@ -222,7 +222,7 @@ impl DecisionModel {
         match (g, &q.kind) {
             (target::Grounded::When(_, spans), QuestionKind::Choice { options }) => {
                 let seen: Vec<(f64, f64)> = times.iter().copied().zip(there).collect();
-                let probs: Vec<f64> = moments::first_seen(&seen, seconds, spans)
+                let probs: Vec<f64> = target::shares(&moments::first_seen(&seen, seconds, spans))
                     .into_iter()
                     .map(round)
                     .collect();

@@ -86,9 +86,9 @@ pub(crate) fn span_of(option: &str) -> Option<Span> {
 /// Each option's probability that the target first appears in its span, from `seen`: each
 /// sampled moment's time (ascending) and the probability the target is there then, moments
 /// taken as independent. The target first appears at a moment when it is there and was at
-/// none before; "never" is its absence at every moment. Options share what they cover and
-/// are normalised over it, so a question without a "never" option is answered given that the
-/// target appears.
+/// none before; "never" is its absence at every moment. Unnormalised: the caller takes each
+/// option's share of what the options cover, so a question without a "never" option is
+/// answered given that the target appears.
 pub(crate) fn first_seen(seen: &[(f64, f64)], seconds: f64, spans: &[Span]) -> Vec<f64> {
     let mut unseen_so_far = 1.0;
     let mut first = Vec::with_capacity(seen.len());
@@ -98,7 +98,7 @@ pub(crate) fn first_seen(seen: &[(f64, f64)], seconds: f64, spans: &[Span]) -> V
         unseen_so_far *= 1.0 - p;
     }
     let third = seconds.max(f64::MIN_POSITIVE) / 3.0;
-    let mass: Vec<f64> = spans
+    spans
         .iter()
         .map(|span| match span {
             Span::Never => unseen_so_far,
@@ -116,17 +116,19 @@ pub(crate) fn first_seen(seen: &[(f64, f64)], seconds: f64, spans: &[Span]) -> V
                     .sum()
             }
         })
-        .collect();
-    let z: f64 = mass.iter().sum();
-    if z.is_nan() || z <= 0.0 {
-        return vec![1.0 / spans.len().max(1) as f64; spans.len()];
-    }
-    mass.iter().map(|m| m / z).collect()
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each option's share, as the caller takes it.
+    fn first_seen(seen: &[(f64, f64)], seconds: f64, spans: &[Span]) -> Vec<f64> {
+        let mass = super::first_seen(seen, seconds, spans);
+        let z: f64 = mass.iter().sum();
+        mass.iter().map(|m| m / z).collect()
+    }
 
     #[test]
     fn options_name_spans_of_the_clip() {

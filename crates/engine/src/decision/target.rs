@@ -612,11 +612,16 @@ pub(crate) fn which(presence: &[f64]) -> Vec<f64> {
                 .product()
         })
         .collect();
-    let z: f64 = alone.iter().sum();
+    shares(&alone)
+}
+
+/// Each mass's share of their sum (uniform when they sum to nothing).
+pub(crate) fn shares(mass: &[f64]) -> Vec<f64> {
+    let z: f64 = mass.iter().sum();
     if z.is_nan() || z <= 0.0 {
-        return vec![1.0 / p.len().max(1) as f64; p.len()];
+        return vec![1.0 / mass.len().max(1) as f64; mass.len()];
     }
-    alone.iter().map(|a| a / z).collect()
+    mass.iter().map(|m| m / z).collect()
 }
 
 /// The probability of each level of `levels` when each object is there with its probability
@@ -641,8 +646,7 @@ pub(crate) fn count_levels(p: &[f64], levels: &[(u32, bool)]) -> Vec<f64> {
         }
     };
     let raw: Vec<f64> = levels.iter().map(|&(n, m)| of(n, m) + 1e-6).collect();
-    let total: f64 = raw.iter().sum();
-    raw.into_iter().map(|x| x / total).collect()
+    shares(&raw)
 }
 
 #[cfg(test)]
