@@ -3,7 +3,9 @@
 //! declares fewer bytes than its own header (size 0 to 7 inside a container): it then reads the
 //! same header forever (found by `fuzz/`'s media target). Every container it walks is walked
 //! here first, in time linear in the file, and a child too small for its header or larger
-//! than its parent is refused.
+//! than its parent is refused. So is a track run (`trun`) that claims more samples than the
+//! file has bytes: one whose samples carry no fields of their own is read by a loop of that
+//! many turns that reads nothing (4 billion at most).
 
 /// Containers whose children the `mp4` crate reads in a loop, and where in their payload the
 /// children start.
@@ -28,10 +30,10 @@ const DEPTH: usize = 16;
 
 /// Whether every box the `mp4` crate would walk fits its parent and its own header.
 pub(crate) fn sound(bytes: &[u8]) -> Result<(), &'static str> {
-    walk(bytes, 0, false)
+    walk(bytes, 0, false, bytes.len() as u64)
 }
 
-fn walk(mut rest: &[u8], depth: usize, inside: bool) -> Result<(), &'static str> {
+fn walk(mut rest: &[u8], depth: usize, inside: bool, file: u64) -> Result<(), &'static str> {
     if depth > DEPTH {
         return Err("its boxes nest too deep");
     }
@@ -69,7 +71,16 @@ fn walk(mut rest: &[u8], depth: usize, inside: bool) -> Result<(), &'static str>
         let size = size.min(rest.len());
         let payload = rest.get(header..size).unwrap_or_default();
         if let Some(at) = children_at(&kind, payload) {
-            walk(payload.get(at..).unwrap_or_default(), depth + 1, true)?;
+            walk(payload.get(at..).unwrap_or_default(), depth + 1, true, file)?;
+        }
+        // A track run: version and flags, then its sample count.
+        if &kind == b"trun" {
+            let count = payload
+                .get(4..8)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            if count.is_some_and(|n| u64::from(n) > file) {
+                return Err("a track run claims more samples than the file has bytes");
+            }
         }
         rest = &rest[size..];
     }

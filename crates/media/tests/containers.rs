@@ -228,6 +228,23 @@ fn a_box_smaller_than_its_header_is_refused_not_read_forever() {
     unreadable("cut-zero-box.mp4", "mp4");
 }
 
+/// `empty-trun.mp4` (found by `fuzz/`): a fragment's track run claiming billions of samples
+/// that carry no fields, which the `mp4` crate counts through one empty turn at a time (over
+/// 10 s under the fuzzer). Refused before it is read.
+#[test]
+fn a_track_run_claiming_more_samples_than_bytes_is_refused() {
+    unreadable("empty-trun.mp4", "mp4");
+    match media::video_facts(&fixture("empty-trun.mp4")) {
+        Err(media::MediaError::Unreadable { why, .. }) => {
+            assert!(
+                why.contains("more samples than the file has bytes"),
+                "{why}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// `huge-sample.mp4` (found by `fuzz/`): a sample table declaring a 4 GiB sample in a 9 KB
 /// file. The `mp4` crate allocates a sample at its declared size before reading it; the table
 /// is refused before any sample is read.
