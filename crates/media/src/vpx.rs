@@ -108,8 +108,9 @@ unsafe fn lend(img: &sys::vpx_image_t) -> Result<Yuv<'_>, FramesError> {
         if p.is_null() || rows == 0 {
             return Err(bad());
         }
+        let len = stride.checked_mul(rows).ok_or_else(bad)?;
         // SAFETY: libvpx allocates each plane as `stride` bytes for each of its rows.
-        Ok(unsafe { std::slice::from_raw_parts(p, stride * rows) })
+        Ok(unsafe { std::slice::from_raw_parts(p, len) })
     };
     Ok(Yuv {
         width: w,

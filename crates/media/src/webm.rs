@@ -24,7 +24,7 @@ pub(crate) fn matroska_frames(
     let codec = track.codec_id().to_string();
     let private = track.codec_private().map(<[u8]>::to_vec);
     if let Some(v) = track.video() {
-        let pixels = v.pixel_width().get() * v.pixel_height().get();
+        let pixels = v.pixel_width().get().saturating_mul(v.pixel_height().get());
         if pixels > max_pixels {
             return Err(FramesError::TooLarge(pixels, max_pixels));
         }
