@@ -39,7 +39,11 @@ fn walk(mut rest: &[u8], depth: usize, inside: bool, file: u64) -> Result<(), &'
     }
     while !rest.is_empty() {
         let Some((head, _)) = rest.split_first_chunk::<8>() else {
-            // A few trailing bytes: the reader stops at them, or fails.
+            // A few trailing bytes: at the top level the reader fails on them; inside a box
+            // it would read a header running on into the next box.
+            if inside {
+                return Err("a box's last bytes are too few for a box");
+            }
             return Ok(());
         };
         let declared = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as u64;

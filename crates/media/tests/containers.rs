@@ -228,6 +228,20 @@ fn a_box_smaller_than_its_header_is_refused_not_read_forever() {
     unreadable("cut-zero-box.mp4", "mp4");
 }
 
+/// `split-header.mp4` (found by `fuzz/`): a `meta` box whose last 7 bytes are too few for a
+/// box; the `mp4` crate reads a header across them into the next box and allocates the 3 GB
+/// that header declares. Refused before it is read.
+#[test]
+fn a_header_running_past_its_box_is_refused() {
+    unreadable("split-header.mp4", "mp4");
+    match media::video_facts(&fixture("split-header.mp4")) {
+        Err(media::MediaError::Unreadable { why, .. }) => {
+            assert!(why.contains("too few for a box"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// `empty-trun.mp4` (found by `fuzz/`): a fragment's track run claiming billions of samples
 /// that carry no fields, which the `mp4` crate counts through one empty turn at a time (over
 /// 10 s under the fuzzer). Refused before it is read.
