@@ -147,8 +147,7 @@ pub(crate) fn part_named(instructions: &str, kinds: &[&str]) -> Option<String> {
     if w.get(first_kind + 1).map(String::as_str) == Some("s") {
         if let Some(thing) = w.get(first_kind + 2) {
             let known = kind_at(&w, first_kind + 2, kinds).is_some();
-            let plain =
-                FILLER.contains(&thing.as_str()) || POSITION_WORDS.contains(&thing.as_str());
+            let plain = FILLER.contains(&thing.as_str()) || chooses(thing);
             if !known && !plain {
                 return Some(thing.clone());
             }
@@ -159,67 +158,60 @@ pub(crate) fn part_named(instructions: &str, kinds: &[&str]) -> Option<String> {
     let join = before.iter().rposition(|x| JOINS.contains(&x.as_str()))?;
     before[..join]
         .iter()
-        .find(|x| !FILLER.contains(&x.as_str()) && !POSITION_WORDS.contains(&x.as_str()))
+        .find(|x| !FILLER.contains(&x.as_str()) && !chooses(x))
         .cloned()
 }
 
-/// The position the instructions' words ask for.
-/// Every word that asks for a position (`position`), and ordinal words that choose likewise.
-const POSITION_WORDS: &[&str] = &[
-    "left",
-    "leftmost",
-    "leftward",
-    "right",
-    "rightmost",
-    "rightward",
-    "top",
-    "topmost",
-    "upper",
-    "uppermost",
-    "highest",
-    "above",
-    "bottom",
-    "bottommost",
-    "lower",
-    "lowest",
-    "below",
-    "largest",
-    "biggest",
-    "big",
-    "large",
-    "closest",
-    "nearest",
-    "smallest",
-    "small",
-    "tiny",
-    "farthest",
-    "furthest",
-    "middle",
-    "center",
-    "centre",
-    "central",
-    "first",
-    "second",
-    "third",
-    "last",
-    "other",
+/// The words that ask for a position, each with the position it asks for.
+const POSITIONS: &[(&str, Position)] = &[
+    ("left", Position::Left),
+    ("leftmost", Position::Left),
+    ("leftward", Position::Left),
+    ("right", Position::Right),
+    ("rightmost", Position::Right),
+    ("rightward", Position::Right),
+    ("top", Position::Top),
+    ("topmost", Position::Top),
+    ("upper", Position::Top),
+    ("uppermost", Position::Top),
+    ("highest", Position::Top),
+    ("above", Position::Top),
+    ("bottom", Position::Bottom),
+    ("bottommost", Position::Bottom),
+    ("lower", Position::Bottom),
+    ("lowest", Position::Bottom),
+    ("below", Position::Bottom),
+    ("largest", Position::Largest),
+    ("biggest", Position::Largest),
+    ("big", Position::Largest),
+    ("large", Position::Largest),
+    ("closest", Position::Largest),
+    ("nearest", Position::Largest),
+    ("smallest", Position::Smallest),
+    ("small", Position::Smallest),
+    ("tiny", Position::Smallest),
+    ("farthest", Position::Smallest),
+    ("furthest", Position::Smallest),
+    ("middle", Position::Middle),
+    ("center", Position::Middle),
+    ("centre", Position::Middle),
+    ("central", Position::Middle),
 ];
 
+/// Ordinal words, which choose among objects as position words do.
+const ORDINALS: &[&str] = &["first", "second", "third", "last", "other"];
+
+/// Whether a word chooses among objects (a position or an ordinal) rather than naming a thing.
+fn chooses(word: &str) -> bool {
+    POSITIONS.iter().any(|(w, _)| *w == word) || ORDINALS.contains(&word)
+}
+
+/// The position the instructions' words ask for: the first position word's.
 pub(crate) fn position(instructions: &str) -> Position {
-    for w in words(instructions) {
-        let p = match w.as_str() {
-            "left" | "leftmost" | "leftward" => Position::Left,
-            "right" | "rightmost" | "rightward" => Position::Right,
-            "top" | "topmost" | "upper" | "uppermost" | "highest" | "above" => Position::Top,
-            "bottom" | "bottommost" | "lower" | "lowest" | "below" => Position::Bottom,
-            "largest" | "biggest" | "big" | "large" | "closest" | "nearest" => Position::Largest,
-            "smallest" | "small" | "tiny" | "farthest" | "furthest" => Position::Smallest,
-            "middle" | "center" | "centre" | "central" => Position::Middle,
-            _ => continue,
-        };
-        return p;
-    }
-    Position::Surest
+    words(instructions)
+        .iter()
+        .find_map(|w| POSITIONS.iter().find(|(p, _)| p == w).map(|(_, at)| *at))
+        .unwrap_or(Position::Surest)
 }
 
 /// The objects a position chooses among: those of the kind the detector is at least half as
