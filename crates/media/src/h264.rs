@@ -8,7 +8,6 @@ use openh264::decoder::{DecodedYUV, Decoder, DecoderConfig, Flush};
 use openh264::formats::YUVSource;
 use openh264::OpenH264API;
 
-use crate::budget::Budgeted;
 use crate::first_video_track;
 use crate::frames::{FramesError, Shown};
 use crate::picture::Picture;
@@ -18,9 +17,7 @@ pub(crate) fn mp4_frames(
     moments: &[f64],
     max_pixels: u64,
 ) -> Result<Vec<Picture>, FramesError> {
-    crate::iso::sound(bytes).map_err(FramesError::malformed)?;
-    let mut r = mp4::Mp4Reader::read_header(Budgeted::new(bytes), bytes.len() as u64)
-        .map_err(FramesError::malformed)?;
+    let mut r = crate::open_mp4(bytes).map_err(FramesError::malformed)?;
     let track =
         first_video_track(&r).ok_or_else(|| FramesError::malformed("it has no video track"))?;
     match track.media_type() {
@@ -77,7 +74,7 @@ pub(crate) fn mp4_frames(
             .map_err(FramesError::malformed)?
         {
             let shown = sample.start_time as i64 + i64::from(sample.rendering_offset);
-            samples.push((shown, sample.bytes.to_vec()));
+            samples.push((shown, sample.bytes));
         }
     }
     decode(
@@ -120,7 +117,7 @@ pub(crate) fn avc_config(record: &[u8]) -> Result<(Vec<Vec<u8>>, usize), FramesE
 pub(crate) fn decode(
     sets: &[Vec<u8>],
     length_size: usize,
-    samples: &[(i64, Vec<u8>)],
+    samples: &[(i64, impl AsRef<[u8]>)],
     per_second: f64,
     moments: &[f64],
     max_pixels: u64,
@@ -152,7 +149,7 @@ pub(crate) fn decode(
         })
     };
     for (_, bytes) in samples {
-        let packet = annex_b(bytes, length_size)?;
+        let packet = annex_b(bytes.as_ref(), length_size)?;
         if let Some(yuv) = decoder.decode(&packet).map_err(FramesError::malformed)? {
             shown.offer(|| rgb(&yuv))?;
         }

@@ -140,7 +140,7 @@ fn first_video_track<R: std::io::Read + std::io::Seek>(
 
 /// Why a known container's facts do not read.
 #[derive(Debug, thiserror::Error)]
-enum Unread {
+pub(crate) enum Unread {
     #[error("it has no video track")]
     NoVideoTrack,
     #[error("it gives no duration")]
@@ -153,9 +153,27 @@ enum Unread {
     Matroska(#[from] matroska_demuxer::DemuxError),
 }
 
-fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, Unread> {
+/// An MP4 reader on `bytes`, as every MP4 read here opens one: its box tree checked first
+/// (`iso`), its reads through the call budget (`budget`).
+pub(crate) fn open_mp4(bytes: &[u8]) -> Result<mp4::Mp4Reader<budget::Budgeted<'_>>, Unread> {
     iso::sound(bytes).map_err(Unread::Boxes)?;
-    let r = mp4::Mp4Reader::read_header(budget::Budgeted::new(bytes), bytes.len() as u64)?;
+    Ok(mp4::Mp4Reader::read_header(
+        budget::Budgeted::new(bytes),
+        bytes.len() as u64,
+    )?)
+}
+
+/// A Matroska reader on `bytes`, its reads through the call budget (`budget`).
+pub(crate) fn open_matroska(
+    bytes: &[u8],
+) -> Result<matroska_demuxer::MatroskaFile<budget::Budgeted<'_>>, Unread> {
+    Ok(matroska_demuxer::MatroskaFile::open(
+        budget::Budgeted::new(bytes),
+    )?)
+}
+
+fn mp4_facts(bytes: &[u8]) -> Result<VideoFacts, Unread> {
+    let r = open_mp4(bytes)?;
     let track = first_video_track(&r).ok_or(Unread::NoVideoTrack)?;
     let frames = if track.trafs.is_empty() {
         u64::from(track.trak.mdia.minf.stbl.stsz.sample_count)
@@ -204,7 +222,7 @@ fn ratio(units: u64, per_second: u32) -> Option<f64> {
 }
 
 fn matroska_facts(bytes: &[u8]) -> Result<VideoFacts, Unread> {
-    let mut f = matroska_demuxer::MatroskaFile::open(budget::Budgeted::new(bytes))?;
+    let mut f = open_matroska(bytes)?;
     let track = f
         .tracks()
         .iter()

@@ -2,9 +2,8 @@
 //! decoded by the codec its `CodecID` names: VP8 and VP9 by libvpx, AV1 by dav1d, H.264 by
 //! OpenH264.
 
-use matroska_demuxer::{Frame, MatroskaFile, TrackType};
+use matroska_demuxer::{Frame, TrackType};
 
-use crate::budget::Budgeted;
 use crate::frames::{FramesError, Shown, Yuv};
 use crate::picture::Picture;
 use crate::{av1, h264, vpx};
@@ -14,7 +13,7 @@ pub(crate) fn matroska_frames(
     moments: &[f64],
     max_pixels: u64,
 ) -> Result<Vec<Picture>, FramesError> {
-    let mut file = MatroskaFile::open(Budgeted::new(bytes)).map_err(FramesError::malformed)?;
+    let mut file = crate::open_matroska(bytes).map_err(FramesError::malformed)?;
     let track = file
         .tracks()
         .iter()
