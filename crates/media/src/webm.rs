@@ -20,14 +20,29 @@ pub(crate) fn matroska_frames(
         .find(|t| t.track_type() == TrackType::Video)
         .ok_or_else(|| FramesError::malformed("it has no video track"))?;
     let number = track.track_number().get();
-    let codec = track.codec_id().to_string();
-    let private = track.codec_private().map(<[u8]>::to_vec);
     if let Some(v) = track.video() {
         let pixels = v.pixel_width().get().saturating_mul(v.pixel_height().get());
         if pixels > max_pixels {
             return Err(FramesError::TooLarge(pixels, max_pixels));
         }
     }
+    // The codec is known before any block is read: one this runtime does not decode is
+    // refused without reading the file's frames.
+    let stream = match track.codec_id() {
+        "V_VP8" => Stream::Packets(Codec::Vpx(vpx::Decoder::new(vpx::Vp::Vp8)?)),
+        "V_VP9" => Stream::Packets(Codec::Vpx(vpx::Decoder::new(vpx::Vp::Vp9)?)),
+        "V_AV1" => Stream::Packets(Codec::Av1(av1::Decoder::new(max_pixels)?)),
+        "V_MPEG4/ISO/AVC" => {
+            let (sets, length_size) = h264::avc_config(track.codec_private().unwrap_or_default())?;
+            Stream::Avc(sets, length_size)
+        }
+        other => {
+            return Err(FramesError::Unsupported(format!(
+                "{} video in Matroska",
+                if other.is_empty() { "unnamed" } else { other }
+            )))
+        }
+    };
     // Timestamps count units of timestamp_scale nanoseconds.
     let per_second = 1e9 / file.info().timestamp_scale().get() as f64;
     let mut packets = Vec::new();
@@ -41,13 +56,9 @@ pub(crate) fn matroska_frames(
             packets.push((at, !frame.is_invisible, std::mem::take(&mut frame.data)));
         }
     }
-    let shown_times: Vec<i64> = packets.iter().filter(|p| p.1).map(|p| p.0).collect();
-    let mut decoder = match codec.as_str() {
-        "V_VP8" => Codec::Vpx(vpx::Decoder::new(vpx::Vp::Vp8)?),
-        "V_VP9" => Codec::Vpx(vpx::Decoder::new(vpx::Vp::Vp9)?),
-        "V_AV1" => Codec::Av1(av1::Decoder::new(max_pixels)?),
-        "V_MPEG4/ISO/AVC" => {
-            let (sets, length_size) = h264::avc_config(private.as_deref().unwrap_or_default())?;
+    let mut decoder = match stream {
+        Stream::Packets(codec) => codec,
+        Stream::Avc(sets, length_size) => {
             let samples: Vec<(i64, Vec<u8>)> = packets
                 .into_iter()
                 .map(|(at, _, data)| (at, data))
@@ -61,13 +72,8 @@ pub(crate) fn matroska_frames(
                 max_pixels,
             );
         }
-        other => {
-            return Err(FramesError::Unsupported(format!(
-                "{} video in Matroska",
-                if other.is_empty() { "unnamed" } else { other }
-            )))
-        }
     };
+    let shown_times: Vec<i64> = packets.iter().filter(|p| p.1).map(|p| p.0).collect();
     let mut shown = Shown::new(moments, &shown_times, per_second);
     for (_, _, data) in &packets {
         decoder.decode(data, &mut |yuv| shown.offer(|| yuv.to_rgb(max_pixels)))?;
@@ -77,6 +83,13 @@ pub(crate) fn matroska_frames(
     }
     decoder.finish(&mut |yuv| shown.offer(|| yuv.to_rgb(max_pixels)))?;
     shown.finish()
+}
+
+/// How a track's blocks are decoded: packet by packet, or (H.264, from its parameter sets and
+/// NAL length size) by `h264::decode` over the whole stream.
+enum Stream {
+    Packets(Codec),
+    Avc(Vec<Vec<u8>>, usize),
 }
 
 enum Codec {
