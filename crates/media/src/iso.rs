@@ -30,13 +30,15 @@ const DEPTH: usize = 16;
 
 /// Whether every box the `mp4` crate would walk fits its parent and its own header.
 pub(crate) fn sound(bytes: &[u8]) -> Result<(), &'static str> {
-    walk(bytes, 0, false, bytes.len() as u64)
+    walk(bytes, 0, bytes.len() as u64)
 }
 
-fn walk(mut rest: &[u8], depth: usize, inside: bool, file: u64) -> Result<(), &'static str> {
+/// The boxes of `rest`, `depth` boxes down (0: the file's top level).
+fn walk(mut rest: &[u8], depth: usize, file: u64) -> Result<(), &'static str> {
     if depth > DEPTH {
         return Err("its boxes nest too deep");
     }
+    let inside = depth > 0;
     while !rest.is_empty() {
         let Some((head, _)) = rest.split_first_chunk::<8>() else {
             // A few trailing bytes: at the top level the reader fails on them; inside a box
@@ -75,7 +77,7 @@ fn walk(mut rest: &[u8], depth: usize, inside: bool, file: u64) -> Result<(), &'
         let size = size.min(rest.len());
         let payload = rest.get(header..size).unwrap_or_default();
         if let Some(at) = children_at(&kind, payload) {
-            walk(payload.get(at..).unwrap_or_default(), depth + 1, true, file)?;
+            walk(payload.get(at..).unwrap_or_default(), depth + 1, file)?;
         }
         // A track run: version and flags, then its sample count.
         if &kind == b"trun" {
