@@ -472,7 +472,11 @@ async fn when_a_kind_first_appears_in_a_video() {
         "dog.jpg",
         json!({"when": {"type": "choice", "instructions": "When does the dog appear?",
                         "criteria": parts},
-               "dog": {"type": "noul", "instructions": "Is there a dog?"}}),
+               "dog": {"type": "noul", "instructions": "Is there a dog?"},
+            "orange": {"type": "noul", "instructions": "Is there an orange in the picture?"},
+            "orange car": {"type": "noul", "instructions": "Is there an orange car?"},
+            "people": {"type": "score", "instructions": "How many people are in the picture?",
+                       "criteria": ["None", "One", "Two", "Three or more"]}}),
     );
     let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
     assert_eq!(status, 200, "{v}");
@@ -652,7 +656,11 @@ async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
                       "criteria": {"o1": "a cat", "o2": "a dog", "o3": "a horse"}},
             "vehicle": {"type": "choice", "instructions": "Which of these is in the photo?",
                         "criteria": {"airplane": null, "bicycle": null, "boat": null}},
-            "dog": {"type": "noul", "instructions": "Is there a dog?"}}),
+            "dog": {"type": "noul", "instructions": "Is there a dog?"},
+            "orange": {"type": "noul", "instructions": "Is there an orange in the picture?"},
+            "orange car": {"type": "noul", "instructions": "Is there an orange car?"},
+            "people": {"type": "score", "instructions": "How many people are in the picture?",
+                       "criteria": ["None", "One", "Two", "Three or more"]}}),
     );
     let (status, _, v) = post(&url, &body).await;
     assert_eq!(status, 200, "{v}");
@@ -670,7 +678,19 @@ async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
         "which: {} vehicle: {}",
         v["answers"]["which"], v["answers"]["vehicle"]
     );
-    for id in ["colour", "hat", "unknown", "mood"] {
+    // A colour that is also a kind is the kind, unless it is another kind's colour.
+    assert!(
+        v["answers"]["orange"]["noul"].as_f64().unwrap() < 0.5,
+        "{v}"
+    );
+    // The photograph has no person: its faint person boxes do not add up to a crowd.
+    let people = &v["answers"]["people"]["probabilities"];
+    assert!(
+        people["0"].as_f64().unwrap() > people["3"].as_f64().unwrap()
+            && people["0"].as_f64().unwrap() > 0.5,
+        "{v}"
+    );
+    for id in ["colour", "hat", "unknown", "mood", "orange car"] {
         assert_eq!(v["answers"][id]["error"], "invalid_question", "{id}: {v}");
         assert_eq!(
             v["answers"][id]["reason"], "question_not_grounded",
