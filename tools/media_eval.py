@@ -1,8 +1,10 @@
 """Questions about pictures answered from what the object detector sees, judged on pictures no
-fit saw: darknet's photographs, with answers written by hand below, and scenes composed as
-`boxset.py` composes them but from another seed (boxset.py's calibration never saw them).
+fit saw: darknet's photographs and, given MORE_DIR (`tools/media_photos.sh MORE_DIR`), 35 from
+OpenCV's, scikit-image's and matplotlib's packages, with answers written by hand below, and
+scenes composed as `boxset.py` composes them but from another seed (boxset.py's calibration
+never saw them).
 
-Usage: python3 tools/media_eval.py URL MODEL [SCENES] [PHOTOS_DIR]   (needs Pillow)
+Usage: python3 tools/media_eval.py URL MODEL [SCENES] [PHOTOS_DIR] [MORE_DIR]   (needs Pillow)
 
 Before judging, it fits the presence curve: on 120 scenes composed from boxset.py's own seed,
 the detector's best score for a kind (read back from the noul answered through the box
@@ -34,10 +36,12 @@ from box_client import brier, compose, ece, fit, logit, sigmoid  # noqa: E402
 URL, MODEL = sys.argv[1], sys.argv[2]
 SCENES = int(sys.argv[3]) if len(sys.argv) > 3 else 40
 PHOTOS = sys.argv[4] if len(sys.argv) > 4 else "/usr/share/darknet/data"
+MORE = sys.argv[5] if len(sys.argv) > 5 else None
 # Kinds no source photograph shows, asked as absent.
 ABSENT = ["cat", "elephant", "umbrella", "chair", "bus", "sheep", "cow"]
 LEVELS = ["None", "One", "Two", "Three or more"]
-PLURAL = {"person": "people", "bus": "buses", "sheep": "sheep"}
+PLURAL = {"person": "people", "bus": "buses", "sheep": "sheep", "sports ball": "sports balls",
+          "potted plant": "potted plants", "tie": "ties"}
 
 # darknet's photographs, counted by hand (3 stands for three or more). `None` asks presence
 # only (the count is not clear enough to write down).
@@ -51,8 +55,50 @@ PHOTO_TRUTHS = {
     "scream.jpg": {"person": None, "dog": 0, "horse": 0, "bicycle": 0},
 }
 
-def photo(name):
-    return Image.open(os.path.join(PHOTOS, name)).convert("RGB")
+# Photographs from other packages (`tools/media_photos.sh DIR` unpacks them), answers written
+# by looking at each picture before the detector had read any of them. Kinds whose presence
+# was not clear to the eye (a hand at a picture's edge, a hanging basket as a potted plant, a
+# figure of a few pixels) are not asked.
+MORE_TRUTHS = {
+    "opencv/data/messi5.jpg": {"person": 3, "sports ball": 1, "dog": 0, "horse": 0},
+    "opencv/data/basketball1.png": {"person": 2, "sports ball": 1, "dog": 0, "car": 0},
+    "opencv/data/fruits.jpg": {"orange": None, "banana": 0, "dog": 0, "person": 0},
+    "opencv/data/apple.jpg": {"apple": 1, "dog": 0, "person": 0, "car": 0},
+    "opencv/data/orange.jpg": {"orange": 1, "dog": 0, "person": 0, "bicycle": 0},
+    "opencv/data/baboon.jpg": {"dog": 0, "person": 0, "cat": 0},
+    "opencv/data/butterfly.jpg": {"bird": 0, "dog": 0, "person": 0},
+    "opencv/data/home.jpg": {"bird": 3, "person": 0, "dog": 0, "car": 0},
+    "opencv/data/building.jpg": {"dog": 0, "horse": 0, "bus": 0},
+    "opencv/data/aero1.jpg": {"dog": 0, "horse": 0, "person": 0},
+    "opencv/data/squirrel_cls.jpg": {"cat": 0, "dog": 0, "bird": 0, "person": 0},
+    "opencv/data/stuff.jpg": {"dog": 0, "person": 0, "cat": 0},
+    "opencv/data/starry_night.jpg": {"person": 0, "dog": 0, "horse": 0},
+    "opencv/data/smarties.png": {"person": 0, "dog": 0, "car": 0},
+    "opencv/data/leuvenA.jpg": {"person": 0, "car": 0, "dog": 0},
+    "opencv/data/licenseplate_motion.jpg": {"car": 1, "person": 0, "dog": 0},
+    "opencv/data/chicky_512.png": {"dog": 1, "cat": 0, "horse": 0},
+    "opencv/data/rubberwhale1.png": {"dog": 0, "person": 0, "car": 0},
+    "opencv/text/scenetext01.jpg": {"person": 2, "car": None, "dog": 0, "horse": 0},
+    "opencv/text/scenetext02.jpg": {"person": 0, "car": 0, "dog": 0},
+    "opencv/text/scenetext03.jpg": {"dog": 0, "car": 0, "horse": 0},
+    "opencv/text/scenetext04.jpg": {"person": 0, "dog": 0, "car": 0},
+    "opencv/text/scenetext05.jpg": {"car": None, "person": 0, "dog": 0},
+    "opencv/text/scenetext06.jpg": {"car": 1, "dog": 0, "horse": 0},
+    "opencv/hfs/data/000.jpg": {"bird": 1, "cat": 0, "dog": 0, "person": 0},
+    "opencv/hfs/data/001.jpg": {"boat": 0, "person": 0, "dog": 0},
+    "opencv/hfs/data/002.jpg": {"person": 0, "dog": 0, "horse": 0},
+    "opencv/alphamat/input_images/plant.jpg": {"potted plant": 1, "dog": 0, "horse": 0, "car": 0},
+    "skimage/astronaut.png": {"person": 1, "dog": 0, "cat": 0},
+    "skimage/camera.png": {"person": 1, "horse": 0, "dog": 0, "car": 0},
+    "skimage/chelsea.png": {"cat": 1, "dog": 0, "person": 0},
+    "skimage/coffee.png": {"cup": 1, "spoon": None, "dog": 0, "person": 0},
+    "skimage/rocket.jpg": {"person": 0, "dog": 0, "horse": 0},
+    "skimage/motorcycle_left.png": {"motorcycle": 1, "person": 0, "dog": 0, "car": 0},
+    "matplotlib/grace_hopper.jpg": {"person": 1, "tie": 1, "dog": 0, "cat": 0},
+}
+
+def photo(root, name):
+    return Image.open(os.path.join(root, name)).convert("RGB")
 
 
 def scene(rng):
@@ -76,7 +122,7 @@ def ask(picture, truths, rng):
             questions[f"count:{kind}"] = {"type": "score", "levels": LEVELS,
                                           "instructions": f"How many {PLURAL.get(kind, kind + 's')} are in the picture?"}
     there = [k for k, n in truths.items() if n is None or n > 0]
-    questions["colour"] = {"type": "noul", "instructions": f"Is the {rng.choice(there)} brown?"}
+    questions["colour"] = {"type": "noul", "instructions": f"Is the {rng.choice(there or list(truths))} brown?"}
     body = {"model": MODEL, "state": "<p>",
             "assets": {"<p>": {"type": "image", "data_base64": base64.b64encode(picture).decode()}},
             "questions": questions}
@@ -127,16 +173,23 @@ print(f"presence curve fitted on {len(fitting)} nouls of 120 scenes (boxset.py's
 
 rng = random.Random(20261206)
 rows = {"photos": ([], [], []), "scenes": ([], [], [])}
-for name, truths in PHOTO_TRUTHS.items():
-    out = io.BytesIO()
-    photo(name).save(out, format="JPEG", quality=95)
-    n, c, r = ask(out.getvalue(), truths, rng)
-    rows["photos"][0].extend(n)
-    rows["photos"][1].extend(c)
-    rows["photos"][2].append(r)
-    for p, y, kind in n:
-        if (p >= 0.5) != (y == 1.0):
-            print(f"  {name}: {kind} present={int(y)} p={p:.3f}")
+# The other packages' photographs draw their colour questions from a generator of their own,
+# so the scenes below stay those of the runs before they were added.
+photo_sets = [(PHOTOS, PHOTO_TRUTHS, rng)] + ([(MORE, MORE_TRUTHS, random.Random(7))] if MORE else [])
+for root, truths_of, photo_rng in photo_sets:
+    for name, truths in truths_of.items():
+        out = io.BytesIO()
+        photo(root, name).save(out, format="JPEG", quality=95)
+        n, c, r = ask(out.getvalue(), truths, photo_rng)
+        rows["photos"][0].extend(n)
+        rows["photos"][1].extend(c)
+        rows["photos"][2].append(r)
+        for p, y, kind in n:
+            if (p >= 0.5) != (y == 1.0):
+                print(f"  {name}: {kind} present={int(y)} p={p:.3f}")
+        for b, t, kind in c:
+            if abs(b - t) > 1:
+                print(f"  {name}: count of {kind} {t}, answered level {b}")
 for s in range(SCENES):
     picture, truths = scene(rng)
     for kind in rng.sample([k for k in ABSENT if k not in truths], 2):
