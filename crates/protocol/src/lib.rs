@@ -31,8 +31,8 @@ pub use endpoint::DecisionEndpoint;
 pub use error::{reason, ErrorCode, ProtocolError, QuestionErrorKind, QuestionFailure};
 pub use ordered::Ordered;
 pub use request::{
-    parse_decision_body, DecisionBody, DecisionRequest, Options, Overflow, Question, QuestionKind,
-    QuestionSlot, Role, Roles, Schema,
+    meaning, parse_decision_body, DecisionBody, DecisionRequest, Options, Overflow, Question,
+    QuestionKind, QuestionSlot, Role, Roles, Schema,
 };
 
 /// The contract version reported by `/health`, `/health/live` and `/v1/models`.

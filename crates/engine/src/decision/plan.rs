@@ -2,7 +2,7 @@
 //! label trie its answer is read through.
 
 use protocol::error::{reason, QuestionErrorKind, QuestionFailure};
-use protocol::request::{Question, QuestionKind};
+use protocol::request::{meaning, Question, QuestionKind};
 
 use super::adapter::{span_labels, Labels};
 use super::model::{DecisionModel, Plan, Readout, Tree};
@@ -392,14 +392,6 @@ impl DecisionModel {
 const NAME_BYTES: usize = 100;
 /// The longest option meaning, in tokens, a choice is answered with by name.
 const NAME_TOKENS: usize = 24;
-
-/// What an option (or a set label) means: its description, or its key where it has none.
-fn meaning<'a>(key: &'a str, description: &'a Option<String>) -> &'a str {
-    match description.as_deref().map(str::trim) {
-        Some(d) if !d.is_empty() => d,
-        _ => key.trim(),
-    }
-}
 
 /// The order a choice's options are shown in: by meaning (keys only part options that mean
 /// the same), so neither the client's order nor the keys' spelling moves it.

@@ -432,7 +432,7 @@ fn option_kinds(
 ) -> Result<Vec<usize>, Ungrounded> {
     let mut out = Vec::with_capacity(options.len());
     for (key, description) in options {
-        let meaning = description.as_deref().unwrap_or(key);
+        let meaning = protocol::meaning(key, description);
         let Some(k) = named_kind(meaning, kinds) else {
             return Err(Ungrounded::OptionNamesNoKind(meaning.to_string()));
         };
@@ -511,7 +511,7 @@ pub(crate) fn grounding(q: &protocol::Question, kinds: &[&str]) -> Result<Ground
             let spans = options
                 .iter()
                 .map(|(key, description)| {
-                    let meaning = description.as_deref().unwrap_or(key);
+                    let meaning = protocol::meaning(key, description);
                     moments::span_of(meaning)
                         .ok_or_else(|| Ungrounded::OptionNamesNoMoment(meaning.to_string()))
                 })

@@ -181,6 +181,16 @@ pub struct Question {
     pub decision_adapter: Option<bool>,
 }
 
+/// What an option (or a set label) means: its description, or its key where it has none or a
+/// blank one. Every reading of an option by its meaning (the readout's names, the detector's
+/// kinds, a "when" question's spans) goes through here, so a renamed key changes none of them.
+pub fn meaning<'a>(key: &'a str, description: &'a Option<String>) -> &'a str {
+    match description.as_deref().map(str::trim) {
+        Some(d) if !d.is_empty() => d,
+        _ => key.trim(),
+    }
+}
+
 /// One question slot: its id, its declared type word (if any) and the question or its failure.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuestionSlot {
@@ -365,5 +375,17 @@ impl DecisionBody {
                 .collect(),
             options,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::meaning;
+
+    #[test]
+    fn an_option_means_its_description_else_its_key() {
+        assert_eq!(meaning("o1", &Some(" a dog ".into())), "a dog");
+        assert_eq!(meaning(" dog ", &None), "dog");
+        assert_eq!(meaning("dog", &Some("  ".into())), "dog");
     }
 }

@@ -11,8 +11,8 @@ mod wire;
 
 pub use body::{parse_decision_body, parse_decision_body_with};
 pub use checked::{
-    Asked, DecisionBody, DecisionRequest, MediaTarget, Options, Overflow, Question, QuestionKind,
-    QuestionSlot, Role, Roles, Schema, Window,
+    meaning, Asked, DecisionBody, DecisionRequest, MediaTarget, Options, Overflow, Question,
+    QuestionKind, QuestionSlot, Role, Roles, Schema, Window,
 };
 pub use question::parse_question;
 pub use wire::{
