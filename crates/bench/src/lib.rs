@@ -16,7 +16,7 @@ pub mod plain;
 pub mod router;
 pub mod service;
 
-pub use decisions::{adapters, heads, latency, long_inputs, spans, suite};
+pub use decisions::{adapters, heads, latency, long_inputs, spans, suite, views};
 pub use detector::detector;
 pub use embeddings::embeddings;
 pub use gateway::gateway;

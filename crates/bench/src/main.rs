@@ -76,6 +76,10 @@ struct Args {
     /// (--model answers the guard; --runs conversations).
     #[arg(long)]
     turns: bool,
+    /// One choice about a new ~300-token state asked in one view and in three
+    /// (`choice_orders` 3), --model served twice in one process.
+    #[arg(long)]
+    views: bool,
 }
 
 fn main() {
@@ -100,11 +104,14 @@ fn main() {
         heads,
         guard_turn,
         turns,
+        views,
     } = Args::parse();
     let code = {
         use ::bench as b;
         if detector {
             run_bench(b::detector(runs.max(1)))
+        } else if views {
+            run_bench(b::views(&model, runs.max(1)))
         } else if guard_turn {
             run_bench(b::guard_turn(runs.max(1)))
         } else if turns {
