@@ -600,6 +600,23 @@ async fn a_span_head_answers_the_pii_preset_and_refuses_other_labels() {
         .map(|s| (s["label"].as_str().unwrap(), s["text"].as_str().unwrap()))
         .collect();
     assert!(found.contains(&("PHONE_NUMBER", "+1 415 555 0199")), "{v}");
+    // A card number is found by its form after words the head never saw before one.
+    let (_, _, v) = post(
+        &s.url("/v1/decisions"),
+        &ask(
+            "We charged the card ending in 5555 5555 5555 4444 yesterday.",
+            json!({"preset": "pii"}),
+        ),
+    )
+    .await;
+    assert!(
+        v["spans"]["pii"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["label"] == "CREDIT_CARD" && s["text"] == "5555 5555 5555 4444"),
+        "{v}"
+    );
     // Offsets count code points, after an emoji and CJK characters.
     let text = "😀 東京: write to ana.lima@example.org today";
     let (status, _, v) = post(
