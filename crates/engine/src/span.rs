@@ -485,6 +485,9 @@ pub(crate) fn may_hold(key: &str, description: Option<&str>, text: &[u8]) -> boo
         /// A run of digits each set off by at most two marks, as telephone numbers are
         /// written; a number has 7 to 15 digits (E.164's longest), its extension after.
         digit_run: Option<Regex>,
+        /// A date written in numbers (`1999-11-02`, `02.11.1999`), which is not a telephone
+        /// number though its digits run like one.
+        date: Option<Regex>,
     }
     static FORMS: LazyLock<Forms> = LazyLock::new(|| {
         let re = |pattern: &str| Regex::new(pattern).ok();
@@ -501,6 +504,7 @@ pub(crate) fn may_hold(key: &str, description: Option<&str>, text: &[u8]) -> boo
             // A country code and two check digits, then ten characters or more.
             iban: re(r"(?i)[a-z]{2}\d{2}(?: ?[a-z0-9]){10,}"),
             digit_run: re(r"\d(?:[ .\-()/]{0,2}\d)*"),
+            date: re(r"^(?:\d{4}([-/.])\d{1,2}([-/.])\d{1,2}|\d{1,2}([-/.])\d{1,2}([-/.])\d{4})$"),
         }
     });
     let preset = protocol::PII_LABELS.iter().find(|(k, _)| *k == key);
@@ -527,7 +531,8 @@ pub(crate) fn may_hold(key: &str, description: Option<&str>, text: &[u8]) -> boo
                     .chars()
                     .filter(|c| c.is_numeric())
                     .count();
-                (7..=15).contains(&digits)
+                let date = f.date.as_ref().is_some_and(|d| d.is_match(run.as_bytes()));
+                (7..=15).contains(&digits) && !date
             })
         }),
         _ => true,
@@ -634,6 +639,8 @@ mod tests {
                 "call 001-447-338-1247x14652",
                 "card 4220033224538329",
             ),
+            ("PHONE_NUMBER", "call 415.555.0199", "seen on 1999-11-02"),
+            ("PHONE_NUMBER", "call 1999 1102", "seen on 02.11.1999"),
         ] {
             assert!(asked(key, holds), "{key} on {holds:?}");
             assert!(!asked(key, lacks), "{key} on {lacks:?}");

@@ -249,6 +249,74 @@ fn written_whole(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<protoco
     out
 }
 
+/// Names and places the head read in pieces, made whole: a place, a comma and a place are one
+/// place ("Graystad, Oman": an address names one place); a name and a place with one space
+/// between are one name (the head reads a surname it has not seen as a town: "William
+/// Sharp"). Spans are in text order.
+fn names_and_places(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<protocol::SpanFound> {
+    let mut out: Vec<protocol::SpanFound> = Vec::with_capacity(spans.len());
+    for s in spans {
+        if let Some(last) = out.last_mut() {
+            let between: String = chars
+                .get(last.end..s.start)
+                .unwrap_or_default()
+                .iter()
+                .collect();
+            let pair = (last.label.as_str(), s.label.as_str());
+            let label = match pair {
+                ("LOCATION", "LOCATION") if between == ", " => Some("LOCATION"),
+                ("PERSON", "LOCATION") | ("LOCATION", "PERSON") if between == " " => Some("PERSON"),
+                _ => None,
+            };
+            if let Some(label) = label {
+                last.label = label.to_string();
+                last.probability = (last.probability + s.probability) / 2.0;
+                last.end = s.end;
+                last.text = chars[last.start..last.end].iter().collect();
+                continue;
+            }
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// Titles written before a name, which belong to the name ("Mr. Aaron Hernandez").
+const TITLES: [&str; 9] = ["Mr", "Mrs", "Ms", "Miss", "Dr", "Prof", "Mx", "Sir", "Dame"];
+
+/// A name's span reaches back over the title written before it ("Dr." or "Dr"), and a span
+/// that is only a title goes (the head reads "Mr." apart from the name after it).
+fn with_titles(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<protocol::SpanFound> {
+    let text = |a: usize, b: usize| chars[a..b].iter().collect::<String>();
+    let title = |t: &str| TITLES.contains(&t.trim_end_matches('.'));
+    let mut out: Vec<protocol::SpanFound> = Vec::with_capacity(spans.len());
+    for mut s in spans {
+        if s.label != "PERSON" {
+            out.push(s);
+            continue;
+        }
+        if title(&s.text) {
+            continue;
+        }
+        // The word before the name, with the spaces after it.
+        let mut b = s.start.min(chars.len());
+        while b > 0 && chars[b - 1] == ' ' {
+            b -= 1;
+        }
+        let mut a = b;
+        while a > 0 && !chars[a - 1].is_whitespace() {
+            a -= 1;
+        }
+        if a < b && b < s.start && title(&text(a, b)) {
+            out.retain(|o| o.end <= a || o.start >= s.start);
+            s.start = a;
+            s.text = text(a, s.end);
+        }
+        out.push(s);
+    }
+    out
+}
+
 /// The preset's card label, which a number's form decides as surely as a head.
 const CARD: &str = "CREDIT_CARD";
 
@@ -339,7 +407,10 @@ impl SpanHead {
             }
             joined.push(s);
         }
-        let mut spans = written_whole(joined, &chars);
+        let mut spans = with_titles(
+            names_and_places(written_whole(joined, &chars), &chars),
+            &chars,
+        );
         if wanted
             .iter()
             .any(|(k, d)| k == CARD && d.as_deref().is_none_or(|d| d == preset(CARD)))
@@ -584,6 +655,61 @@ mod tests {
             .map(|(l, t)| (l.to_string(), t.to_string()))
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// A place, a comma and a place are one place; a name and a place one space apart are
+    /// one name; a place after a name and a word is a place.
+    #[test]
+    fn names_and_places_read_in_pieces_are_made_whole() {
+        let text = "Ship to Graystad, Oman for William Sharp from Jo Lee in Oslo, said Ann";
+        let chars: Vec<char> = text.chars().collect();
+        let at = |t: &str, n: usize| (text.find(t).unwrap(), text.find(t).unwrap() + n);
+        let span = |label: &str, (a, b): (usize, usize)| found(label, a, b);
+        let spans = vec![
+            span("LOCATION", at("Graystad", 8)),
+            span("LOCATION", at("Oman", 4)),
+            span("PERSON", at("William", 7)),
+            span("LOCATION", at("Sharp", 5)),
+            span("PERSON", at("Jo Lee", 6)),
+            span("LOCATION", at("Oslo", 4)),
+            span("PERSON", at("Ann", 3)),
+        ];
+        let got: Vec<(String, String)> = names_and_places(spans, &chars)
+            .into_iter()
+            .map(|s| (s.label, chars[s.start..s.end].iter().collect()))
+            .collect();
+        let want = [
+            ("LOCATION", "Graystad, Oman"),
+            ("PERSON", "William Sharp"),
+            ("PERSON", "Jo Lee"),
+            ("LOCATION", "Oslo"),
+            ("PERSON", "Ann"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(l, t)| (l.to_string(), t.to_string()))
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    /// A title before a name is part of the name; a title alone is no name.
+    #[test]
+    fn a_name_takes_its_title() {
+        let text = "Meeting with Mr. Bradley Zamora and Dr Ann Lee, not Drake Mr.";
+        let chars: Vec<char> = text.chars().collect();
+        let at = |t: &str| text.find(t).unwrap();
+        let spans = vec![
+            found("PERSON", at("Mr."), at("Mr.") + 2),
+            found("PERSON", at("Bradley"), at("Bradley") + 14),
+            found("PERSON", at("Ann"), at("Ann") + 7),
+            found("PERSON", at("Drake"), at("Drake") + 5),
+            found("PERSON", at("Drake") + 6, at("Drake") + 9),
+        ];
+        let got: Vec<String> = with_titles(written_whole(spans, &chars), &chars)
+            .into_iter()
+            .map(|s| s.text)
+            .collect();
+        assert_eq!(got, ["Mr. Bradley Zamora", "Dr Ann Lee", "Drake"]);
     }
 
     /// A number of a card's form is a card span, in place of what the head read there; a
