@@ -562,7 +562,7 @@ pub(crate) fn card_numbers(text: &str) -> Vec<(usize, usize)> {
                 (_, dd) => dd,
             })
             .sum();
-        sum % 10 == 0
+        sum.is_multiple_of(10)
     };
     let network = |d: &[u32]| {
         let n = |k: usize| d.iter().take(k).fold(0u32, |a, &x| a * 10 + x);
