@@ -641,20 +641,28 @@ mod tests {
             found("PHONE_NUMBER", 33, 49),  // 480)599-3261x100
             found("PERSON", 51, 59),        // Ann Lee,
         ];
-        let got: Vec<(String, String)> = written_whole(spans, &chars)
+        assert_eq!(
+            read(written_whole(spans, &chars), &chars),
+            [
+                "EMAIL_ADDRESS umueller@example.org",
+                "PHONE_NUMBER (480)599-3261x100",
+                "PERSON Ann Lee",
+            ]
+        );
+    }
+
+    /// Each span as its label and the text between its offsets.
+    fn read(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<String> {
+        spans
             .into_iter()
-            .map(|s| (s.label, s.text))
-            .collect();
-        let want = [
-            ("EMAIL_ADDRESS", "umueller@example.org"),
-            ("PHONE_NUMBER", "(480)599-3261x100"),
-            ("PERSON", "Ann Lee"),
-        ];
-        let want: Vec<(String, String)> = want
-            .iter()
-            .map(|(l, t)| (l.to_string(), t.to_string()))
-            .collect();
-        assert_eq!(got, want);
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    s.label,
+                    chars[s.start..s.end].iter().collect::<String>()
+                )
+            })
+            .collect()
     }
 
     /// A place, a comma and a place are one place; a name and a place one space apart are
@@ -674,22 +682,16 @@ mod tests {
             span("LOCATION", at("Oslo", 4)),
             span("PERSON", at("Ann", 3)),
         ];
-        let got: Vec<(String, String)> = names_and_places(spans, &chars)
-            .into_iter()
-            .map(|s| (s.label, chars[s.start..s.end].iter().collect()))
-            .collect();
-        let want = [
-            ("LOCATION", "Graystad, Oman"),
-            ("PERSON", "William Sharp"),
-            ("PERSON", "Jo Lee"),
-            ("LOCATION", "Oslo"),
-            ("PERSON", "Ann"),
-        ];
-        let want: Vec<(String, String)> = want
-            .iter()
-            .map(|(l, t)| (l.to_string(), t.to_string()))
-            .collect();
-        assert_eq!(got, want);
+        assert_eq!(
+            read(names_and_places(spans, &chars), &chars),
+            [
+                "LOCATION Graystad, Oman",
+                "PERSON William Sharp",
+                "PERSON Jo Lee",
+                "LOCATION Oslo",
+                "PERSON Ann",
+            ]
+        );
     }
 
     /// A title before a name is part of the name; a title alone is no name.
