@@ -249,27 +249,20 @@ fn written_whole(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<protoco
     out
 }
 
-/// Names and places the head read in pieces, made whole: a place, a comma and a place are one
-/// place ("Graystad, Oman": an address names one place); a name and a place with one space
-/// between are one name (the head reads a surname it has not seen as a town: "William
-/// Sharp"). Spans are in text order.
-fn names_and_places(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<protocol::SpanFound> {
+/// `spans` (in text order) with each one joined to the one before it where `joins` gives the
+/// joined span's label from the two and the characters between them; a joined span's
+/// probability is the mean of its two.
+fn joined(
+    spans: Vec<protocol::SpanFound>,
+    chars: &[char],
+    joins: impl Fn(&protocol::SpanFound, &protocol::SpanFound, &[char]) -> Option<String>,
+) -> Vec<protocol::SpanFound> {
     let mut out: Vec<protocol::SpanFound> = Vec::with_capacity(spans.len());
     for s in spans {
         if let Some(last) = out.last_mut() {
-            let between: String = chars
-                .get(last.end..s.start)
-                .unwrap_or_default()
-                .iter()
-                .collect();
-            let pair = (last.label.as_str(), s.label.as_str());
-            let label = match pair {
-                ("LOCATION", "LOCATION") if between == ", " => Some("LOCATION"),
-                ("PERSON", "LOCATION") | ("LOCATION", "PERSON") if between == " " => Some("PERSON"),
-                _ => None,
-            };
-            if let Some(label) = label {
-                last.label = label.to_string();
+            let between = chars.get(last.end..s.start).unwrap_or_default();
+            if let Some(label) = joins(last, &s, between) {
+                last.label = label;
                 last.probability = (last.probability + s.probability) / 2.0;
                 last.end = s.end;
                 last.text = chars[last.start..last.end].iter().collect();
@@ -279,6 +272,22 @@ fn names_and_places(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<prot
         out.push(s);
     }
     out
+}
+
+/// Names and places the head read in pieces, made whole: a place, a comma and a place are one
+/// place ("Graystad, Oman": an address names one place); a name and a place with one space
+/// between are one name (the head reads a surname it has not seen as a town: "William
+/// Sharp"). Spans are in text order.
+fn names_and_places(spans: Vec<protocol::SpanFound>, chars: &[char]) -> Vec<protocol::SpanFound> {
+    joined(spans, chars, |last, s, between| {
+        match (last.label.as_str(), s.label.as_str()) {
+            ("LOCATION", "LOCATION") if between == [',', ' '] => Some("LOCATION".into()),
+            ("PERSON", "LOCATION") | ("LOCATION", "PERSON") if between == [' '] => {
+                Some("PERSON".into())
+            }
+            _ => None,
+        }
+    })
 }
 
 /// Titles written before a name, which belong to the name ("Mr. Aaron Hernandez").
@@ -394,21 +403,17 @@ impl SpanHead {
             })
             .collect::<Option<Vec<Word>>>()?;
         let chars: Vec<char> = text.chars().collect();
-        let mut joined: Vec<protocol::SpanFound> = Vec::new();
-        for s in merge(&self.head.classes, &words, text) {
-            if let Some(last) = joined.last_mut() {
-                let between = chars.get(last.end..s.start).unwrap_or_default();
-                if last.label == s.label && !between.iter().any(|c| c.is_whitespace()) {
-                    last.probability = (last.probability + s.probability) / 2.0;
-                    last.end = s.end;
-                    last.text = chars[last.start..last.end].iter().collect();
-                    continue;
-                }
-            }
-            joined.push(s);
-        }
+        // Two spans of one label with only glued words between them are one.
+        let glued = joined(
+            merge(&self.head.classes, &words, text),
+            &chars,
+            |last, s, between| {
+                (last.label == s.label && !between.iter().any(|c| c.is_whitespace()))
+                    .then(|| s.label.clone())
+            },
+        );
         let mut spans = with_titles(
-            names_and_places(written_whole(joined, &chars), &chars),
+            names_and_places(written_whole(glued, &chars), &chars),
             &chars,
         );
         if wanted
