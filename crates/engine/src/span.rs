@@ -507,11 +507,7 @@ pub(crate) fn may_hold(key: &str, description: Option<&str>, text: &[u8]) -> boo
             date: re(r"^(?:\d{4}([-/.])\d{1,2}([-/.])\d{1,2}|\d{1,2}([-/.])\d{1,2}([-/.])\d{4})$"),
         }
     });
-    let preset = protocol::PII_LABELS.iter().find(|(k, _)| *k == key);
-    let Some((_, preset_description)) = preset else {
-        return true;
-    };
-    if description.is_some_and(|d| d != *preset_description) {
+    if !as_preset_describes(key, description) {
         return true;
     }
     let f = &*FORMS;
@@ -537,6 +533,15 @@ pub(crate) fn may_hold(key: &str, description: Option<&str>, text: &[u8]) -> boo
         }),
         _ => true,
     }
+}
+
+/// Whether a label is one of the `pii` preset's as the preset describes it: its key, with no
+/// description or with the preset's own.
+pub(crate) fn as_preset_describes(key: &str, description: Option<&str>) -> bool {
+    protocol::PII_LABELS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .is_some_and(|(_, own)| description.is_none_or(|d| d == *own))
 }
 
 /// Payment card numbers in `text`, as code-point ranges: 12 to 19 digits (ISO/IEC 7812)

@@ -334,14 +334,6 @@ const CARD: &str = "CREDIT_CARD";
 /// (and all 52 cards such numbers): (52 + 1) / (52 + 2).
 const CARD_FORM: f64 = 0.98;
 
-/// The preset's description of a label.
-fn preset(label: &str) -> &'static str {
-    protocol::PII_LABELS
-        .iter()
-        .find(|(k, _)| *k == label)
-        .map_or("", |(_, d)| d)
-}
-
 /// `spans` with every number of a card's form as a card span (at least [`CARD_FORM`] sure),
 /// in place of the spans it overlaps: the head reads a card number by the words around it,
 /// and missed those after words it had not seen before one ("the card ending in").
@@ -418,7 +410,7 @@ impl SpanHead {
         );
         if wanted
             .iter()
-            .any(|(k, d)| k == CARD && d.as_deref().is_none_or(|d| d == preset(CARD)))
+            .any(|(k, d)| k == CARD && crate::span::as_preset_describes(k, d.as_deref()))
         {
             spans = with_card_numbers(spans, text, &chars);
         }
