@@ -90,11 +90,24 @@ enum Op {
     /// (the convolution pads as it reads). `bias`: a third input, taken over from the `Add`
     /// of a constant vector that alone read the convolution; `leaky`: the `LeakyRelu` that
     /// followed that (through a transpose or not), run on each block of the output.
+    ///
+    /// `same`: TensorFlow's `SAME` padding where it is not equal on every side (a stride of
+    /// two over an even size pads one more after than before), worked out from the input's
+    /// size when it runs; a `SAME` padding equal on every side is `padding` from load.
     Conv2D {
         stride: (usize, usize),
         padding: usize,
+        same: bool,
         bias: bool,
         leaky: Option<f32>,
+    },
+    /// One filter per channel (a channel multiplier of one), with TensorFlow's `SAME` or
+    /// `VALID` padding, and a fused bias and ReLU where the graph fused them.
+    Depthwise {
+        stride: (usize, usize),
+        same: bool,
+        bias: bool,
+        relu: bool,
     },
     /// `pad`: `(size, value)` on every side, taken over from a `PadV2` the pooling alone read
     /// (a window that reaches past the edge also counts `value`, as the padded input would).
@@ -109,8 +122,25 @@ enum Op {
     Concat,
     SplitV,
     Reshape,
-    ResizeBilinear,
+    /// `half_pixel`: a source coordinate `(d + ½)·in/out − ½`; else TensorFlow's legacy
+    /// `d·in/out` (neither with `align_corners`).
+    ResizeBilinear {
+        half_pixel: bool,
+    },
     SparseToDense,
+    Mul,
+    Relu,
+    Relu6,
+    /// The mean over the axes of the second input, kept as axes of size one.
+    Mean,
+    /// MobileNetV3's hard swish, `scale·x · min(max(x + shift, 0), 6)`, taken over at load
+    /// from the four operators that compute it ([`fuse_hard_swish`]).
+    HardSwish {
+        scale: f32,
+        shift: f32,
+    },
+    /// An operator this interpreter does not run (refused at load where an output needs it).
+    Unknown,
 }
 
 #[derive(Debug)]
@@ -188,6 +218,64 @@ fn window(
     Ok((v[1] as usize, v[2] as usize))
 }
 
+/// A convolution's attributes: stride, whether its padding is `SAME` (else `VALID`), and
+/// whether it adds a bias (a third input) and then a ReLU. Anything else (another layout,
+/// dilation, explicit padding, other fused operators) is refused.
+fn convolution(node: &NodeJson) -> Result<((usize, usize), bool, bool, bool), DetectError> {
+    let a = &node.attr;
+    let format = str_attr(a, "data_format").unwrap_or_else(|| "NHWC".into());
+    let same = match str_attr(a, "padding").unwrap_or_default().as_str() {
+        "SAME" => true,
+        "VALID" => false,
+        other => {
+            return Err(bad(format!(
+                "{}: padding {other:?} not supported",
+                node.name
+            )));
+        }
+    };
+    if format != "NHWC" {
+        return Err(bad(format!("{}: layout {format} not supported", node.name)));
+    }
+    if let Ok(d) = int_list(a, "dilations") {
+        if d.iter().any(|&x| x != 1) {
+            return Err(bad(format!("{}: dilation not supported", node.name)));
+        }
+    }
+    let fused: Vec<String> = a
+        .get("fused_ops")
+        .and_then(|v| v.get("list"))
+        .and_then(|l| l.get("s"))
+        .and_then(|s| s.as_array())
+        .map(|list| {
+            use base64::Engine as _;
+            list.iter()
+                .filter_map(|s| s.as_str())
+                .filter_map(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+                .filter_map(|b| String::from_utf8(b).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let (bias, relu) = match fused
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [] => (false, false),
+        ["BiasAdd"] => (true, false),
+        ["BiasAdd", "Relu"] => (true, true),
+        other => {
+            return Err(bad(format!("{}: fused {other:?} not supported", node.name)));
+        }
+    };
+    let inputs = node.input.iter().filter(|i| !i.starts_with('^')).count();
+    if inputs != 2 + usize::from(bias) {
+        return Err(bad(format!("{}: {inputs} inputs", node.name)));
+    }
+    Ok((window(a, "strides", &node.name)?, same, bias, relu))
+}
+
 fn parse_op(node: &NodeJson) -> Result<Op, DetectError> {
     let a = &node.attr;
     let nhwc_valid = |what: &str| -> Result<(), DetectError> {
@@ -208,18 +296,23 @@ fn parse_op(node: &NodeJson) -> Result<Op, DetectError> {
         "Transpose" => Op::Transpose,
         "Pad" => Op::Pad,
         "PadV2" => Op::PadV2,
-        "Conv2D" => {
-            nhwc_valid("Conv2D")?;
-            if let Ok(d) = int_list(a, "dilations") {
-                if d.iter().any(|&x| x != 1) {
-                    return Err(bad(format!("Conv2D {}: dilation not supported", node.name)));
-                }
-            }
+        "Conv2D" | "_FusedConv2D" => {
+            let (stride, same, bias, relu) = convolution(node)?;
             Op::Conv2D {
-                stride: window(a, "strides", &node.name)?,
+                stride,
                 padding: 0,
-                bias: false,
-                leaky: None,
+                same,
+                bias,
+                leaky: relu.then_some(0.0),
+            }
+        }
+        "DepthwiseConv2dNative" | "FusedDepthwiseConv2dNative" => {
+            let (stride, same, bias, relu) = convolution(node)?;
+            Op::Depthwise {
+                stride,
+                same,
+                bias,
+                relu,
             }
         }
         "MaxPool" => {
@@ -242,15 +335,26 @@ fn parse_op(node: &NodeJson) -> Result<Op, DetectError> {
         "SplitV" => Op::SplitV,
         "Reshape" => Op::Reshape,
         "ResizeBilinear" => {
-            if bool_attr(a, "align_corners") || !bool_attr(a, "half_pixel_centers") {
+            if bool_attr(a, "align_corners") {
                 return Err(bad(format!(
-                    "ResizeBilinear {}: only half-pixel centres are supported",
+                    "ResizeBilinear {}: align_corners is not supported",
                     node.name
                 )));
             }
-            Op::ResizeBilinear
+            Op::ResizeBilinear {
+                half_pixel: bool_attr(a, "half_pixel_centers"),
+            }
         }
         "SparseToDense" => Op::SparseToDense,
+        "Mul" => Op::Mul,
+        "Relu" => Op::Relu,
+        "Relu6" => Op::Relu6,
+        "Mean" => {
+            if !bool_attr(a, "keep_dims") {
+                return Err(bad(format!("Mean {}: only keep_dims", node.name)));
+            }
+            Op::Mean
+        }
         other => {
             return Err(bad(format!(
                 "operator {other} ({}) not supported",
@@ -366,8 +470,17 @@ impl Graph {
         };
         let mut nodes = Vec::with_capacity(model.model_topology.node.len());
         let mut consts = HashMap::new();
+        // An operator this interpreter does not know is refused only where the outputs
+        // need it (a graph may hold more than the outputs asked for read).
+        let mut unknown: HashMap<usize, DetectError> = HashMap::new();
         for (i, n) in model.model_topology.node.iter().enumerate() {
-            let op = parse_op(n)?;
+            let op = match parse_op(n) {
+                Ok(op) => op,
+                Err(e) => {
+                    unknown.insert(i, e);
+                    Op::Unknown
+                }
+            };
             if op == Op::Const {
                 let v = weights
                     .remove(&n.name)
@@ -389,6 +502,8 @@ impl Graph {
         // Filters that only convolutions read are laid out once, here, as candle wants them.
         fuse_pads(&mut nodes, &consts);
         fuse_epilogues(&mut nodes, &consts);
+        resolve_same(&mut nodes, &consts);
+        fuse_hard_swish(&mut nodes, &consts);
         let winograd = winograd_filters(&nodes, &consts)?;
         let input = reference(input)?.0;
         if nodes[input].op != Op::Placeholder {
@@ -433,6 +548,9 @@ impl Graph {
                     }
                 }
             }
+        }
+        if let Some(e) = order.iter().find_map(|n| unknown.remove(n)) {
+            return Err(e);
         }
         let mut last_use = HashMap::new();
         for (pos, &n) in order.iter().enumerate() {
@@ -582,7 +700,7 @@ fn pad(x: &Tensor, pads: &[i64], value: f32) -> Result<Tensor, DetectError> {
 fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Value>, DetectError> {
     let f = |v: Tensor| Ok(vec![Value::F(v)]);
     match node.op {
-        Op::Placeholder | Op::Const => Err(bad("evaluated as an operator")),
+        Op::Placeholder | Op::Const | Op::Unknown => Err(bad("evaluated as an operator")),
         Op::Identity => Ok(vec![arg(args, 0)?.clone()]),
         Op::Transpose => {
             let x = float(arg(args, 0)?)?;
@@ -601,6 +719,7 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
         Op::Conv2D {
             stride,
             padding,
+            same,
             bias,
             leaky,
         } => {
@@ -609,15 +728,105 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
             } else {
                 None
             };
-            f(conv_nhwc(
-                float(arg(args, 0)?)?,
-                float(arg(args, 1)?)?,
-                bias,
+            let (x, k) = (float(arg(args, 0)?)?, float(arg(args, 1)?)?);
+            if same {
+                // Unequal sides: the input padded with zeros first, then read unpadded.
+                let (_, h, w, _) = x.dims4()?;
+                let (kh, kw, _, _) = k.dims4()?;
+                let (top, bottom, _) = same_padding(h, kh, stride.0);
+                let (left, right, _) = same_padding(w, kw, stride.1);
+                let x = arranged(x, &[0, 1, 2, 3])?
+                    .pad_with_zeros(1, top, bottom)?
+                    .pad_with_zeros(2, left, right)?;
+                return f(conv_nhwc(&x, k, bias, stride, 0, leaky, None)?);
+            }
+            f(conv_nhwc(x, k, bias, stride, padding, leaky, winograd)?)
+        }
+        Op::Depthwise {
+            stride,
+            same,
+            bias,
+            relu,
+        } => {
+            let x = arranged(float(arg(args, 0)?)?, &[0, 1, 2, 3])?;
+            let k = float(arg(args, 1)?)?.contiguous()?;
+            let bias = if bias {
+                Some(float(arg(args, 2)?)?.contiguous()?)
+            } else {
+                None
+            };
+            let (n, h, w, c) = x.dims4()?;
+            let (kh, kw, kc, multiplier) = k.dims4()?;
+            if kc != c || multiplier != 1 {
+                return Err(bad(format!(
+                    "depthwise filter {:?} for {c} channels",
+                    k.dims()
+                )));
+            }
+            let ((top, _, oh), (left, _, ow)) = if same {
+                (same_padding(h, kh, stride.0), same_padding(w, kw, stride.1))
+            } else {
+                let valid = |size: usize, k: usize, s: usize| {
+                    (0, 0, size.checked_sub(k).map_or(0, |d| d / s.max(1) + 1))
+                };
+                (valid(h, kh, stride.0), valid(w, kw, stride.1))
+            };
+            let shape = kernels::Depthwise {
+                n,
+                h,
+                w,
+                c,
+                kh,
+                kw,
                 stride,
-                padding,
-                leaky,
-                winograd,
-            )?)
+                before: (top, left),
+                out: (oh, ow),
+            };
+            let bs = bias.as_ref().map(F32s::of).transpose()?;
+            let out = kernels::depthwise(
+                F32s::of(&x)?.get()?,
+                F32s::of(&k)?.get()?,
+                bs.as_ref().map(F32s::get).transpose()?,
+                relu,
+                shape,
+            )
+            .ok_or_else(|| bad("depthwise operands do not match their shapes"))?;
+            f(Tensor::from_vec(out, (n, oh, ow, c), &Device::Cpu)?)
+        }
+        Op::Mul => match (arg(args, 0)?, arg(args, 1)?) {
+            (Value::F(a), Value::F(b)) => f(binary(a, b, Arith::Mul)?),
+            (Value::I(sa, a), Value::I(sb, b)) if sa == sb => Ok(vec![Value::I(
+                sa.clone(),
+                a.iter().zip(b).map(|(x, y)| x * y).collect(),
+            )]),
+            _ => Err(bad("Mul of mismatched values")),
+        },
+        Op::HardSwish { scale, shift } => f(unary(float(arg(args, 0)?)?, |x| {
+            scale * x * (x + shift).clamp(0.0, 6.0)
+        })?),
+        Op::Relu => f(unary(float(arg(args, 0)?)?, |x| x.max(0.0))?),
+        Op::Relu6 => f(unary(float(arg(args, 0)?)?, |x| x.clamp(0.0, 6.0))?),
+        Op::Mean => {
+            let x = float(arg(args, 0)?)?;
+            let mut axes: Vec<usize> = ints(arg(args, 1)?)?
+                .iter()
+                .map(|&a| axis(a, x.rank()))
+                .collect::<Result<_, _>>()?;
+            axes.sort_unstable();
+            axes.dedup();
+            // The mean over the pixels of NHWC (a squeeze-and-excite's), in one pass.
+            if axes == [1, 2] && x.rank() == 4 {
+                let x = arranged(x, &[0, 1, 2, 3])?;
+                let dims = x.dims4()?;
+                let y = kernels::spatial_mean(F32s::of(&x)?.get()?, dims)
+                    .ok_or_else(|| bad("nothing to average"))?;
+                return f(Tensor::from_vec(y, (dims.0, 1, 1, dims.3), &Device::Cpu)?);
+            }
+            let mut y = x.clone();
+            for a in axes {
+                y = y.mean_keepdim(a)?;
+            }
+            f(y)
         }
         Op::MaxPool {
             kernel,
@@ -652,7 +861,7 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
                     let sum = Tensor::from_vec(sum, base.dims(), &Device::Cpu)?;
                     return f(sum.permute(back)?);
                 }
-                f(a.broadcast_add(b)?)
+                f(binary(a, b, Arith::Add)?)
             }
             (Value::I(sa, a), Value::I(sb, b)) if sa == sb => Ok(vec![Value::I(
                 sa.clone(),
@@ -729,7 +938,7 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
             }
             f(x.reshape(shape)?)
         }
-        Op::ResizeBilinear => {
+        Op::ResizeBilinear { half_pixel } => {
             let x = float(arg(args, 0)?)?;
             let size = ints(arg(args, 1)?)?;
             let [h, w] = size else {
@@ -738,7 +947,7 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
             let (h, w) = (*h as usize, *w as usize);
             let x = arranged(x, &[0, 1, 2, 3])?;
             let dims = x.dims4()?;
-            let y = kernels::resize_bilinear(F32s::of(&x)?.get()?, dims, (h, w))
+            let y = kernels::resize_bilinear(F32s::of(&x)?.get()?, dims, (h, w), half_pixel)
                 .ok_or_else(|| bad("nothing to resize"))?;
             f(Tensor::from_vec(y, (dims.0, h, w, dims.3), &Device::Cpu)?)
         }
@@ -772,6 +981,65 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
             Ok(vec![Value::I(shape, out)])
         }
     }
+}
+
+/// `f` of each element, in one pass over the tensor's memory.
+fn unary(x: &Tensor, f: impl Fn(f32) -> f32 + Sync) -> Result<Tensor, DetectError> {
+    let (base, back) = layout(x)?;
+    let y = kernels::map(F32s::of(&base)?.get()?, f);
+    Ok(Tensor::from_vec(y, base.dims(), &Device::Cpu)?.permute(back)?)
+}
+
+/// An element-wise operator of two operands.
+#[derive(Debug, Clone, Copy)]
+enum Arith {
+    Add,
+    Mul,
+}
+
+impl Arith {
+    fn of(self, x: f32, y: f32) -> f32 {
+        match self {
+            Arith::Add => x + y,
+            Arith::Mul => x * y,
+        }
+    }
+}
+
+/// `a op b` with broadcasting, in one pass where both are contiguous and either have one
+/// shape, or one is a single value, or one holds a value per channel of the other's
+/// `[n, h, w, c]` (`[n, 1, 1, c]`, or `[c]`); by candle's broadcasting otherwise. Both
+/// operators commute, so the larger operand may come first.
+fn binary(a: &Tensor, b: &Tensor, op: Arith) -> Result<Tensor, DetectError> {
+    let f = move |x: f32, y: f32| op.of(x, y);
+    let both = a.is_contiguous() && b.is_contiguous();
+    if both && a.dims() == b.dims() {
+        let y = kernels::zip(F32s::of(a)?.get()?, F32s::of(b)?.get()?, f)
+            .ok_or_else(|| bad("operands do not match"))?;
+        return Ok(Tensor::from_vec(y, a.dims(), &Device::Cpu)?);
+    }
+    let (big, small) = if a.elem_count() >= b.elem_count() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    if both && small.elem_count() == 1 && big.rank() >= small.rank() {
+        let v = small.flatten_all()?.to_vec1::<f32>()?;
+        let v = *v.first().ok_or_else(|| bad("no value"))?;
+        let y = kernels::map(F32s::of(big)?.get()?, |x| f(x, v));
+        return Ok(Tensor::from_vec(y, big.dims(), &Device::Cpu)?);
+    }
+    if let (true, Ok((n, _, _, c))) = (both, big.dims4()) {
+        if small.dims() == [n, 1, 1, c] || (n == 1 && small.dims() == [c]) {
+            let y = kernels::per_channel(F32s::of(big)?.get()?, F32s::of(small)?.get()?, n, f)
+                .ok_or_else(|| bad("operands do not match"))?;
+            return Ok(Tensor::from_vec(y, big.dims(), &Device::Cpu)?);
+        }
+    }
+    Ok(match op {
+        Arith::Add => a.broadcast_add(b)?,
+        Arith::Mul => a.broadcast_mul(b)?,
+    })
 }
 
 /// A convolution in NHWC with its fused bias and activation (see [`conv::conv2d`]); the
@@ -985,7 +1253,11 @@ fn fuse_pads(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
     let readers = Readers::of(nodes);
     for n in 0..nodes.len() {
         let want = match nodes[n].op {
-            Op::Conv2D { padding: 0, .. } => Op::Pad,
+            Op::Conv2D {
+                padding: 0,
+                same: false,
+                ..
+            } => Op::Pad,
             Op::MaxPool { pad: None, .. } => Op::PadV2,
             _ => continue,
         };
@@ -996,6 +1268,7 @@ fn fuse_pads(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
             (Op::Conv2D { stride, .. }, None) => Op::Conv2D {
                 stride,
                 padding: side,
+                same: false,
                 bias: false,
                 leaky: None,
             },
@@ -1032,6 +1305,7 @@ fn fuse_epilogues(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
         let Op::Conv2D {
             stride,
             padding,
+            same,
             bias: false,
             leaky: None,
         } = nodes[c].op
@@ -1054,6 +1328,7 @@ fn fuse_epilogues(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
         nodes[a].op = Op::Conv2D {
             stride,
             padding,
+            same,
             bias: true,
             leaky: None,
         };
@@ -1076,6 +1351,7 @@ fn fuse_epilogues(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
         if let Op::Conv2D {
             stride,
             padding,
+            same,
             bias,
             leaky: None,
         } = nodes[src].op
@@ -1083,12 +1359,112 @@ fn fuse_epilogues(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
             nodes[src].op = Op::Conv2D {
                 stride,
                 padding,
+                same,
                 bias,
                 leaky: Some(alpha),
             };
             nodes[l].op = Op::Identity;
         }
     }
+}
+
+/// `SAME` paddings of convolutions that pad equally on every side whatever the input's size
+/// (stride one, an odd square filter): `(k − 1) / 2`, settled at load so that such a
+/// convolution runs like any other (Winograd's included).
+fn resolve_same(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
+    for node in nodes.iter_mut() {
+        let Op::Conv2D {
+            stride: (1, 1),
+            same: true,
+            bias,
+            leaky,
+            ..
+        } = node.op
+        else {
+            continue;
+        };
+        let Some(Value::F(k)) = node.inputs.get(1).and_then(|(i, _)| consts.get(i)) else {
+            continue;
+        };
+        if let Ok((kh, kw, _, _)) = k.dims4() {
+            if kh == kw && kh % 2 == 1 {
+                node.op = Op::Conv2D {
+                    stride: (1, 1),
+                    padding: (kh - 1) / 2,
+                    same: false,
+                    bias,
+                    leaky,
+                };
+            }
+        }
+    }
+}
+
+/// Hard swishes taken over at load: `Mul(Mul(c, x), Relu6(Add(x, d)))`, with `c` and `d`
+/// single constants and the inner three operators read only by the outer `Mul`, becomes one
+/// pass over `x` instead of four (the inner operators are then read by nothing and not run).
+fn fuse_hard_swish(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
+    let readers = Readers::of(nodes);
+    let only = |i: usize, by: usize| readers.only(i).map(|(r, _)| r) == Some(by);
+    let scalar = |i: usize| match consts.get(&i) {
+        Some(Value::F(t)) if t.elem_count() == 1 => t
+            .flatten_all()
+            .ok()?
+            .to_vec1::<f32>()
+            .ok()?
+            .first()
+            .copied(),
+        _ => None,
+    };
+    // The other input of a two-input node, and the constant one's value.
+    let split = |node: &Node| -> Option<(usize, f32)> {
+        match node.inputs.as_slice() {
+            [(a, 0), (b, 0)] => match (scalar(*a), scalar(*b)) {
+                (Some(v), None) => Some((*b, v)),
+                (None, Some(v)) => Some((*a, v)),
+                _ => None,
+            },
+            _ => None,
+        }
+    };
+    for m in 0..nodes.len() {
+        let (Op::Mul, [(p, 0), (q, 0)]) = (nodes[m].op, nodes[m].inputs.as_slice()) else {
+            continue;
+        };
+        let (p, q) = (*p, *q);
+        // Either order of the two factors.
+        for (scaled, relu6) in [(p, q), (q, p)] {
+            if nodes[scaled].op != Op::Mul || nodes[relu6].op != Op::Relu6 {
+                continue;
+            }
+            let Some(&(add, 0)) = nodes[relu6].inputs.first() else {
+                continue;
+            };
+            if nodes[add].op != Op::Add || !only(scaled, m) || !only(relu6, m) || !only(add, relu6)
+            {
+                continue;
+            }
+            let (Some((x, scale)), Some((x2, shift))) = (split(&nodes[scaled]), split(&nodes[add]))
+            else {
+                continue;
+            };
+            if x != x2 {
+                continue;
+            }
+            nodes[m].op = Op::HardSwish { scale, shift };
+            nodes[m].inputs = vec![(x, 0)];
+            break;
+        }
+    }
+}
+
+/// TensorFlow's `SAME` padding of one axis: `(before, after, out)` for an input of `size`,
+/// a filter of `k` and `stride` (the output is `⌈size / stride⌉`; the padding that needs,
+/// the odd one after).
+fn same_padding(size: usize, k: usize, stride: usize) -> (usize, usize, usize) {
+    let out = size.div_ceil(stride.max(1));
+    let total = ((out.saturating_sub(1)) * stride + k).saturating_sub(size);
+    (total / 2, total - total / 2, out)
 }
 
 /// The fewest input and output channels for which a convolution runs as Winograd's.
@@ -1105,6 +1481,7 @@ fn winograd_filters(
         let Op::Conv2D {
             stride: (1, 1),
             padding: 1,
+            same: false,
             ..
         } = node.op
         else {
@@ -1329,7 +1706,7 @@ mod tests {
         let size = Value::I(vec![2], vec![8, 10]);
         let node = Node {
             name: "resize".into(),
-            op: Op::ResizeBilinear,
+            op: Op::ResizeBilinear { half_pixel: true },
             inputs: vec![],
         };
         let ours = match eval(&node, &[&Value::F(view), &size], None)
@@ -1360,6 +1737,127 @@ mod tests {
             Value::F(t) => t,
             Value::I(..) => panic!("integers"),
         }
+    }
+
+    #[test]
+    fn same_padding_puts_the_odd_one_after() {
+        // Stride one, odd filters: equal sides. Stride two over an even size: one more after.
+        assert_eq!(same_padding(9, 3, 1), (1, 1, 9));
+        assert_eq!(same_padding(9, 5, 1), (2, 2, 9));
+        assert_eq!(same_padding(512, 3, 2), (0, 1, 256));
+        assert_eq!(same_padding(64, 5, 2), (1, 2, 32));
+        assert_eq!(same_padding(7, 3, 2), (1, 1, 4));
+    }
+
+    #[test]
+    fn depthwise_convolutions_are_candles_grouped_ones_with_tensorflows_same_padding() {
+        for (h, w, c, k, stride, same, relu) in [
+            (9, 7, 5, 3, 1, true, false),
+            (8, 8, 6, 5, 1, true, true),
+            (8, 10, 4, 3, 2, true, false),
+            (12, 12, 3, 5, 2, true, true),
+            (7, 9, 4, 3, 2, false, false),
+        ] {
+            let x = ramp(&[1, h, w, c], 0.01);
+            let kernel = ramp(&[k, k, c, 1], 0.02);
+            let bias = ramp(&[c], 0.05);
+            let ours = {
+                let node = Node {
+                    name: "dw".into(),
+                    op: Op::Depthwise {
+                        stride: (stride, stride),
+                        same,
+                        bias: true,
+                        relu,
+                    },
+                    inputs: vec![],
+                };
+                let (a, b, bb) = (
+                    Value::F(x.clone()),
+                    Value::F(kernel.clone()),
+                    Value::F(bias.clone()),
+                );
+                match eval(&node, &[&a, &b, &bb], None).unwrap().remove(0) {
+                    Value::F(t) => t,
+                    Value::I(..) => panic!("integers"),
+                }
+            };
+            // candle: pad explicitly as TensorFlow would, then a grouped NCHW convolution.
+            let (top, bottom, _) = if same {
+                same_padding(h, k, stride)
+            } else {
+                (0, 0, 0)
+            };
+            let (left, right, _) = if same {
+                same_padding(w, k, stride)
+            } else {
+                (0, 0, 0)
+            };
+            let theirs = x
+                .permute((0, 3, 1, 2))
+                .and_then(|x| x.pad_with_zeros(2, top, bottom))
+                .and_then(|x| x.pad_with_zeros(3, left, right))
+                .and_then(|x| x.conv2d(&kernel.permute((2, 3, 0, 1))?, 0, stride, 1, c))
+                .and_then(|y| y.permute((0, 2, 3, 1)))
+                .and_then(|y| y.broadcast_add(&bias))
+                .and_then(|y| if relu { y.relu() } else { Ok(y) })
+                .unwrap();
+            assert_eq!(ours.dims(), theirs.dims(), "{h}×{w}×{c} k{k} s{stride}");
+            let d = close(&ours, &theirs);
+            assert!(d < 1e-5, "{h}×{w}×{c} k{k} s{stride} same {same}: {d}");
+        }
+    }
+
+    #[test]
+    fn broadcast_products_sums_and_means_agree_with_candle() {
+        let x = ramp(&[2, 5, 4, 6], 0.1);
+        let per_channel = ramp(&[2, 1, 1, 6], 0.3);
+        let one = Tensor::new(0.5f32, &Device::Cpu).unwrap();
+        for other in [&per_channel, &one, &x] {
+            for (op, theirs) in [
+                (Op::Mul, x.broadcast_mul(other).unwrap()),
+                (Op::Add, x.broadcast_add(other).unwrap()),
+            ] {
+                // Either operand first.
+                assert_eq!(close(&eval_op(op, &[&x, other]), &theirs), 0.0);
+                assert_eq!(close(&eval_op(op, &[other, &x]), &theirs), 0.0);
+            }
+        }
+        let node = Node {
+            name: "mean".into(),
+            op: Op::Mean,
+            inputs: vec![],
+        };
+        let (a, axes) = (Value::F(x.clone()), Value::I(vec![2], vec![1, 2]));
+        let ours = match eval(&node, &[&a, &axes], None).unwrap().remove(0) {
+            Value::F(t) => t,
+            Value::I(..) => panic!("integers"),
+        };
+        let theirs = x.mean_keepdim(1).and_then(|m| m.mean_keepdim(2)).unwrap();
+        assert_eq!(ours.dims(), [2, 1, 1, 6]);
+        assert!(close(&ours, &theirs) < 1e-6);
+        let six = eval_op(Op::Relu6, &[&(&x * 20.0).unwrap()]);
+        assert!(close(&six, &(&x * 20.0).unwrap().clamp(0f32, 6f32).unwrap()) < 1e-6);
+    }
+
+    #[test]
+    fn the_legacy_resize_reads_from_d_times_in_over_out() {
+        // One channel, 2×2 to 4×4: source coordinates 0, ½, 1, 1½ on each axis (the last
+        // between the last pixel and itself).
+        let x = Tensor::from_vec(vec![0f32, 1.0, 2.0, 3.0], (1, 2, 2, 1), &Device::Cpu).unwrap();
+        let node = Node {
+            name: "resize".into(),
+            op: Op::ResizeBilinear { half_pixel: false },
+            inputs: vec![],
+        };
+        let (a, size) = (Value::F(x), Value::I(vec![2], vec![4, 4]));
+        let ours = match eval(&node, &[&a, &size], None).unwrap().remove(0) {
+            Value::F(t) => t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            Value::I(..) => panic!("integers"),
+        };
+        let row = |y: f32| [0.0, 0.5, 1.0, 1.0].map(|x: f32| 2.0 * y + x);
+        let want: Vec<f32> = [0.0, 0.5, 1.0, 1.0].into_iter().flat_map(row).collect();
+        assert_eq!(ours, want);
     }
 
     #[test]

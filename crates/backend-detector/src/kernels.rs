@@ -53,6 +53,100 @@ pub fn add(a: &[f32], b: &[f32]) -> Option<Vec<f32>> {
     Some(out)
 }
 
+/// `f` of each element.
+pub fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(o, x)| {
+            for (o, &x) in o.iter_mut().zip(x) {
+                *o = f(x);
+            }
+        });
+    out
+}
+
+/// `f(a, b)` element by element, for slices of one length.
+pub fn zip(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) -> Option<Vec<f32>> {
+    if a.len() != b.len() {
+        return None;
+    }
+    let mut out = vec![0f32; a.len()];
+    out.par_chunks_mut(CHUNK)
+        .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
+        .for_each(|(o, (a, b))| {
+            for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
+                *o = f(a, b);
+            }
+        });
+    Some(out)
+}
+
+/// `f(x, v[channel])` for each element of `x`, whose last axis has `v.len()` channels, with
+/// `images` images of `x.len() / images` elements each, and `v` holding `images × channels`
+/// values (one row per image): a per-channel scale or shift, as a squeeze-and-excite's.
+pub fn per_channel(
+    x: &[f32],
+    v: &[f32],
+    images: usize,
+    f: impl Fn(f32, f32) -> f32 + Sync,
+) -> Option<Vec<f32>> {
+    let c = v.len().checked_div(images).filter(|&c| c > 0)?;
+    if images == 0 || v.len() != images * c || !x.len().is_multiple_of(images * c) {
+        return None;
+    }
+    let per_image = x.len() / images;
+    let rows = (CHUNK / c).max(1);
+    let mut out = vec![0f32; x.len()];
+    out.par_chunks_mut(rows * c)
+        .enumerate()
+        .for_each(|(i, dst)| {
+            let at = i * rows * c;
+            for (k, px) in dst.chunks_exact_mut(c).enumerate() {
+                let start = at + k * c;
+                let row = &v[(start / per_image) * c..(start / per_image + 1) * c];
+                for ((o, &a), &b) in px.iter_mut().zip(&x[start..start + c]).zip(row) {
+                    *o = f(a, b);
+                }
+            }
+        });
+    Some(out)
+}
+
+/// The mean of each channel of `[n, h, w, c]` over its pixels: `[n, c]`.
+pub fn spatial_mean(x: &[f32], (n, h, w, c): (usize, usize, usize, usize)) -> Option<Vec<f32>> {
+    let pixels = h * w;
+    if x.len() != n * pixels * c || pixels == 0 || c == 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n * c);
+    for image in x.chunks_exact(pixels * c) {
+        let band = (CHUNK / c).max(1);
+        let sum = image
+            .par_chunks(band * c)
+            .map(|rows| {
+                let mut acc = vec![0f32; c];
+                for px in rows.chunks_exact(c) {
+                    for (a, &v) in acc.iter_mut().zip(px) {
+                        *a += v;
+                    }
+                }
+                acc
+            })
+            .reduce(
+                || vec![0f32; c],
+                |mut a, b| {
+                    for (x, y) in a.iter_mut().zip(b) {
+                        *x += y;
+                    }
+                    a
+                },
+            );
+        out.extend(sum.into_iter().map(|v| v / pixels as f32));
+    }
+    Some(out)
+}
+
 /// `1 / (1 + e^-x)` of each element.
 pub fn sigmoid(x: &[f32]) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
@@ -150,14 +244,15 @@ pub fn max_pool(
     Some((out, (oh, ow)))
 }
 
-/// Bilinear resize of `[n, h, w, c]` to `[n, oh, ow, c]` with half-pixel centres, as
-/// PyTorch's `align_corners = false` (and candle's `upsample_bilinear2d`): a source
-/// coordinate `(d + ½)·in/out − ½`, clamped at zero, between its floor and the next pixel
-/// (or the last).
+/// Bilinear resize of `[n, h, w, c]` to `[n, oh, ow, c]`. With `half_pixel`, as PyTorch's
+/// `align_corners = false` (and candle's `upsample_bilinear2d`): a source coordinate
+/// `(d + ½)·in/out − ½`, clamped at zero; without, TensorFlow's legacy `d·in/out`. Either
+/// lies between its floor and the next pixel (or the last).
 pub fn resize_bilinear(
     x: &[f32],
     (n, h, w, c): (usize, usize, usize, usize),
     (oh, ow): (usize, usize),
+    half_pixel: bool,
 ) -> Option<Vec<f32>> {
     if x.len() != n * h * w * c || [h, w, c, oh, ow].contains(&0) {
         return None;
@@ -166,7 +261,11 @@ pub fn resize_bilinear(
         let scale = inp as f32 / out as f32;
         (0..out)
             .map(|d| {
-                let src = (scale * (d as f32 + 0.5) - 0.5).max(0.0);
+                let src = if half_pixel {
+                    (scale * (d as f32 + 0.5) - 0.5).max(0.0)
+                } else {
+                    scale * d as f32
+                };
                 let i0 = (src as usize).min(inp - 1);
                 let i1 = (i0 + 1).min(inp - 1);
                 (i0, i1, src - i0 as f32)
@@ -188,6 +287,80 @@ pub fn resize_bilinear(
                     let top = a[i] * (1.0 - lx) + bb[i] * lx;
                     let bottom = cc[i] * (1.0 - lx) + d[i] * lx;
                     dst[i] = top * (1.0 - ly) + bottom * ly;
+                }
+            }
+        });
+    Some(out)
+}
+
+/// Shapes of a depthwise convolution: input `[n, h, w, c]`, filter `[kh, kw, c]`, stride,
+/// the zero padding before the first row and column, and the output's height and width
+/// (the padding after is whatever that leaves).
+#[derive(Debug, Clone, Copy)]
+pub struct Depthwise {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: (usize, usize),
+    pub before: (usize, usize),
+    pub out: (usize, usize),
+}
+
+/// A depthwise convolution in NHWC (each channel with its own `kh × kw` filter), then the
+/// bias and a ReLU where asked: `[n, oh, ow, c]`, or `None` when a slice does not match the
+/// shape. Each output pixel sums its window's taps over a whole pixel of channels at a time
+/// (taps outside the input are the padding's zeros, skipped).
+pub fn depthwise(
+    x: &[f32],
+    filter: &[f32],
+    bias: Option<&[f32]>,
+    relu: bool,
+    s: Depthwise,
+) -> Option<Vec<f32>> {
+    let (oh, ow) = s.out;
+    let (sh, sw) = s.stride;
+    let c = s.c;
+    if x.len() != s.n * s.h * s.w * c
+        || filter.len() != s.kh * s.kw * c
+        || bias.is_some_and(|b| b.len() != c)
+        || [c, sh, sw, oh, ow].contains(&0)
+    {
+        return None;
+    }
+    let mut out = vec![0f32; s.n * oh * ow * c];
+    out.par_chunks_mut(ow * c)
+        .enumerate()
+        .for_each(|(r, line)| {
+            let (b, oy) = (r / oh, r % oh);
+            let image = &x[b * s.h * s.w * c..(b + 1) * s.h * s.w * c];
+            for (ox, acc) in line.chunks_exact_mut(c).enumerate() {
+                if let Some(bias) = bias {
+                    acc.copy_from_slice(bias);
+                }
+                for ky in 0..s.kh {
+                    let Some(iy) = (oy * sh + ky).checked_sub(s.before.0).filter(|&y| y < s.h)
+                    else {
+                        continue;
+                    };
+                    for kx in 0..s.kw {
+                        let Some(ix) = (ox * sw + kx).checked_sub(s.before.1).filter(|&v| v < s.w)
+                        else {
+                            continue;
+                        };
+                        let px = &image[(iy * s.w + ix) * c..(iy * s.w + ix + 1) * c];
+                        let tap = &filter[(ky * s.kw + kx) * c..(ky * s.kw + kx + 1) * c];
+                        for ((a, &v), &k) in acc.iter_mut().zip(px).zip(tap) {
+                            *a += v * k;
+                        }
+                    }
+                }
+                if relu {
+                    for a in acc.iter_mut() {
+                        *a = a.max(0.0);
+                    }
                 }
             }
         });
