@@ -1,20 +1,24 @@
 //! Object detection on the CPU. A detector is a TensorFlow.js graph model run by
 //! [`graph::Graph`] (a small interpreter over candle tensors), its input made from an RGB
 //! picture and its outputs decoded into boxes by the model's own head rules
-//! ([`nanodet`]).
+//! ([`nanodet`], [`centernet`]).
 //!
 //! Architecture invariant: nothing here knows HTTP, requests or questions. A picture comes in
 //! as pixels (decoding its file is `media`'s job); boxes go out as fractions of the picture
 //! as it was given, with the detector's own scores (not calibrated probabilities: what a
 //! box question answers is the engine's business). From the engine it takes only the
-//! [`engine::backend::Detector`] trait, which [`NanoDet`] implements.
+//! [`engine::backend::Detector`] trait, which [`NanoDet`] and [`CenterNet`] implement.
 
+pub mod centernet;
+pub mod coco;
 mod conv;
 pub mod graph;
 mod kernels;
 pub mod nanodet;
 
-pub use nanodet::{Detection, NanoDet, COCO};
+pub use centernet::CenterNet;
+pub use coco::{Detection, COCO};
+pub use nanodet::NanoDet;
 
 /// Errors of loading or running a detector.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +33,7 @@ pub enum DetectError {
     Picture(String),
 }
 
-/// Boxes the engine is handed: what NanoDet scores at least this surely (the engine keeps
+/// Boxes the engine is handed: what a detector scores at least this surely (the engine keeps
 /// what it needs), after suppression of same-kind boxes overlapping by more than half.
 const ENGINE_MIN_SCORE: f32 = 0.05;
 const ENGINE_IOU: f32 = 0.5;
@@ -54,17 +58,70 @@ impl engine::backend::Detector for NanoDet {
             height,
             pixels: rgb,
         };
-        let found = NanoDet::detect(self, picture, ENGINE_MIN_SCORE, ENGINE_IOU)
-            .map_err(|e| engine::BackendError::Forward(e.to_string()))?;
-        Ok(found
-            .into_iter()
-            .map(|d| engine::backend::Found {
-                kind: d.class,
-                score: d.score,
-                edges: d.bbox,
-            })
-            .collect())
+        found(NanoDet::detect(self, picture, ENGINE_MIN_SCORE, ENGINE_IOU))
     }
+}
+
+impl engine::backend::Detector for CenterNet {
+    fn name(&self) -> &str {
+        "centernet-coco"
+    }
+
+    fn kinds(&self) -> &[&'static str] {
+        &COCO
+    }
+
+    fn detect(
+        &self,
+        width: usize,
+        height: usize,
+        rgb: &[u8],
+    ) -> Result<Vec<engine::backend::Found>, engine::BackendError> {
+        let picture = Rgb {
+            width,
+            height,
+            pixels: rgb,
+        };
+        found(CenterNet::detect(
+            self,
+            picture,
+            ENGINE_MIN_SCORE,
+            ENGINE_IOU,
+        ))
+    }
+}
+
+/// Detections as the engine takes them.
+fn found(
+    detections: Result<Vec<Detection>, DetectError>,
+) -> Result<Vec<engine::backend::Found>, engine::BackendError> {
+    let detections = detections.map_err(|e| engine::BackendError::Forward(e.to_string()))?;
+    Ok(detections
+        .into_iter()
+        .map(|d| engine::backend::Found {
+            kind: d.class,
+            score: d.score,
+            edges: d.bbox,
+        })
+        .collect())
+}
+
+/// The picture stretched to `size × size` (each axis on its own, no letterbox) by bilinear
+/// interpolation with half-pixel centres, as `[1, 3, size, size]` floats from 0 to 255.
+fn stretched(picture: Rgb<'_>, size: usize) -> Result<candle_core::Tensor, DetectError> {
+    let (w, h) = (picture.width, picture.height);
+    if w == 0 || h == 0 || picture.pixels.len() != w * h * 3 {
+        return Err(DetectError::Picture(format!(
+            "{} bytes do not hold a {w}×{h} RGB picture",
+            picture.pixels.len()
+        )));
+    }
+    let x = candle_core::Tensor::from_slice(picture.pixels, (h, w, 3), &candle_core::Device::Cpu)?
+        .to_dtype(candle_core::DType::F32)?
+        .permute((2, 0, 1))?
+        .unsqueeze(0)?
+        .contiguous()?;
+    Ok(x.upsample_bilinear2d(size, size, false)?)
 }
 
 /// An RGB picture: `pixels` holds `width × height` triples, row by row.

@@ -12,95 +12,11 @@
 
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 
+use crate::coco::{suppress, Detection};
 use crate::graph::Graph;
 use crate::{DetectError, Rgb};
-use engine::backend::iou;
-
-/// COCO's 80 object kinds, in the model's class order.
-pub const COCO: [&str; 80] = [
-    "person",
-    "bicycle",
-    "car",
-    "motorcycle",
-    "airplane",
-    "bus",
-    "train",
-    "truck",
-    "boat",
-    "traffic light",
-    "fire hydrant",
-    "stop sign",
-    "parking meter",
-    "bench",
-    "bird",
-    "cat",
-    "dog",
-    "horse",
-    "sheep",
-    "cow",
-    "elephant",
-    "bear",
-    "zebra",
-    "giraffe",
-    "backpack",
-    "umbrella",
-    "handbag",
-    "tie",
-    "suitcase",
-    "frisbee",
-    "skis",
-    "snowboard",
-    "sports ball",
-    "kite",
-    "baseball bat",
-    "baseball glove",
-    "skateboard",
-    "surfboard",
-    "tennis racket",
-    "bottle",
-    "wine glass",
-    "cup",
-    "fork",
-    "knife",
-    "spoon",
-    "bowl",
-    "banana",
-    "apple",
-    "sandwich",
-    "orange",
-    "broccoli",
-    "carrot",
-    "hot dog",
-    "pizza",
-    "donut",
-    "cake",
-    "chair",
-    "couch",
-    "potted plant",
-    "bed",
-    "dining table",
-    "toilet",
-    "tv",
-    "laptop",
-    "mouse",
-    "remote",
-    "keyboard",
-    "cell phone",
-    "microwave",
-    "oven",
-    "toaster",
-    "sink",
-    "refrigerator",
-    "book",
-    "clock",
-    "vase",
-    "scissors",
-    "teddy bear",
-    "hair drier",
-    "toothbrush",
-];
 
 /// The side of the square the network reads.
 pub const SIZE: usize = 416;
@@ -118,24 +34,6 @@ const OUTPUTS: [&str; 6] = [
     "Identity_5:0",
 ];
 
-/// One detected object.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Detection {
-    /// Index into [`COCO`].
-    pub class: usize,
-    /// The network's class score (sigmoid), not a calibrated probability.
-    pub score: f32,
-    /// `[left, top, right, bottom]` as fractions of the picture's width and height.
-    #[serde(rename = "box")]
-    pub bbox: [f32; 4],
-}
-
-impl Detection {
-    pub fn label(&self) -> &'static str {
-        COCO.get(self.class).copied().unwrap_or("unknown")
-    }
-}
-
 /// A loaded NanoDet.
 #[derive(Debug)]
 pub struct NanoDet {
@@ -152,19 +50,7 @@ impl NanoDet {
 
     /// The network's input for a picture: `[1, 3, 416, 416]`.
     pub fn input(picture: Rgb<'_>) -> Result<Tensor, DetectError> {
-        let (w, h) = (picture.width, picture.height);
-        if w == 0 || h == 0 || picture.pixels.len() != w * h * 3 {
-            return Err(DetectError::Picture(format!(
-                "{} bytes do not hold a {w}×{h} RGB picture",
-                picture.pixels.len()
-            )));
-        }
-        let x = Tensor::from_slice(picture.pixels, (h, w, 3), &Device::Cpu)?
-            .to_dtype(candle_core::DType::F32)?
-            .permute((2, 0, 1))?
-            .unsqueeze(0)?
-            .contiguous()?;
-        Ok((x.upsample_bilinear2d(SIZE, SIZE, false)? / 255.0)?)
+        Ok((crate::stretched(picture, SIZE)? / 255.0)?)
     }
 
     /// The six raw outputs (scores for strides 8, 16, 32, then side distributions).
@@ -231,17 +117,7 @@ pub fn decode(outputs: &[Vec<f32>], min_score: f32, iou_max: f32) -> Vec<Detecti
             }
         }
     }
-    found.sort_by(|a, b| b.score.total_cmp(&a.score));
-    let mut kept: Vec<Detection> = Vec::new();
-    for d in found {
-        if kept
-            .iter()
-            .all(|k| k.class != d.class || iou(&k.bbox, &d.bbox) <= iou_max)
-        {
-            kept.push(d);
-        }
-    }
-    kept
+    suppress(found, iou_max)
 }
 
 /// Σ softmax(logits)·k over k = 0, 1, …

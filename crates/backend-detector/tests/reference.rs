@@ -1,15 +1,16 @@
-//! NanoDet against the reference run of the original graph by TensorFlow.js itself
-//! (`tools/nanodet_reference.js`, fixture `fixtures/nanodet.json`), on Debian's darknet test
-//! photographs decoded by `media` (the reference read the same pixels): every object either
-//! side finds with a score of at least 0.3 is found by the other too, same kind, its box
-//! overlapping by IoU ≥ 0.99 and its score within 0.02.
+//! Each detector against the reference run of its original graph by TensorFlow.js itself
+//! (`tools/nanodet_reference.js`, fixture `fixtures/nanodet.json`; `tools/centernet_reference.js`,
+//! `fixtures/centernet.json`), on Debian's darknet test photographs decoded by `media` (the
+//! reference read the same pixels): every object either side finds with a score of at least
+//! 0.3 is found by the other too, same kind, its box overlapping by IoU ≥ 0.99 and its score
+//! within 0.02.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use backend_detector::{Detection, NanoDet, Rgb};
+use backend_detector::{CenterNet, Detection, NanoDet, Rgb};
 use engine::backend::iou;
 use serde::Deserialize;
 
@@ -31,29 +32,41 @@ struct Reference {
 
 const SURE: f32 = 0.3;
 
+/// A catalogue detector's package directory, fetched if need be.
+fn package(id: &str) -> PathBuf {
+    let resolved = hub::resolve(id, true).expect("the detector is fetched");
+    resolved.dir.expect("a package directory")
+}
+
 #[test]
-fn boxes_match_the_reference_run_on_the_test_photographs() {
-    let resolved = hub::resolve("nanodet-coco", true).expect("the detector is fetched");
-    let dir = resolved.dir.expect("a package directory");
-    let model = NanoDet::load(&dir).expect("the graph loads");
-    let fixture: BTreeMap<String, Vec<Reference>> =
-        serde_json::from_str(include_str!("fixtures/nanodet.json")).unwrap();
+fn nanodet_boxes_match_the_reference_run_on_the_test_photographs() {
+    let model = NanoDet::load(&package("nanodet-coco")).expect("the graph loads");
+    same_as_reference(include_str!("fixtures/nanodet.json"), |picture| {
+        model.detect(picture, 0.2, 0.5).unwrap()
+    });
+}
+
+#[test]
+fn centernet_boxes_match_the_reference_run_on_the_test_photographs() {
+    let model = CenterNet::load(&package("centernet-coco")).expect("the graph loads");
+    same_as_reference(include_str!("fixtures/centernet.json"), |picture| {
+        model.detect(picture, 0.2, 0.5).unwrap()
+    });
+}
+
+/// Every photograph of the fixture `json` read by `detect`, compared with the reference.
+fn same_as_reference(json: &str, detect: impl Fn(Rgb<'_>) -> Vec<Detection>) {
+    let fixture: BTreeMap<String, Vec<Reference>> = serde_json::from_str(json).unwrap();
     assert_eq!(fixture.len(), 6);
     for (name, want) in &fixture {
         let bytes = std::fs::read(photos().join(format!("{name}.jpg")))
             .unwrap_or_else(|e| panic!("{name}: {e} (Debian's darknet package holds it)"));
         let picture = media::decode_picture(&bytes, 50_000_000).unwrap();
-        let got = model
-            .detect(
-                Rgb {
-                    width: picture.width,
-                    height: picture.height,
-                    pixels: &picture.rgb,
-                },
-                0.2,
-                0.5,
-            )
-            .unwrap();
+        let got = detect(Rgb {
+            width: picture.width,
+            height: picture.height,
+            pixels: &picture.rgb,
+        });
         let mut worst = (1f32, 0f32);
         let mut matches = |a: &[f32; 4], class: usize, score: f32, other: &[Detection]| {
             let best = other
