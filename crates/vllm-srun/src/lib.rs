@@ -603,13 +603,19 @@ fn load_detector(spec: &str, pull: bool) -> anyhow::Result<Arc<dyn engine::backe
         (hub::Kind::Detector, Some(dir)) => dir,
         _ => {
             return Err(anyhow::anyhow!(
-                "{spec}: not an object detector (e.g. nanodet-coco)"
+                "{spec}: not an object detector (e.g. nanodet-coco, centernet-coco)"
             ))
         }
     };
-    let model =
-        backend_detector::NanoDet::load(&dir).map_err(|e| anyhow::anyhow!("{spec}: {e}"))?;
-    Ok(Arc::new(model))
+    let failed = |e: backend_detector::DetectError| anyhow::anyhow!("{spec}: {e}");
+    if dir.join("centernet.json").is_file() {
+        return Ok(Arc::new(
+            backend_detector::CenterNet::load(&dir).map_err(failed)?,
+        ));
+    }
+    Ok(Arc::new(
+        backend_detector::NanoDet::load(&dir).map_err(failed)?,
+    ))
 }
 
 /// Load a Sparrow static decision model: its own config sets the temperatures per question
