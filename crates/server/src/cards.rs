@@ -41,7 +41,7 @@ fn card(state: &AppState, slot: &engine::Slot) -> Value {
         if let Some(d) = m.detector() {
             card["modalities"] = json!(["text", "image", "video"]);
             card["image_placements"] = json!(["state", "instructions"]);
-            let (a, b) = engine::decision::BOX_CALIBRATION;
+            let (a, b) = engine::decision::box_calibration(d.name());
             card["detector"] = json!({"name": d.name(), "kinds": d.kinds(),
                 "confidence": format!("sigmoid({a} + {b} × logit(p(kind read right) × detector score of the chosen box)), fitted on composed scenes (tools/boxset.py)")});
         }

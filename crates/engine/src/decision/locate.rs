@@ -7,7 +7,7 @@
 //! model itself answers a choice among the detector's kinds and "something else". Position
 //! words choose among several objects of that kind. The confidence is the probability that
 //! the kind was read right times the detector's score of the chosen object, calibrated to the
-//! probability that the box is right (`CALIBRATION`); a target the detector does not find gets
+//! probability that the box is right (the detector's curve, `calibration`); a target the detector does not find gets
 //! the whole picture with a low confidence (a box is always given; a noul says whether the
 //! target is there).
 //!
@@ -37,16 +37,28 @@ const MIN_SCORE: f32 = 0.05;
 /// read right times the detector's score of the chosen box: the logistic curve fitted by
 /// `tools/boxset.py` on 468 box questions about 160 composed scenes (cut-outs of
 /// hand-marked objects on empty backgrounds, a third of them asking for an absent kind), where,
-/// judged leave-one-photo-out, it took the Brier score from 0.255 to 0.163 and the expected
-/// calibration error from 0.275 to 0.042.
+/// judged leave-one-photo-out, it took NanoDet's Brier score from 0.255 to 0.163 and the
+/// expected calibration error from 0.275 to 0.042.
 pub const CALIBRATION: (f64, f64) = (2.1959, 1.4907);
+/// CenterNet's curve, fitted by `tools/boxset.py` on the same 160 scenes: its answers through
+/// NanoDet's curve refitted (`a = 0.6760, b = 1.0164`), composed with that curve.
+pub const CENTERNET_CALIBRATION: (f64, f64) = (2.9078, 1.5151);
+
+/// The confidence curve of a detector, by its name (NanoDet's for one without its own).
+pub fn calibration(detector: &str) -> (f64, f64) {
+    match detector {
+        "centernet-coco" => CENTERNET_CALIBRATION,
+        _ => CALIBRATION,
+    }
+}
 
 /// The calibrated probability that the box of `found` (the whole picture when nothing was
-/// found) overlaps the true one by at least half, the kind read right with `p_kind`.
-fn confidence(found: Option<&Found>, p_kind: f64) -> f64 {
+/// found) overlaps the true one by at least half, the kind read right with `p_kind`, on the
+/// detector's curve `(a, b)`.
+fn confidence((a, b): (f64, f64), found: Option<&Found>, p_kind: f64) -> f64 {
     let raw = found.map_or(NOT_FOUND, |f| p_kind * f64::from(f.score));
     let p = raw.clamp(1e-4, 1.0 - 1e-4);
-    let z = CALIBRATION.0 + CALIBRATION.1 * (p / (1.0 - p)).ln();
+    let z = a + b * (p / (1.0 - p)).ln();
     1.0 / (1.0 + (-z).exp())
 }
 
@@ -143,7 +155,7 @@ impl DecisionModel {
                     Some(Ok(MediaTarget::Picture(picture))) => {
                         match detected(detector, &mut seen, &picture.bytes).await {
                             Ok(found) => {
-                                self.answer(detector.kinds(), q, r, &found, None, &mut usage)
+                                self.answer(&**detector, q, r, &found, None, &mut usage)
                                     .await
                             }
                             Err(f) => failed(f),
@@ -182,7 +194,7 @@ impl DecisionModel {
                         }
                         match failure {
                             Some(f) => failed(f),
-                            None => grounded_answer(&g, &pictures, q),
+                            None => grounded_answer(calibration(detector.name()), &g, &pictures, q),
                         }
                     }
                 };
@@ -215,9 +227,10 @@ impl DecisionModel {
             .take_while(|t| *t < seconds.max(0.001))
             .collect();
         let frames = detect_frames(detector.clone(), clip.bytes.clone(), times.clone()).await?;
+        let cal = calibration(detector.name());
         let there: Vec<f64> = frames
             .iter()
-            .map(|found| target::presence(&sightings(found, *kind)))
+            .map(|found| target::presence(&sightings(cal, found, *kind)))
             .collect();
         match (g, &q.kind) {
             (target::Grounded::When(_, spans), QuestionKind::Choice { options }) => {
@@ -230,7 +243,7 @@ impl DecisionModel {
                 Ok(choice_answer(&probs, &keys))
             }
             _ => Ok(Answer::Noul(NoulAnswer {
-                noul: round(target::presence(&there).max(confidence(None, 1.0))),
+                noul: round(target::presence(&there).max(confidence(cal, None, 1.0))),
             })),
         }
     }
@@ -268,7 +281,7 @@ impl DecisionModel {
             ));
         };
         if let QuestionKind::Box { at } = q.kind {
-            return Ok(self.answer(detector.kinds(), q, r, first, at, usage).await);
+            return Ok(self.answer(&**detector, q, r, first, at, usage).await);
         }
         let instructions = q.instructions.as_deref().unwrap_or("");
         let (kind, p_kind) = self
@@ -289,7 +302,11 @@ impl DecisionModel {
             if let Some(f) = found {
                 last = f.edges.map(f64::from);
             }
-            let sure = confidence(found.as_ref().filter(|_| !part), p_kind);
+            let sure = confidence(
+                calibration(detector.name()),
+                found.as_ref().filter(|_| !part),
+                p_kind,
+            );
             track.push(TrackMoment {
                 time: round(*time),
                 edges: edges(last),
@@ -354,7 +371,7 @@ impl DecisionModel {
     /// One box question's answer from its picture's (or its moment's) detections.
     async fn answer(
         &self,
-        kinds: &[&'static str],
+        detector: &dyn Detector,
         q: &Question,
         r: &DecisionRequest,
         found: &[Found],
@@ -362,6 +379,7 @@ impl DecisionModel {
         usage: &mut Usage,
     ) -> Answer {
         let instructions = q.instructions.as_deref().unwrap_or("");
+        let kinds = detector.kinds();
         let (kind, p_kind) = match self.kind_of(kinds, instructions, r, usage).await {
             Ok(read) => read,
             Err(failure) => {
@@ -383,19 +401,23 @@ impl DecisionModel {
         let sure = chosen.filter(|_| target::part_named(instructions, kinds).is_none());
         Answer::Box(BoxAnswer {
             edges: edges(box_edges),
-            confidence: Some(round(confidence(sure.as_ref(), p_kind))),
+            confidence: Some(round(confidence(
+                calibration(detector.name()),
+                sure.as_ref(),
+                p_kind,
+            ))),
             time: time.map(round),
         })
     }
 }
 
 /// Each object of `kind` in one picture or moment, with the calibrated confidence that it is
-/// there (`CALIBRATION`, the kind read right by its share of the place's best score,
+/// there (the detector's curve, the kind read right by its share of the place's best score,
 /// `target::read_right`).
-fn sightings(found: &[Found], kind: usize) -> Vec<f64> {
+fn sightings(cal: (f64, f64), found: &[Found], kind: usize) -> Vec<f64> {
     target::objects(found, kind)
         .iter()
-        .map(|f| confidence(Some(f), target::read_right(f, found)))
+        .map(|f| confidence(cal, Some(f), target::read_right(f, found)))
         .collect()
 }
 
@@ -404,11 +426,16 @@ fn sightings(found: &[Found], kind: usize) -> Vec<f64> {
 /// one's (never below a whole picture's confidence when none was seen: the detector misses
 /// some), a score each level's share of the count's distribution, the objects taken as
 /// independent.
-fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Question) -> Answer {
+fn grounded_answer(
+    cal: (f64, f64),
+    g: &target::Grounded,
+    pictures: &[Arc<Vec<Found>>],
+    q: &Question,
+) -> Answer {
     let seen = |kind: usize| -> Vec<f64> {
         pictures
             .iter()
-            .flat_map(|found| sightings(found, kind))
+            .flat_map(|found| sightings(cal, found, kind))
             .collect()
     };
     let kind = match g {
@@ -421,7 +448,7 @@ fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Quest
             };
             let presence: Vec<f64> = kinds
                 .iter()
-                .map(|k| target::presence(&seen(*k)).max(confidence(None, 1.0)))
+                .map(|k| target::presence(&seen(*k)).max(confidence(cal, None, 1.0)))
                 .collect();
             let probs: Vec<f64> = target::which(&presence).into_iter().map(round).collect();
             let keys: Vec<String> = options.iter().map(|(k, _)| k.clone()).collect();
@@ -438,7 +465,7 @@ fn grounded_answer(g: &target::Grounded, pictures: &[Arc<Vec<Found>>], q: &Quest
             score_answer(&probs, legend)
         }
         _ => Answer::Noul(NoulAnswer {
-            noul: round(target::presence(&p).max(confidence(None, 1.0))),
+            noul: round(target::presence(&p).max(confidence(cal, None, 1.0))),
         }),
     }
 }

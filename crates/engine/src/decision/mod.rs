@@ -32,5 +32,5 @@ mod readout;
 mod target;
 mod views;
 
-pub use locate::{BOX_VIDEO_MAX_SECONDS, CALIBRATION as BOX_CALIBRATION};
+pub use locate::{calibration as box_calibration, BOX_VIDEO_MAX_SECONDS};
 pub use model::{Decision, DecisionModel, Limits, Timings};
