@@ -1,6 +1,7 @@
-//! The object detector's forward on one photograph (resized to 416×416), ours against the
-//! reference runtime: TensorFlow.js running the same graph model in Node.js
-//! (`tools/nanodet_reference.js --time`, on its WebAssembly backend: XNNPACK; its plain
+//! Each catalogue detector's forward on one photograph (resized to 416×416 for NanoDet,
+//! 512×512 for CenterNet), ours against the reference runtime: TensorFlow.js running the
+//! same graph model in Node.js (`tools/nanodet_reference.js --time`,
+//! `tools/centernet_reference.js --time`, on its WebAssembly backend: XNNPACK; its plain
 //! JavaScript backend is forty times slower and no fair reference), on the very pixels ours
 //! reads.
 
@@ -8,13 +9,55 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use backend_detector::{NanoDet, Rgb};
+use backend_detector::{CenterNet, DetectError, Detection, NanoDet, Rgb};
+use candle_core::Tensor;
 
 use crate::common::median;
 
-/// `runs` forwards of ours (after three warm-up runs); the reference's median of 20.
+/// A catalogue detector, run the same way whichever it is.
+enum Model {
+    Nano(NanoDet),
+    Center(CenterNet),
+}
+
+impl Model {
+    fn input(&self, rgb: Rgb<'_>) -> Result<Tensor, DetectError> {
+        match self {
+            Model::Nano(_) => NanoDet::input(rgb),
+            Model::Center(_) => CenterNet::input(rgb),
+        }
+    }
+
+    fn forward(&self, x: Tensor) -> Result<Vec<Tensor>, DetectError> {
+        match self {
+            Model::Nano(m) => m.forward(x),
+            Model::Center(m) => m.forward(x),
+        }
+    }
+
+    fn detect(&self, rgb: Rgb<'_>) -> Result<Vec<Detection>, DetectError> {
+        match self {
+            Model::Nano(m) => m.detect(rgb, 0.3, 0.5),
+            Model::Center(m) => m.detect(rgb, 0.3, 0.5),
+        }
+    }
+}
+
+/// `runs` forwards of ours (after three warm-up runs) per detector; the reference's median
+/// of 20.
 pub async fn detector(runs: usize) -> anyhow::Result<()> {
-    let resolved = hub::resolve("nanodet-coco", true)?;
+    for (id, script) in [
+        ("nanodet-coco", "nanodet_reference.js"),
+        ("centernet-coco", "centernet_reference.js"),
+    ] {
+        println!("{id}:");
+        one(id, script, runs)?;
+    }
+    Ok(())
+}
+
+fn one(id: &str, script: &str, runs: usize) -> anyhow::Result<()> {
+    let resolved = hub::resolve(id, true)?;
     let dir = resolved
         .dir
         .ok_or_else(|| anyhow::anyhow!("the detector has no package directory"))?;
@@ -24,13 +67,16 @@ pub async fn detector(runs: usize) -> anyhow::Result<()> {
     let photo = photos.join("dog.jpg");
     let bytes = std::fs::read(&photo).map_err(|e| anyhow::anyhow!("{}: {e}", photo.display()))?;
     let pic = media::decode_picture(&bytes, 1 << 28)?;
-    let model = NanoDet::load(&dir)?;
+    let model = match id {
+        "centernet-coco" => Model::Center(CenterNet::load(&dir)?),
+        _ => Model::Nano(NanoDet::load(&dir)?),
+    };
     let rgb = Rgb {
         width: pic.width,
         height: pic.height,
         pixels: &pic.rgb,
     };
-    let input = NanoDet::input(rgb)?;
+    let input = model.input(rgb)?;
     let mut forward = Vec::new();
     let mut whole = Vec::new();
     for r in 0..runs + 3 {
@@ -38,7 +84,7 @@ pub async fn detector(runs: usize) -> anyhow::Result<()> {
         model.forward(input.clone())?;
         let f = t.elapsed();
         let t = Instant::now();
-        let found = model.detect(rgb, 0.3, 0.5)?;
+        let found = model.detect(rgb)?;
         let w = t.elapsed();
         if r == 0 {
             let names: Vec<String> = found
@@ -65,13 +111,13 @@ pub async fn detector(runs: usize) -> anyhow::Result<()> {
     let mut body = format!("P6\n{} {}\n255\n", pic.width, pic.height).into_bytes();
     body.extend_from_slice(&pic.rgb);
     std::fs::write(&ppm, body)?;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tools/nanodet_reference.js"
-    );
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tools")
+        .join(script);
     for backend in ["wasm"] {
         let out = Command::new("node")
-            .args([script, "--time"])
+            .arg(&script)
+            .arg("--time")
             .arg(&dir)
             .arg(&ppm)
             .env("TFJS_BACKEND", backend)
@@ -81,11 +127,12 @@ pub async fn detector(runs: usize) -> anyhow::Result<()> {
             Ok(o) => {
                 println!(
                     "reference (TensorFlow.js {backend}): not run ({}); install it as \
-                     tools/nanodet_reference.js says and set NODE_PATH",
+                     {} says and set NODE_PATH",
                     String::from_utf8_lossy(&o.stderr)
                         .lines()
                         .last()
-                        .unwrap_or("no output")
+                        .unwrap_or("no output"),
+                    script.display()
                 );
                 continue;
             }
