@@ -856,8 +856,9 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
                     let (base, back) = layout(a)?;
                     let to = inverse(&back);
                     let b = arranged(b, &to)?;
-                    let sum = kernels::add(F32s::of(&base)?.get()?, F32s::of(&b)?.get()?)
-                        .ok_or_else(|| bad("Add of mismatched sizes"))?;
+                    let sum =
+                        kernels::zip(F32s::of(&base)?.get()?, F32s::of(&b)?.get()?, |x, y| x + y)
+                            .ok_or_else(|| bad("Add of mismatched sizes"))?;
                     let sum = Tensor::from_vec(sum, base.dims(), &Device::Cpu)?;
                     return f(sum.permute(back)?);
                 }

@@ -37,22 +37,6 @@ pub fn transpose(x: &[f32], n: usize, rows: usize, cols: usize) -> Option<Vec<f3
     Some(out)
 }
 
-/// `a + b`, element by element, for slices of one length.
-pub fn add(a: &[f32], b: &[f32]) -> Option<Vec<f32>> {
-    if a.len() != b.len() {
-        return None;
-    }
-    let mut out = vec![0f32; a.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
-        .for_each(|(o, (a, b))| {
-            for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
-                *o = a + b;
-            }
-        });
-    Some(out)
-}
-
 /// `f` of each element.
 pub fn map(x: &[f32], f: impl Fn(f32) -> f32 + Sync) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];

@@ -38,58 +38,43 @@ pub enum DetectError {
 const ENGINE_MIN_SCORE: f32 = 0.05;
 const ENGINE_IOU: f32 = 0.5;
 
-impl engine::backend::Detector for NanoDet {
-    fn name(&self) -> &str {
-        "nanodet-coco"
-    }
+/// The engine's `Detector` for a COCO detector of this crate: its catalogue name, COCO's
+/// kinds, and its boxes at the engine's score floor and overlap.
+macro_rules! coco_detector {
+    ($model:ty, $name:literal) => {
+        impl engine::backend::Detector for $model {
+            fn name(&self) -> &str {
+                $name
+            }
 
-    fn kinds(&self) -> &[&'static str] {
-        &COCO
-    }
+            fn kinds(&self) -> &[&'static str] {
+                &COCO
+            }
 
-    fn detect(
-        &self,
-        width: usize,
-        height: usize,
-        rgb: &[u8],
-    ) -> Result<Vec<engine::backend::Found>, engine::BackendError> {
-        let picture = Rgb {
-            width,
-            height,
-            pixels: rgb,
-        };
-        found(NanoDet::detect(self, picture, ENGINE_MIN_SCORE, ENGINE_IOU))
-    }
+            fn detect(
+                &self,
+                width: usize,
+                height: usize,
+                rgb: &[u8],
+            ) -> Result<Vec<engine::backend::Found>, engine::BackendError> {
+                let picture = Rgb {
+                    width,
+                    height,
+                    pixels: rgb,
+                };
+                found(<$model>::detect(
+                    self,
+                    picture,
+                    ENGINE_MIN_SCORE,
+                    ENGINE_IOU,
+                ))
+            }
+        }
+    };
 }
 
-impl engine::backend::Detector for CenterNet {
-    fn name(&self) -> &str {
-        "centernet-coco"
-    }
-
-    fn kinds(&self) -> &[&'static str] {
-        &COCO
-    }
-
-    fn detect(
-        &self,
-        width: usize,
-        height: usize,
-        rgb: &[u8],
-    ) -> Result<Vec<engine::backend::Found>, engine::BackendError> {
-        let picture = Rgb {
-            width,
-            height,
-            pixels: rgb,
-        };
-        found(CenterNet::detect(
-            self,
-            picture,
-            ENGINE_MIN_SCORE,
-            ENGINE_IOU,
-        ))
-    }
-}
+coco_detector!(NanoDet, "nanodet-coco");
+coco_detector!(CenterNet, "centernet-coco");
 
 /// Detections as the engine takes them.
 fn found(

