@@ -20,16 +20,9 @@
 // one class are suppressed above IoU 0.5 (highest score first). Boxes are printed as fractions
 // of the image, with the raw score. `--time` prints the median forward time of 20 runs
 // (after 3 warm-up runs) on the backend given by TFJS_BACKEND (default `cpu`).
-const fs = require('fs');
-const path = require('path');
-const tf = require('@tensorflow/tfjs');
-const jpeg = require('jpeg-js');
-// TensorFlow.js's WebAssembly backend (XNNPACK, SIMD), when installed: TFJS_BACKEND=wasm.
-try {
-  require('@tensorflow/tfjs-backend-wasm');
-} catch (e) {
-  // Only the pure JavaScript `cpu` backend.
-}
+const {
+  tf, load, resized, suppress, time, print, rounded, path,
+} = require('./tfjs_graph');
 
 const SIZE = 416;
 const STRIDES = [8, 16, 32];
@@ -37,50 +30,8 @@ const BINS = 11;
 const MIN_SCORE = 0.2;
 const IOU = 0.5;
 
-async function load(dir) {
-  const json = JSON.parse(fs.readFileSync(path.join(dir, 'nanodet.json'), 'utf8'));
-  const bin = fs.readFileSync(path.join(dir, 'nanodet.bin'));
-  const weightData = bin.buffer.slice(bin.byteOffset, bin.byteOffset + bin.byteLength);
-  const handler = {
-    load: async () => ({
-      modelTopology: json.modelTopology,
-      format: json.format,
-      generatedBy: json.generatedBy,
-      convertedBy: json.convertedBy,
-      signature: json.signature,
-      weightSpecs: json.weightsManifest.flatMap((g) => g.weights),
-      weightData,
-    }),
-  };
-  return tf.loadGraphModel(handler);
-}
-
-// A binary PPM (P6, maxval 255, no comments), as the `pixels` example writes it.
-function ppm(bytes) {
-  const head = bytes.subarray(0, 64).toString('latin1').match(/^P6\s+(\d+)\s+(\d+)\s+255\s/);
-  if (!head) throw new Error('not a binary PPM');
-  const width = Number(head[1]);
-  const height = Number(head[2]);
-  return { width, height, data: bytes.subarray(head[0].length, head[0].length + width * height * 3) };
-}
-
 function input(file) {
-  const bytes = fs.readFileSync(file);
-  const img = file.endsWith('.ppm') ? ppm(bytes)
-    : jpeg.decode(bytes, { useTArray: true, formatAsRGBA: false });
-  return tf.tidy(() => {
-    const rgb = tf.tensor3d(img.data, [img.height, img.width, 3], 'int32').toFloat();
-    const resized = tf.image.resizeBilinear(rgb, [SIZE, SIZE], false, true);
-    return resized.div(255).transpose([2, 0, 1]).expandDims(0);
-  });
-}
-
-function iou(a, b) {
-  const w = Math.max(0, Math.min(a[2], b[2]) - Math.max(a[0], b[0]));
-  const h = Math.max(0, Math.min(a[3], b[3]) - Math.max(a[1], b[1]));
-  const inter = w * h;
-  const union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter;
-  return union > 0 ? inter / union : 0;
+  return tf.tidy(() => resized(file, SIZE).div(255).transpose([2, 0, 1]).expandDims(0));
 }
 
 function decode(outputs) {
@@ -111,35 +62,20 @@ function decode(outputs) {
       }
     }
   });
-  cands.sort((a, b) => b.score - a.score);
-  const kept = [];
-  for (const c of cands) {
-    if (kept.every((k) => k.class !== c.class || iou(k.box, c.box) <= IOU)) kept.push(c);
-  }
-  return kept;
+  return suppress(cands, IOU);
 }
 
 async function main() {
   const args = process.argv.slice(2);
-  const time = args[0] === '--time';
-  if (time) args.shift();
+  const timing = args[0] === '--time';
+  if (timing) args.shift();
   await tf.setBackend(process.env.TFJS_BACKEND || 'cpu');
-  const model = await load(args[0]);
+  const model = await load(args[0], 'nanodet');
   // The signature's outputs in the order strides 8, 16, 32 scores, then their distributions.
   const names = ['Identity:0', 'Identity_1:0', 'Identity_2:0', 'Identity_3:0', 'Identity_4:0',
     'Identity_5:0'];
-  if (time) {
-    const x = input(args[1]);
-    const runs = [];
-    for (let r = 0; r < 23; r++) {
-      const t0 = process.hrtime.bigint();
-      const outs = model.execute(x, names);
-      await Promise.all(outs.map((o) => o.data()));
-      runs.push(Number(process.hrtime.bigint() - t0) / 1e6);
-      outs.forEach((o) => o.dispose());
-    }
-    const sorted = runs.slice(3).sort((a, b) => a - b);
-    console.log(JSON.stringify({ backend: tf.getBackend(), median_ms: sorted[10] }));
+  if (timing) {
+    await time(model, input(args[1]), names);
     return;
   }
   const fixture = {};
@@ -147,18 +83,11 @@ async function main() {
     const x = input(file);
     const outs = model.execute(x, names);
     const data = await Promise.all(outs.map((o) => o.data()));
-    fixture[path.basename(file).replace(/\.[^.]*$/, '')] = decode(data).map((d) => ({
-      class: d.class,
-      score: Number(d.score.toFixed(5)),
-      box: d.box.map((v) => Number(v.toFixed(5))),
-    }));
+    fixture[path.basename(file).replace(/\.[^.]*$/, '')] = decode(data).map(rounded);
     outs.forEach((o) => o.dispose());
     x.dispose();
   }
-  // One line per image and detection, so that a fixture's diff reads.
-  const lines = Object.entries(fixture).map(([name, dets]) =>
-    ` ${JSON.stringify(name)}: [\n${dets.map((d) => `  ${JSON.stringify(d)}`).join(',\n')}\n ]`);
-  console.log(`{\n${lines.join(',\n')}\n}`);
+  print(fixture);
 }
 
 main().catch((e) => {
