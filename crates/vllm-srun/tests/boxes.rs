@@ -594,10 +594,9 @@ const LOOKED: &[Looked] = &[
 /// A noul or score about a picture that asks whether or how many of the detector's kinds are
 /// there, or which of several kinds, is answered from what the detector sees; one it cannot
 /// see (a colour, a mood, a kind it does not know) is refused with `question_not_grounded`.
-#[tokio::test]
-async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
-    let s = server();
-    let url = s.url("/v1/decisions");
+/// The `LOOKED` photographs' nouls and counts asked of the server at `url`: at least 0.9 of
+/// the nouls right (yes at 0.5 or more), at least 0.8 of the counts within one.
+async fn looked_at(url: &str) {
     let levels = json!(["None", "One", "Two", "Three or more"]);
     let (mut right, mut asked, mut near, mut counted) = (0, 0, 0, 0);
     for (name, nouls, counts) in LOOKED {
@@ -611,7 +610,7 @@ async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
                 json!({"type": "score", "instructions": q, "criteria": levels}),
             );
         }
-        let (status, _, v) = post(&url, &about(name, Value::Object(questions))).await;
+        let (status, _, v) = post(url, &about(name, Value::Object(questions))).await;
         assert_eq!(status, 200, "{v}");
         for (i, (q, truth)) in nouls.iter().enumerate() {
             let p = v["answers"][format!("n{i}")]["noul"]
@@ -642,7 +641,50 @@ async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
         near * 10 >= counted * 8,
         "counts within one {near} of {counted}"
     );
+}
 
+/// The detector the whole service attaches (CenterNet) answers the same photographs' questions
+/// as well, a choice among its kinds from their presence, and refuses what it cannot see.
+#[tokio::test]
+async fn centernet_answers_questions_about_photographs() {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    let s = S.get_or_init(|| {
+        let mut o = deciding(&test_model());
+        o.detectors = vec![(test_model(), "centernet-coco".into())];
+        start(o)
+    });
+    let url = s.url("/v1/decisions");
+    looked_at(&url).await;
+    let body = about(
+        "dog.jpg",
+        json!({
+            "which": {"type": "choice", "instructions": "Which animal is this?",
+                      "criteria": {"o1": "a cat", "o2": "a dog", "o3": "a horse"}},
+            "colour": {"type": "noul", "instructions": "Is the dog brown?"},
+            "where": {"type": "box", "instructions": "the dog"}}),
+    );
+    let (status, _, v) = post(&url, &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["answers"]["which"]["choice"], "o2", "{v}");
+    assert_eq!(
+        v["answers"]["colour"]["reason"], "question_not_grounded",
+        "{v}"
+    );
+    assert!(iou(&edges(&v["answers"]["where"]), &DOG) >= 0.5, "{v}");
+    // Its own confidence curve, which the card states.
+    let (status, v) = get(&s.url("/v1/models")).await;
+    assert_eq!(status, 200);
+    let detector = &v["models"][0]["card"]["detector"];
+    assert_eq!(detector["name"], "centernet-coco", "{detector}");
+    let curve = detector["confidence"].as_str().unwrap_or_default();
+    assert!(curve.starts_with("sigmoid(2.9078 + 1.5151"), "{detector}");
+}
+
+#[tokio::test]
+async fn questions_about_a_picture_are_answered_from_what_the_detector_sees() {
+    let s = server();
+    let url = s.url("/v1/decisions");
+    looked_at(&url).await;
     // What the detector cannot see is refused, each question alone.
     let body = about(
         "dog.jpg",
