@@ -639,6 +639,16 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
+/// The first value of a float tensor (a constant's, where it holds one).
+fn first(t: &Tensor) -> Option<f32> {
+    t.flatten_all()
+        .ok()?
+        .to_vec1::<f32>()
+        .ok()?
+        .first()
+        .copied()
+}
+
 fn float(v: &Value) -> Result<&Tensor, DetectError> {
     match v {
         Value::F(t) => Ok(t),
@@ -712,8 +722,7 @@ fn eval(node: &Node, args: &[&Value], winograd: Option<&[f32]>) -> Result<Vec<Va
         }
         Op::Pad => f(pad(float(arg(args, 0)?)?, ints(arg(args, 1)?)?, 0.0)?),
         Op::PadV2 => {
-            let c = float(arg(args, 2)?)?.flatten_all()?.to_vec1::<f32>()?;
-            let c = *c.first().ok_or_else(|| bad("no constant value"))?;
+            let c = first(float(arg(args, 2)?)?).ok_or_else(|| bad("no constant value"))?;
             f(pad(float(arg(args, 0)?)?, ints(arg(args, 1)?)?, c)?)
         }
         Op::Conv2D {
@@ -1025,8 +1034,7 @@ fn binary(a: &Tensor, b: &Tensor, op: Arith) -> Result<Tensor, DetectError> {
         (b, a)
     };
     if both && small.elem_count() == 1 && big.rank() >= small.rank() {
-        let v = small.flatten_all()?.to_vec1::<f32>()?;
-        let v = *v.first().ok_or_else(|| bad("no value"))?;
+        let v = first(small).ok_or_else(|| bad("no value"))?;
         let y = kernels::map(F32s::of(big)?.get()?, |x| f(x, v));
         return Ok(Tensor::from_vec(y, big.dims(), &Device::Cpu)?);
     }
@@ -1408,13 +1416,7 @@ fn fuse_hard_swish(nodes: &mut [Node], consts: &HashMap<usize, Value>) {
     let readers = Readers::of(nodes);
     let only = |i: usize, by: usize| readers.only(i).map(|(r, _)| r) == Some(by);
     let scalar = |i: usize| match consts.get(&i) {
-        Some(Value::F(t)) if t.elem_count() == 1 => t
-            .flatten_all()
-            .ok()?
-            .to_vec1::<f32>()
-            .ok()?
-            .first()
-            .copied(),
+        Some(Value::F(t)) if t.elem_count() == 1 => first(t),
         _ => None,
     };
     // The other input of a two-input node, and the constant one's value.
@@ -1549,7 +1551,7 @@ fn pad_before(
     }
     let value = match want {
         Op::PadV2 => match consts.get(&nodes[p].inputs.get(2)?.0)? {
-            Value::F(v) => Some(*v.flatten_all().ok()?.to_vec1::<f32>().ok()?.first()?),
+            Value::F(v) => Some(first(v)?),
             Value::I(..) => return None,
         },
         _ => None,

@@ -133,15 +133,7 @@ pub fn spatial_mean(x: &[f32], (n, h, w, c): (usize, usize, usize, usize)) -> Op
 
 /// `1 / (1 + e^-x)` of each element.
 pub fn sigmoid(x: &[f32]) -> Vec<f32> {
-    let mut out = vec![0f32; x.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(o, x)| {
-            for (o, x) in o.iter_mut().zip(x) {
-                *o = 1.0 / (1.0 + exp(-x));
-            }
-        });
-    out
+    map(x, |x| 1.0 / (1.0 + exp(-x)))
 }
 
 /// `e^x` within 4·10⁻⁷ of it (relative, as its test checks) in a form the compiler vectorises (the
