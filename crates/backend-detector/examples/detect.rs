@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{anyhow, Context};
-use backend_detector::{CenterNet, NanoDet, Rgb};
+use backend_detector::{CenterNet, NanoDet, Network, Rgb};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -16,9 +16,9 @@ fn main() -> anyhow::Result<()> {
         ));
     };
     let dir = Path::new(dir);
-    let (nano, center) = match which.as_str() {
-        "nanodet" => (Some(NanoDet::load(dir)?), None),
-        "centernet" => (None, Some(CenterNet::load(dir)?)),
+    let model: Box<dyn Network> = match which.as_str() {
+        "nanodet" => Box::new(NanoDet::load(dir)?),
+        "centernet" => Box::new(CenterNet::load(dir)?),
         other => return Err(anyhow!("{other}: nanodet or centernet")),
     };
     for p in pictures {
@@ -30,11 +30,7 @@ fn main() -> anyhow::Result<()> {
             pixels: &pic.rgb,
         };
         let t = Instant::now();
-        let found = match (&nano, &center) {
-            (Some(m), _) => m.detect(rgb, 0.2, 0.5)?,
-            (_, Some(m)) => m.detect(rgb, 0.2, 0.5)?,
-            _ => Vec::new(),
-        };
+        let found = model.detect(rgb, 0.2, 0.5)?;
         println!("{p} ({:.1} ms)", t.elapsed().as_secs_f64() * 1e3);
         for d in found {
             let b = d.bbox.map(|v| (v * 1000.0).round() / 1000.0);

@@ -16,7 +16,7 @@ use candle_core::Tensor;
 
 use crate::coco::{suppress, Detection};
 use crate::graph::Graph;
-use crate::{DetectError, Rgb};
+use crate::{DetectError, Network, Rgb};
 
 /// The side of the square the network reads.
 pub const SIZE: usize = 512;
@@ -41,39 +41,32 @@ impl CenterNet {
             graph: Graph::load(dir, "centernet.json", INPUT, &OUTPUTS)?,
         })
     }
+}
 
-    /// The network's input for a picture: `[1, 512, 512, 3]`.
-    pub fn input(picture: Rgb<'_>) -> Result<Tensor, DetectError> {
+impl Network for CenterNet {
+    /// `[1, 512, 512, 3]`, RGB from 0 to 255.
+    fn input(&self, picture: Rgb<'_>) -> Result<Tensor, DetectError> {
         Ok(crate::stretched(picture, SIZE)?
             .permute((0, 2, 3, 1))?
             .contiguous()?)
     }
 
-    /// The two raw outputs: `keypoints` `[1, 128, 128, 80]` and `wh` `[1, 128, 128, 4]`.
-    pub fn forward(&self, input: Tensor) -> Result<Vec<Tensor>, DetectError> {
+    /// `keypoints` `[1, 128, 128, 80]` and `wh` `[1, 128, 128, 4]`.
+    fn forward(&self, input: Tensor) -> Result<Vec<Tensor>, DetectError> {
         self.graph.run(input)
     }
 
-    /// Every object scored at least `min_score` (of the 100 best), best first, after
-    /// per-kind suppression above `iou`.
-    pub fn detect(
-        &self,
-        picture: Rgb<'_>,
-        min_score: f32,
-        iou: f32,
-    ) -> Result<Vec<Detection>, DetectError> {
-        let outputs = self.forward(Self::input(picture)?)?;
-        let (Some(heat), Some(wh)) = (outputs.first(), outputs.get(1)) else {
-            return Err(DetectError::Graph("an output is missing".into()));
-        };
-        let heat = heat.flatten_all()?.to_vec1::<f32>()?;
-        let wh = wh.flatten_all()?.to_vec1::<f32>()?;
-        Ok(decode(&heat, &wh, min_score, iou))
+    fn decode(&self, outputs: &[Vec<f32>], min_score: f32, iou: f32) -> Vec<Detection> {
+        decode(outputs, min_score, iou)
     }
 }
 
-/// Decodes the flattened `keypoints` and `wh` into boxes; see the module's documentation.
-pub fn decode(heat: &[f32], wh: &[f32], min_score: f32, iou_max: f32) -> Vec<Detection> {
+/// Decodes the flattened `keypoints` and `wh` (in that order) into boxes; see the module's
+/// documentation. Outputs of other sizes decode to nothing.
+pub fn decode(outputs: &[Vec<f32>], min_score: f32, iou_max: f32) -> Vec<Detection> {
+    let [heat, wh] = outputs else {
+        return Vec::new();
+    };
     if heat.len() != GRID * GRID * CLASSES || wh.len() != GRID * GRID * 4 {
         return Vec::new();
     }
@@ -133,7 +126,8 @@ mod tests {
         heat[cell(10, 21) * CLASSES + 16] = 0.6;
         heat[cell(10, 20) * CLASSES] = 0.4;
         wh[cell(10, 20) * 4..cell(10, 20) * 4 + 4].copy_from_slice(&[8.0, 4.0, 16.0, 12.0]);
-        let found = decode(&heat, &wh, 0.3, 0.5);
+        let outputs = [heat, wh];
+        let found = decode(&outputs, 0.3, 0.5);
         assert_eq!(found.len(), 2, "{found:?}");
         assert_eq!((found[0].label(), found[0].score), ("dog", 0.9));
         let want = [80.0 - 8.0, 40.0 - 4.0, 80.0 + 16.0, 40.0 + 12.0].map(|v| v / 512.0);
@@ -141,7 +135,8 @@ mod tests {
             assert!((g - w).abs() < 1e-6, "{:?} vs {want:?}", found[0].bbox);
         }
         assert_eq!(found[1].label(), "person");
-        assert!(decode(&heat, &wh, 0.95, 0.5).is_empty());
-        assert!(decode(&heat[1..], &wh, 0.3, 0.5).is_empty());
+        assert!(decode(&outputs, 0.95, 0.5).is_empty());
+        let [heat, wh] = outputs;
+        assert!(decode(&[heat[1..].to_vec(), wh], 0.3, 0.5).is_empty());
     }
 }

@@ -33,6 +33,37 @@ pub enum DetectError {
     Picture(String),
 }
 
+/// A detector network of this crate: its input made from a picture, its forward, and its
+/// head's decoding of the flattened outputs into boxes. Finding the objects in a picture is
+/// the three in turn, the same for every network.
+pub trait Network {
+    /// The network's input for a picture.
+    fn input(&self, picture: Rgb<'_>) -> Result<candle_core::Tensor, DetectError>;
+
+    /// The network's raw outputs, in the order its head reads them.
+    fn forward(&self, input: candle_core::Tensor) -> Result<Vec<candle_core::Tensor>, DetectError>;
+
+    /// The outputs (flattened) as boxes scored at least `min_score`, best first, after
+    /// per-kind suppression above `iou`.
+    fn decode(&self, outputs: &[Vec<f32>], min_score: f32, iou: f32) -> Vec<Detection>;
+
+    /// Every object in the picture scored at least `min_score`, best first, after per-kind
+    /// suppression above `iou`.
+    fn detect(
+        &self,
+        picture: Rgb<'_>,
+        min_score: f32,
+        iou: f32,
+    ) -> Result<Vec<Detection>, DetectError> {
+        let outputs = self.forward(self.input(picture)?)?;
+        let flat = outputs
+            .iter()
+            .map(|o| Ok(o.flatten_all()?.to_vec1::<f32>()?))
+            .collect::<Result<Vec<_>, DetectError>>()?;
+        Ok(self.decode(&flat, min_score, iou))
+    }
+}
+
 /// Boxes the engine is handed: what a detector scores at least this surely (the engine keeps
 /// what it needs), after suppression of same-kind boxes overlapping by more than half.
 const ENGINE_MIN_SCORE: f32 = 0.05;
@@ -62,7 +93,7 @@ macro_rules! coco_detector {
                     height,
                     pixels: rgb,
                 };
-                found(<$model>::detect(
+                found(<$model as Network>::detect(
                     self,
                     picture,
                     ENGINE_MIN_SCORE,

@@ -16,7 +16,7 @@ use candle_core::Tensor;
 
 use crate::coco::{suppress, Detection};
 use crate::graph::Graph;
-use crate::{DetectError, Rgb};
+use crate::{DetectError, Network, Rgb};
 
 /// The side of the square the network reads.
 pub const SIZE: usize = 416;
@@ -47,31 +47,21 @@ impl NanoDet {
             graph: Graph::load(dir, "nanodet.json", INPUT, &OUTPUTS)?,
         })
     }
+}
 
-    /// The network's input for a picture: `[1, 3, 416, 416]`.
-    pub fn input(picture: Rgb<'_>) -> Result<Tensor, DetectError> {
+impl Network for NanoDet {
+    /// `[1, 3, 416, 416]`, RGB scaled to [0, 1].
+    fn input(&self, picture: Rgb<'_>) -> Result<Tensor, DetectError> {
         Ok((crate::stretched(picture, SIZE)? / 255.0)?)
     }
 
-    /// The six raw outputs (scores for strides 8, 16, 32, then side distributions).
-    pub fn forward(&self, input: Tensor) -> Result<Vec<Tensor>, DetectError> {
+    /// Scores for strides 8, 16, 32, then side distributions.
+    fn forward(&self, input: Tensor) -> Result<Vec<Tensor>, DetectError> {
         self.graph.run(input)
     }
 
-    /// Every object scored at least `min_score`, best first, after per-class suppression
-    /// above `iou`.
-    pub fn detect(
-        &self,
-        picture: Rgb<'_>,
-        min_score: f32,
-        iou: f32,
-    ) -> Result<Vec<Detection>, DetectError> {
-        let outputs = self.forward(Self::input(picture)?)?;
-        let mut flat = Vec::with_capacity(outputs.len());
-        for o in &outputs {
-            flat.push(o.flatten_all()?.to_vec1::<f32>()?);
-        }
-        Ok(decode(&flat, min_score, iou))
+    fn decode(&self, outputs: &[Vec<f32>], min_score: f32, iou: f32) -> Vec<Detection> {
+        decode(outputs, min_score, iou)
     }
 }
 
@@ -184,11 +174,15 @@ mod tests {
     #[test]
     fn a_picture_of_the_wrong_size_is_refused() {
         let pixels = [0u8; 10];
-        let err = NanoDet::input(Rgb {
-            width: 2,
-            height: 2,
-            pixels: &pixels,
-        });
+        // NanoDet's input is the stretched picture, scaled.
+        let err = crate::stretched(
+            Rgb {
+                width: 2,
+                height: 2,
+                pixels: &pixels,
+            },
+            SIZE,
+        );
         assert!(matches!(err, Err(DetectError::Picture(_))));
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use backend_detector::{CenterNet, Detection, NanoDet, Rgb};
+use backend_detector::{CenterNet, Detection, NanoDet, Network, Rgb};
 use engine::backend::iou;
 use serde::Deserialize;
 

@@ -9,39 +9,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use backend_detector::{CenterNet, DetectError, Detection, NanoDet, Rgb};
-use candle_core::Tensor;
+use backend_detector::{CenterNet, NanoDet, Network, Rgb};
 
 use crate::common::median;
-
-/// A catalogue detector, run the same way whichever it is.
-enum Model {
-    Nano(NanoDet),
-    Center(CenterNet),
-}
-
-impl Model {
-    fn input(&self, rgb: Rgb<'_>) -> Result<Tensor, DetectError> {
-        match self {
-            Model::Nano(_) => NanoDet::input(rgb),
-            Model::Center(_) => CenterNet::input(rgb),
-        }
-    }
-
-    fn forward(&self, x: Tensor) -> Result<Vec<Tensor>, DetectError> {
-        match self {
-            Model::Nano(m) => m.forward(x),
-            Model::Center(m) => m.forward(x),
-        }
-    }
-
-    fn detect(&self, rgb: Rgb<'_>) -> Result<Vec<Detection>, DetectError> {
-        match self {
-            Model::Nano(m) => m.detect(rgb, 0.3, 0.5),
-            Model::Center(m) => m.detect(rgb, 0.3, 0.5),
-        }
-    }
-}
 
 /// `runs` forwards of ours (after three warm-up runs) per detector; the reference's median
 /// of 20.
@@ -67,9 +37,9 @@ fn one(id: &str, script: &str, runs: usize) -> anyhow::Result<()> {
     let photo = photos.join("dog.jpg");
     let bytes = std::fs::read(&photo).map_err(|e| anyhow::anyhow!("{}: {e}", photo.display()))?;
     let pic = media::decode_picture(&bytes, 1 << 28)?;
-    let model = match id {
-        "centernet-coco" => Model::Center(CenterNet::load(&dir)?),
-        _ => Model::Nano(NanoDet::load(&dir)?),
+    let model: Box<dyn Network> = match id {
+        "centernet-coco" => Box::new(CenterNet::load(&dir)?),
+        _ => Box::new(NanoDet::load(&dir)?),
     };
     let rgb = Rgb {
         width: pic.width,
@@ -84,7 +54,7 @@ fn one(id: &str, script: &str, runs: usize) -> anyhow::Result<()> {
         model.forward(input.clone())?;
         let f = t.elapsed();
         let t = Instant::now();
-        let found = model.detect(rgb)?;
+        let found = model.detect(rgb, 0.3, 0.5)?;
         let w = t.elapsed();
         if r == 0 {
             let names: Vec<String> = found
