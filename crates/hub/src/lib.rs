@@ -355,7 +355,7 @@ fn weights_file(e: &Entry) -> &str {
 }
 
 /// The graph files a detector's directory may hold, one per detector family.
-pub const DETECTOR_GRAPHS: [&str; 2] = ["nanodet.json", "centernet.json"];
+const DETECTOR_GRAPHS: [&str; 2] = ["nanodet.json", "centernet.json"];
 
 /// Resolve a `--model` argument: a catalogue id (pulled when missing and `pull` is set), a
 /// GGUF file, or a package directory.

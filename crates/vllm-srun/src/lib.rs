@@ -608,8 +608,9 @@ fn load_detector(spec: &str, pull: bool) -> anyhow::Result<Arc<dyn engine::backe
             ))
         }
     };
+    // The graph the catalogue or the directory resolved to says which network it is.
     let failed = |e: backend_detector::DetectError| anyhow::anyhow!("{spec}: {e}");
-    if dir.join("centernet.json").is_file() {
+    if resolved.weights.ends_with("centernet.json") {
         return Ok(Arc::new(
             backend_detector::CenterNet::load(&dir).map_err(failed)?,
         ));
