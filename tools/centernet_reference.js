@@ -14,7 +14,7 @@
 // image, with the raw score. `--time` prints the median time of 20 runs of the graph up to
 // its two raw outputs (after 3 warm-up runs) on the backend given by TFJS_BACKEND.
 const {
-  tf, load, resized, suppress, time, print, rounded, path,
+  tf, resized, suppress, reference,
 } = require('./tfjs_graph');
 
 const SIZE = 512;
@@ -26,7 +26,7 @@ function input(file) {
 }
 
 // The graph's `detections`: 100 rows of x1, y1, x2, y2 (input pixels), score, class.
-function decode(detections) {
+function decode([detections]) {
   const cands = [];
   for (let i = 0; i < 100; i++) {
     const [x1, y1, x2, y2, score, cls] = detections.slice(i * 6, i * 6 + 6);
@@ -37,29 +37,13 @@ function decode(detections) {
   return suppress(cands, IOU);
 }
 
-async function main() {
-  const args = process.argv.slice(2);
-  const timing = args[0] === '--time';
-  if (timing) args.shift();
-  await tf.setBackend(process.env.TFJS_BACKEND || 'cpu');
-  const model = await load(args[0], 'centernet');
-  if (timing) {
-    await time(model, input(args[1]), ['tower_0/keypoints', 'tower_0/wh']);
-    return;
-  }
-  const fixture = {};
-  for (const file of args.slice(1)) {
-    const x = input(file);
-    const out = model.execute(x, 'tower_0/detections');
-    const data = await out.data();
-    fixture[path.basename(file).replace(/\.[^.]*$/, '')] = decode(data).map(rounded);
-    out.dispose();
-    x.dispose();
-  }
-  print(fixture);
-}
-
-main().catch((e) => {
+reference({
+  name: 'centernet',
+  input,
+  timed: ['tower_0/keypoints', 'tower_0/wh'],
+  outputs: ['tower_0/detections'],
+  decode,
+}).catch((e) => {
   console.error(e);
   process.exit(1);
 });

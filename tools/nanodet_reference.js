@@ -21,7 +21,7 @@
 // of the image, with the raw score. `--time` prints the median forward time of 20 runs
 // (after 3 warm-up runs) on the backend given by TFJS_BACKEND (default `cpu`).
 const {
-  tf, load, resized, suppress, time, print, rounded, path,
+  tf, resized, suppress, reference,
 } = require('./tfjs_graph');
 
 const SIZE = 416;
@@ -65,32 +65,13 @@ function decode(outputs) {
   return suppress(cands, IOU);
 }
 
-async function main() {
-  const args = process.argv.slice(2);
-  const timing = args[0] === '--time';
-  if (timing) args.shift();
-  await tf.setBackend(process.env.TFJS_BACKEND || 'cpu');
-  const model = await load(args[0], 'nanodet');
-  // The signature's outputs in the order strides 8, 16, 32 scores, then their distributions.
-  const names = ['Identity:0', 'Identity_1:0', 'Identity_2:0', 'Identity_3:0', 'Identity_4:0',
-    'Identity_5:0'];
-  if (timing) {
-    await time(model, input(args[1]), names);
-    return;
-  }
-  const fixture = {};
-  for (const file of args.slice(1)) {
-    const x = input(file);
-    const outs = model.execute(x, names);
-    const data = await Promise.all(outs.map((o) => o.data()));
-    fixture[path.basename(file).replace(/\.[^.]*$/, '')] = decode(data).map(rounded);
-    outs.forEach((o) => o.dispose());
-    x.dispose();
-  }
-  print(fixture);
-}
+// The signature's outputs in the order strides 8, 16, 32 scores, then their distributions.
+const OUTPUTS = ['Identity:0', 'Identity_1:0', 'Identity_2:0', 'Identity_3:0', 'Identity_4:0',
+  'Identity_5:0'];
 
-main().catch((e) => {
+reference({
+  name: 'nanodet', input, timed: OUTPUTS, outputs: OUTPUTS, decode,
+}).catch((e) => {
   console.error(e);
   process.exit(1);
 });

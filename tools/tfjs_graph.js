@@ -91,6 +91,34 @@ function print(fixture) {
   console.log(`{\n${lines.join(',\n')}\n}`);
 }
 
+// A reference run's command line: `[--time] MODEL_DIR IMAGE...`. The graph `name` (its
+// `NAME.json` and `NAME.bin` in MODEL_DIR) is loaded on the backend TFJS_BACKEND names
+// (default `cpu`). With --time, the median forward of `timed` (output names) on the first
+// image; else the fixture: for each image, `decode` of the data of `outputs` (output names),
+// rounded, printed one line per detection. `input` makes the network's input of an image.
+async function reference({ name, input, timed, outputs, decode }) {
+  const args = process.argv.slice(2);
+  const timing = args[0] === '--time';
+  if (timing) args.shift();
+  await tf.setBackend(process.env.TFJS_BACKEND || 'cpu');
+  const model = await load(args[0], name);
+  if (timing) {
+    await time(model, input(args[1]), timed);
+    return;
+  }
+  const fixture = {};
+  for (const file of args.slice(1)) {
+    const x = input(file);
+    // One output name comes back as one tensor, not a list of one.
+    const outs = [].concat(model.execute(x, outputs));
+    const data = await Promise.all(outs.map((o) => o.data()));
+    fixture[path.basename(file).replace(/\.[^.]*$/, '')] = decode(data).map(rounded);
+    outs.forEach((o) => o.dispose());
+    x.dispose();
+  }
+  print(fixture);
+}
+
 // A detection rounded as the fixtures keep it.
 function rounded(d) {
   return {
@@ -100,4 +128,4 @@ function rounded(d) {
   };
 }
 
-module.exports = { tf, load, resized, suppress, time, print, rounded, path };
+module.exports = { tf, resized, suppress, reference };
