@@ -12,7 +12,7 @@
 
 use std::path::Path;
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
 use crate::coco::{suppress, Detection};
 use crate::graph::Graph;
@@ -46,9 +46,8 @@ impl CenterNet {
 impl Network for CenterNet {
     /// `[1, 512, 512, 3]`, RGB from 0 to 255.
     fn input(&self, picture: Rgb<'_>) -> Result<Tensor, DetectError> {
-        Ok(crate::stretched(picture, SIZE)?
-            .permute((0, 2, 3, 1))?
-            .contiguous()?)
+        let rgb = crate::stretched(picture, SIZE)?;
+        Ok(Tensor::from_vec(rgb, (1, SIZE, SIZE, 3), &Device::Cpu)?)
     }
 
     /// `keypoints` `[1, 128, 128, 80]` and `wh` `[1, 128, 128, 4]`.

@@ -123,8 +123,9 @@ fn found(
 }
 
 /// The picture stretched to `size × size` (each axis on its own, no letterbox) by bilinear
-/// interpolation with half-pixel centres, as `[1, 3, size, size]` floats from 0 to 255.
-fn stretched(picture: Rgb<'_>, size: usize) -> Result<candle_core::Tensor, DetectError> {
+/// interpolation with half-pixel centres ([`kernels::resize_bilinear`], in the picture's own
+/// pixel-by-pixel order), as `size × size × 3` floats from 0 to 255.
+fn stretched(picture: Rgb<'_>, size: usize) -> Result<Vec<f32>, DetectError> {
     let (w, h) = (picture.width, picture.height);
     if w == 0 || h == 0 || picture.pixels.len() != w * h * 3 {
         return Err(DetectError::Picture(format!(
@@ -132,12 +133,9 @@ fn stretched(picture: Rgb<'_>, size: usize) -> Result<candle_core::Tensor, Detec
             picture.pixels.len()
         )));
     }
-    let x = candle_core::Tensor::from_slice(picture.pixels, (h, w, 3), &candle_core::Device::Cpu)?
-        .to_dtype(candle_core::DType::F32)?
-        .permute((2, 0, 1))?
-        .unsqueeze(0)?
-        .contiguous()?;
-    Ok(x.upsample_bilinear2d(size, size, false)?)
+    let rgb: Vec<f32> = picture.pixels.iter().map(|&b| f32::from(b)).collect();
+    kernels::resize_bilinear(&rgb, (1, h, w, 3), (size, size), true)
+        .ok_or_else(|| DetectError::Picture(format!("a {w}×{h} picture to {size}×{size}")))
 }
 
 /// An RGB picture: `pixels` holds `width × height` triples, row by row.

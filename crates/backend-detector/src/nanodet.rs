@@ -12,10 +12,11 @@
 
 use std::path::Path;
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 
 use crate::coco::{suppress, Detection};
 use crate::graph::Graph;
+use crate::kernels;
 use crate::{DetectError, Network, Rgb};
 
 /// The side of the square the network reads.
@@ -52,7 +53,11 @@ impl NanoDet {
 impl Network for NanoDet {
     /// `[1, 3, 416, 416]`, RGB scaled to [0, 1].
     fn input(&self, picture: Rgb<'_>) -> Result<Tensor, DetectError> {
-        Ok((crate::stretched(picture, SIZE)? / 255.0)?)
+        let rgb = crate::stretched(picture, SIZE)?;
+        let planes = kernels::transpose(&rgb, 1, SIZE * SIZE, 3)
+            .ok_or_else(|| DetectError::Picture("the picture's planes".into()))?;
+        let x = kernels::map(&planes, |v| v / 255.0);
+        Ok(Tensor::from_vec(x, (1, 3, SIZE, SIZE), &Device::Cpu)?)
     }
 
     /// Scores for strides 8, 16, 32, then side distributions.
