@@ -25,7 +25,7 @@ pub use backend::{
     Backend, BackendError, BackendInfo, DirectBackend, DirectKind, DirectQuestion, Feed, Generator,
     Node, Read, Sampled, Sampling, Session, Token,
 };
-pub use decision::adapter;
+pub use decision::{adapter, lexical};
 pub use decision::{Decision, DecisionModel, Limits, Timings};
 pub use encode::{EncodeError, Encoder, EncoderInfo, EncoderModel, TagOverflow, Tagged};
 pub use error::EngineError;

@@ -25,6 +25,7 @@ use protocol::{Question, QuestionKind, Schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::lexical::Lexical;
 use crate::backend::Token;
 use crate::encode::tagger::{entity_types, merge, Word};
 use crate::span::may_hold;
@@ -92,6 +93,10 @@ pub struct Head {
     /// softmax's rows then read its units. A span head has one; question heads are linear.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hidden: Option<Layer>,
+    /// Present where the head reads the state's character n-grams ([`Lexical`]) instead of
+    /// the backbone's vector; its features are then as many as its buckets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lexical: Option<Lexical>,
     /// How it was fitted and what cross-validation measured (for people; not read).
     #[serde(default)]
     pub fit: Value,
@@ -456,7 +461,7 @@ impl Adapters {
             let mut have = h.classes.clone();
             want.sort();
             have.sort();
-            let d = file.features;
+            let d = h.lexical.as_ref().map_or(file.features, |l| l.idf.len());
             if want != have || h.mean.len() != d || !h.well_shaped() {
                 return Err(bad(format!("does not fit its question or {d} features")));
             }
@@ -470,6 +475,11 @@ impl Adapters {
             heads,
             span,
         })
+    }
+
+    /// Whether a head reads the text's n-grams ([`Head::lexical`]).
+    pub fn reads_text(&self) -> bool {
+        self.heads.values().any(|h| h.lexical.is_some())
     }
 
     /// The span head, when the package has one.
@@ -547,6 +557,7 @@ mod tests {
                 .collect(),
             bias: vec![0.0; classes.len()],
             hidden: None,
+            lexical: None,
             fit: Value::Null,
         }
     }

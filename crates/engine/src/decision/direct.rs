@@ -576,14 +576,24 @@ fn evaluate(
             RootKey::Whole(v) | RootKey::Truncated(v, _) | RootKey::Windows(v, ..) => *v,
         };
         let text = &p.views.texts[view];
-        for tokens in p.views.roots(*key) {
+        let heads: Vec<Option<&Arc<Head>>> = on
+            .iter()
+            .map(|(i, ..)| trained_head(&p.plans[*i].1))
+            .collect();
+        // Heads that read the text's n-grams read the whole view once, not a root each.
+        let lexical: Vec<Option<Vec<f64>>> = on
+            .iter()
+            .zip(&heads)
+            .map(|((i, ..), h)| {
+                let head = (*h)?;
+                let lex = head.lexical.as_ref()?;
+                head.answer(&lex.vector(text), &p.plans[*i].1.classes())
+            })
+            .collect();
+        for (r, tokens) in p.views.roots(*key).into_iter().enumerate() {
             // Questions a trained head answers read the state's vector, once per root; the
             // others are asked of the backend together.
-            let heads: Vec<Option<&Arc<Head>>> = on
-                .iter()
-                .map(|(i, ..)| trained_head(&p.plans[*i].1))
-                .collect();
-            let features = match heads.iter().any(Option::is_some) {
+            let features = match heads.iter().any(|h| h.is_some_and(|h| h.lexical.is_none())) {
                 true => backend.features(tokens)?,
                 false => None,
             };
@@ -598,8 +608,17 @@ fn evaluate(
                 false => read_root(backend, text, tokens, &asked)?,
             }
             .into_iter();
-            for ((i, _, t), head) in on.iter().zip(&heads) {
+            for (((i, _, t), head), lexical) in on.iter().zip(&heads).zip(&lexical) {
                 let read = match head {
+                    Some(h) if h.lexical.is_some() => match (r, lexical) {
+                        (0, Some(read)) => read.clone(),
+                        (0, None) => {
+                            return Err(EngineError::Forward(
+                                "a lexical head read none of its classes".into(),
+                            ))
+                        }
+                        _ => continue,
+                    },
                     Some(head) => features
                         .as_deref()
                         .and_then(|f| head.answer(f, &p.plans[*i].1.classes()))

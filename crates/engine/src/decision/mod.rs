@@ -11,7 +11,8 @@
 //!   evaluated once, each read given its own candidates back;
 //! - `readout`: answers read from the logits, windows combined, spans replayed, the response;
 //! - `adapter`: heads a package trained per question, read from features at the answer
-//!   position (logits of a spread of tokens, a linear image of the hidden state);
+//!   position (logits of a spread of tokens, a linear image of the hidden state), or on an
+//!   encoder's state vector; `lexical`: the character n-grams a head may read instead;
 //! - `calibrate`: label-bias corrections a package asks for (empty-state division, noul bias);
 //! - `contest`: places several labels of a span question claim, settled by a short second job;
 //! - `target` and `locate`: box questions answered by the object detector a model carries.
@@ -21,6 +22,7 @@ mod calibrate;
 mod contest;
 mod decide;
 pub(crate) mod direct;
+pub mod lexical;
 mod load;
 mod locate;
 mod merge;

@@ -358,6 +358,12 @@ impl DecisionModel {
                 ),
             ));
         }
+        if matches!(self.engine, Engine::Tree(_)) && adapters.reads_text() {
+            return Err(EngineError::LoadFailed(
+                self.meta.name.clone(),
+                "heads that read the text's n-grams are served on an encoder backbone".into(),
+            ));
+        }
         if let Some(span) = adapters.span_head() {
             // The head must read the rows this backbone gives its words.
             let width = match &self.engine {
