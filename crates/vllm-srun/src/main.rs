@@ -74,6 +74,10 @@ struct AdaptArgs {
     /// the cases' truths, which may be absent.
     #[arg(long)]
     teacher: Option<String>,
+    /// A question id whose head reads the state's character n-grams instead of the encoder's
+    /// vector: the whole text, for no forward (a guard's vocabulary); repeatable.
+    #[arg(long)]
+    lexical: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -337,6 +341,7 @@ fn adapt(a: AdaptArgs) -> i32 {
         default_on: a.default_on,
         pull_missing: !a.no_pull,
         teacher: a.teacher,
+        lexical: a.lexical,
     };
     match vllm_srun::adapt::adapt(&o) {
         Ok(fitted) => {

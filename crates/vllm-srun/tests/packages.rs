@@ -430,6 +430,87 @@ async fn heads_on_an_encoder_answer_their_questions_and_refuse_others() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// `adapt --lexical ID` trains that question's head on the state's character n-grams: the
+/// head carries its n-gram weights, answers held-out cases right on its own (no encoder read
+/// of the state), reads a long state whole, and sits beside an encoder head in one package.
+/// An id no case asks stops `adapt` before anything is written.
+#[tokio::test]
+async fn a_lexical_head_answers_from_the_texts_ngrams() {
+    let root = std::env::temp_dir().join(format!("vllm-srun-lexical-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let keep = ["queue", "is_angry"];
+    let (train, held_out) = (root.join("train.jsonl"), root.join("held-out.jsonl"));
+    generated("support_tickets", 200, 101, &keep, &train);
+    generated("support_tickets", 40, 202, &keep, &held_out);
+    let adapt = |lexical: &str, out: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_vllm-srun"))
+            .args(["adapt", "--model", "minilm-l6", "--no-pull", "--threads"])
+            .arg(test_threads().to_string())
+            .args(["--lexical", lexical, "--data"])
+            .arg(&train)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let missing = root.join("missing");
+    let run = adapt("no_such_question", &missing);
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("no_such_question"), "{err}");
+    assert!(!missing.exists(), "nothing is written");
+
+    let out = root.join("lexical");
+    assert!(adapt("is_angry", &out).status.success());
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("decision_adapters.json")).unwrap())
+            .unwrap();
+    let heads = file["adapters"].as_array().unwrap();
+    let lexical = heads.iter().filter(|h| h.get("lexical").is_some()).count();
+    assert_eq!(
+        (heads.len(), lexical),
+        (2, 1),
+        "queue on the encoder, is_angry on n-grams"
+    );
+
+    let mut o = options();
+    o.models = vec![out.to_string_lossy().into_owned()];
+    o.generate = None;
+    let s = start(o);
+    let (mut right, mut n) = (0, 0);
+    let mut first = None;
+    for line in std::fs::read_to_string(&held_out).unwrap().lines() {
+        let item: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (q, truth) = asked(&item["questions"]["is_angry"]);
+        let body =
+            json!({"model": "lexical", "state": item["state"], "questions": {"is_angry": q}});
+        let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+        assert_eq!(status, 200, "{v}");
+        let said = v["answers"]["is_angry"]["noul"].as_f64().unwrap() > 0.5;
+        right += usize::from(said.to_string() == truth);
+        n += 1;
+        first.get_or_insert((item["state"].as_str().unwrap().to_string(), q, said));
+    }
+    eprintln!("lexical is_angry: {right} of {n} held-out cases right");
+    assert!(right * 10 >= n * 8, "{right} of {n}");
+
+    // Eight copies of a ticket have the n-grams of one in eight times the counts: the head
+    // reads the long state whole and answers as it does for the ticket.
+    let (state, mut q, said) = first.unwrap();
+    q["overflow"] = json!("window");
+    let body = json!({"model": "lexical", "state": format!("{state}\n").repeat(8),
+                      "questions": {"is_angry": q}});
+    let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["answers"]["is_angry"]["noul"].as_f64().unwrap() > 0.5,
+        said,
+        "{v}"
+    );
+    drop(s);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 /// `adapt` stops at a malformed or contradictory training file with the file and line, and
 /// writes nothing.
 #[test]

@@ -57,8 +57,18 @@ pub(super) fn standardiser<R: AsRef<[f32]>>(x: &[R]) -> (Vec<f32>, Vec<f32>) {
 
 /// A softmax layer fitted on `x` (rows) against targets `t`: cross-entropy plus `l2`/2 times
 /// the weights' squared norm, full-batch AdamW. Returns the head's weights (class rows),
-/// biases, and the standardiser it was fitted under.
-pub(super) fn fit(x: &[Vec<f32>], t: &[Vec<f32>], k: usize, l2: f64) -> candle_core::Result<Head> {
+/// biases, and the standardiser it was fitted under (none, mean 0 and scale 1, where
+/// `standardise` is false: n-gram vectors, whose rare buckets standardising would blow up).
+pub(super) fn fit(
+    x: &[Vec<f32>],
+    t: &[Vec<f32>],
+    k: usize,
+    l2: f64,
+    standardise: bool,
+) -> candle_core::Result<Head> {
+    if !standardise {
+        return Ok(fit_sparse(x, t, k, l2));
+    }
     let (mean, scale) = standardiser(x);
     let d = mean.len();
     let n = x.len();
@@ -119,8 +129,84 @@ pub(super) fn fit(x: &[Vec<f32>], t: &[Vec<f32>], k: usize, l2: f64) -> candle_c
         weights: wt,
         bias,
         hidden: None,
+        lexical: None,
         fit: Value::Null,
     })
+}
+
+/// [`fit`] for rows that are mostly zeros (n-gram vectors), unstandardised: the same loss and
+/// AdamW steps (full batch), each step reading only the rows' non-zero values.
+fn fit_sparse(x: &[Vec<f32>], t: &[Vec<f32>], k: usize, l2: f64) -> Head {
+    const LR: f64 = 0.02;
+    const BETAS: (f64, f64) = (0.9, 0.999);
+    const EPS: f64 = 1e-8;
+    let d = x.first().map_or(0, Vec::len);
+    let n = x.len().max(1) as f64;
+    let rows: Vec<Vec<(usize, f64)>> = x
+        .iter()
+        .map(|r| {
+            r.iter()
+                .enumerate()
+                .filter(|(_, v)| **v != 0.0)
+                .map(|(j, v)| (j, f64::from(*v)))
+                .collect()
+        })
+        .collect();
+    // Weights as `d × k` then the `k` biases, one vector, as AdamW sees its parameters.
+    let params = d * k + k;
+    let (mut theta, mut m, mut v) = (vec![0f64; params], vec![0f64; params], vec![0f64; params]);
+    let mut grad = vec![0f64; params];
+    let mut z = vec![0f64; k];
+    for step in 1..=STEPS {
+        for (g, w) in grad[..d * k].iter_mut().zip(&theta) {
+            *g = l2 * w;
+        }
+        grad[d * k..].iter_mut().for_each(|g| *g = 0.0);
+        for (row, target) in rows.iter().zip(t) {
+            z.copy_from_slice(&theta[d * k..]);
+            for &(j, xj) in row {
+                for (c, zc) in z.iter_mut().enumerate() {
+                    *zc += theta[j * k + c] * xj;
+                }
+            }
+            let top = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = z.iter().map(|v| (v - top).exp()).sum();
+            for (c, zc) in z.iter_mut().enumerate() {
+                // d(loss)/d(logit): softmax minus target, over the batch.
+                *zc = ((*zc - top).exp() / sum - f64::from(target[c])) / n;
+            }
+            for &(j, xj) in row {
+                for (c, zc) in z.iter().enumerate() {
+                    grad[j * k + c] += zc * xj;
+                }
+            }
+            for (g, zc) in grad[d * k..].iter_mut().zip(&z) {
+                *g += zc;
+            }
+        }
+        let (c1, c2) = (
+            1.0 - BETAS.0.powi(step as i32),
+            1.0 - BETAS.1.powi(step as i32),
+        );
+        for i in 0..params {
+            m[i] = BETAS.0 * m[i] + (1.0 - BETAS.0) * grad[i];
+            v[i] = BETAS.1 * v[i] + (1.0 - BETAS.1) * grad[i] * grad[i];
+            theta[i] -= LR * (m[i] / c1) / ((v[i] / c2).sqrt() + EPS);
+        }
+    }
+    Head {
+        question: Value::Null,
+        classes: Vec::new(),
+        mean: vec![0.0; d],
+        scale: vec![1.0; d],
+        weights: (0..k)
+            .map(|c| (0..d).map(|j| theta[j * k + c] as f32).collect())
+            .collect(),
+        bias: theta[d * k..].iter().map(|b| *b as f32).collect(),
+        hidden: None,
+        lexical: None,
+        fit: Value::Null,
+    }
 }
 
 /// `0..n` in a fixed pseudo-random order (the same for the same `n`).

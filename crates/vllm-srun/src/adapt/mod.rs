@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use engine::adapter::{classes_of, question_key, AdapterFile, Head};
 use engine::encode::backbone::Backbone;
+use engine::lexical::Lexical;
 use engine::DecisionModel;
 use protocol::request::parse_question;
 use protocol::Schema;
@@ -30,6 +31,11 @@ use fit::{best_temperature, fit, progress, scores, temper, STEPS};
 pub const ADAPTERS_FILE: &str = "decision_adapters.json";
 /// L2 weights cross-validation chooses from (on standardised features, per case).
 const L2_GRID: &[f64] = &[1e-3, 1e-2, 3e-2, 1e-1, 3e-1];
+/// The same for a head on n-grams: unit-length vectors of thousands of small values, not
+/// standardised, want weights that large.
+const LEXICAL_L2_GRID: &[f64] = &[1e-5, 3e-5, 1e-4, 3e-4, 1e-3];
+/// Buckets of a lexical head's n-grams ([`Lexical`]).
+const LEXICAL_BUCKETS: usize = 4096;
 /// Fewest labelled cases a question needs to get an adapter.
 pub const MIN_CASES: usize = 20;
 
@@ -46,6 +52,9 @@ pub struct AdaptOptions {
     /// Label the cases with this model's answers (soft labels) instead of their truths:
     /// distillation of a served model or package, its adapters included.
     pub teacher: Option<String>,
+    /// Question ids whose heads read the state's character n-grams instead of the
+    /// encoder's vector ([`Lexical`]): the whole text at once, for no forward.
+    pub lexical: Vec<String>,
 }
 
 /// One question's labelled features.
@@ -57,6 +66,8 @@ struct Cases {
     t: Vec<Vec<f32>>,
     /// Each case's most probable class under its target.
     y: Vec<usize>,
+    /// Where the head reads n-grams: their inverse document frequencies.
+    lexical: Option<Lexical>,
 }
 
 /// One fitted head and what cross-validation measured.
@@ -259,6 +270,7 @@ fn record(
             x: Vec::new(),
             t: Vec::new(),
             y: Vec::new(),
+            lexical: None,
         });
         // A truth names its class; a teacher's answer gives each class its probability.
         let t: Vec<f32> = match truth {
@@ -334,34 +346,91 @@ async fn collect(
 }
 
 /// Read every case's state on an encoder backbone (its first window, as the worker's first
-/// read of it), and group the vectors by question. Cases go to the encoder in batches.
-fn collect_encoded(backbone: &Backbone, items: &[Case]) -> anyhow::Result<BTreeMap<String, Cases>> {
+/// read of it), and group the vectors by question. Cases go to the encoder in batches; the
+/// questions named in `lexical` read the state's n-grams instead (inverse document frequencies
+/// from the texts of the cases that ask them), and a batch none of whose questions reads the
+/// encoder is not read by it.
+fn collect_encoded(
+    backbone: &Backbone,
+    items: &[Case],
+    lexical: &[String],
+) -> anyhow::Result<BTreeMap<String, Cases>> {
+    let items: Vec<&Case> = items.iter().filter(|c| !c.questions.is_empty()).collect();
+    let ngrams = lexical_questions(&items, lexical)?;
     let mut by_question: BTreeMap<String, Cases> = BTreeMap::new();
     let bar = progress(items.len());
     let room = engine::DirectBackend::info(backbone).trained_context;
-    let items: Vec<&Case> = items.iter().filter(|c| !c.questions.is_empty()).collect();
     for chunk in items.chunks(16) {
-        let tokens = chunk
+        let texts: Vec<_> = chunk.iter().map(|c| Backbone::render(&c.state)).collect();
+        let reads_encoder = chunk
             .iter()
-            .map(|c| {
-                engine::backend::Vocab::tokenize_text(backbone, &Backbone::render(&c.state))
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", c.at))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let reads: Vec<&[engine::Token]> = tokens.iter().map(|t| &t[..t.len().min(room)]).collect();
-        let vectors = backbone.vectors(&reads)?;
-        for (case, v) in chunk.iter().zip(vectors) {
+            .any(|c| c.questions.iter().any(|(qid, ..)| !lexical.contains(qid)));
+        let vectors = match reads_encoder {
+            true => {
+                let tokens = chunk
+                    .iter()
+                    .zip(&texts)
+                    .map(|(c, text)| {
+                        engine::backend::Vocab::tokenize_text(backbone, text)
+                            .map_err(|e| anyhow::anyhow!("{}: {e}", c.at))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let reads: Vec<&[engine::Token]> =
+                    tokens.iter().map(|t| &t[..t.len().min(room)]).collect();
+                backbone.vectors(&reads)?
+            }
+            false => vec![Vec::new(); chunk.len()],
+        };
+        for ((case, v), text) in chunk.iter().zip(vectors).zip(&texts) {
             let truths = case.truths();
-            let features = case
-                .questions
-                .iter()
-                .map(|(qid, ..)| (qid.clone(), Some(v.clone())));
+            let features = case.questions.iter().map(|(qid, ..)| {
+                let x = match ngrams.get(qid) {
+                    Some(lex) => lex.vector(text),
+                    None => v.clone(),
+                };
+                (qid.clone(), Some(x))
+            });
             record(&mut by_question, features, &truths)?;
         }
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
+    // Each lexical question's head carries what its vectors were made with.
+    for case in &items {
+        for (qid, w, _) in &case.questions {
+            let (Some(lex), Ok(q)) = (ngrams.get(qid), parse_question(w, Schema::V5)) else {
+                continue;
+            };
+            if let Some(c) = question_key(&q).and_then(|k| by_question.get_mut(&k)) {
+                c.lexical = Some(lex.clone());
+            }
+        }
+    }
     Ok(by_question)
+}
+
+/// The n-gram weights of each question id named in `lexical`, from the texts of the cases
+/// asking it; an id no case asks is an error.
+fn lexical_questions(
+    items: &[&Case],
+    lexical: &[String],
+) -> anyhow::Result<BTreeMap<String, Lexical>> {
+    let mut out = BTreeMap::new();
+    for qid in lexical {
+        let texts: Vec<_> = items
+            .iter()
+            .filter(|c| c.questions.iter().any(|(q, ..)| q == qid))
+            .map(|c| Backbone::render(&c.state))
+            .collect();
+        if texts.is_empty() {
+            return Err(anyhow::anyhow!(
+                "--lexical {qid}: no case asks a question {qid:?}"
+            ));
+        }
+        let lex = Lexical::fit(texts.iter().map(|t| t.as_ref()), LEXICAL_BUCKETS);
+        out.insert(qid.clone(), lex);
+    }
+    Ok(out)
 }
 
 /// A noul head's out-of-fold answers at thresholds on P(yes): the share of "yes" cases at or
@@ -402,13 +471,19 @@ fn train(id: &str, c: &Cases, folds: usize) -> anyhow::Result<(Head, Fitted)> {
     let fold_of = |i: usize| i % folds;
     // (l2, temperature, held-out NLL, held-out answers at that temperature)
     let mut best: Option<(f64, f64, f64, Vec<Vec<f64>>)> = None;
-    for &l2 in L2_GRID {
+    let standardise = c.lexical.is_none();
+    let grid = if standardise {
+        L2_GRID
+    } else {
+        LEXICAL_L2_GRID
+    };
+    for &l2 in grid {
         let mut out = vec![Vec::new(); n];
         for f in 0..folds {
             let train: Vec<usize> = (0..n).filter(|&i| fold_of(i) != f).collect();
             let x: Vec<Vec<f32>> = train.iter().map(|&i| c.x[i].clone()).collect();
             let t: Vec<Vec<f32>> = train.iter().map(|&i| c.t[i].clone()).collect();
-            let head = fit(&x, &t, k, l2)?;
+            let head = fit(&x, &t, k, l2, standardise)?;
             for i in (0..n).filter(|&i| fold_of(i) == f) {
                 out[i] = head.probabilities(&c.x[i]).unwrap_or_default();
             }
@@ -422,7 +497,7 @@ fn train(id: &str, c: &Cases, folds: usize) -> anyhow::Result<(Head, Fitted)> {
     }
     let (l2, temperature, _, out) = best.ok_or_else(|| anyhow::anyhow!("no L2 weight to try"))?;
     let (accuracy, nll, ece) = scores(&out, &c.y);
-    let mut head = fit(&c.x, &c.t, k, l2)?;
+    let mut head = fit(&c.x, &c.t, k, l2, standardise)?;
     let scale = (1.0 / temperature) as f32;
     for row in &mut head.weights {
         row.iter_mut().for_each(|w| *w *= scale);
@@ -430,6 +505,7 @@ fn train(id: &str, c: &Cases, folds: usize) -> anyhow::Result<(Head, Fitted)> {
     head.bias.iter_mut().for_each(|b| *b *= scale);
     head.question = c.question.clone();
     head.classes = c.classes.clone();
+    head.lexical = c.lexical.clone();
     head.fit = json!({
         "cases": n, "folds": folds, "l2": l2, "temperature": temperature, "steps": STEPS,
         "cross_validated": {"accuracy": accuracy, "nll": nll, "ece": ece},
@@ -465,6 +541,10 @@ pub fn adapt(o: &AdaptOptions) -> anyhow::Result<Vec<Fitted>> {
     }
     let resolved = hub::resolve(&o.model, o.pull_missing)?;
     match resolved.kind {
+        hub::Kind::Gguf if !o.lexical.is_empty() => Err(anyhow::anyhow!(
+            "{}: heads on n-grams (--lexical) are trained beside an encoder backbone",
+            o.model
+        )),
         hub::Kind::Gguf => adapt_llm(o, &resolved, &cases),
         hub::Kind::Encoder => adapt_encoder(o, &resolved, threads, &cases),
         _ => Err(anyhow::anyhow!(
@@ -684,7 +764,7 @@ fn adapt_encoder(
         .hidden_size
         .unwrap_or(0);
     let started = std::time::Instant::now();
-    let by_question = collect_encoded(&backbone, cases)?;
+    let by_question = collect_encoded(&backbone, cases, &o.lexical)?;
     let took = started.elapsed().as_secs_f64();
     eprintln!(
         "read {} cases in {took:.1} s ({:.1} ms a case)",

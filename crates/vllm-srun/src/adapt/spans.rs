@@ -375,6 +375,7 @@ fn fit_mlp(x: &[&[f32]], y: &[usize], k: usize) -> candle_core::Result<Head> {
             weights: w1.as_tensor().t()?.to_vec2::<f32>()?,
             bias: b1.as_tensor().to_vec1::<f32>()?,
         }),
+        lexical: None,
         fit: Value::Null,
     })
 }
