@@ -6,9 +6,14 @@ For each noul question of the manifests (sys1bench's format) whose instructions 
 negation below, the question and its negation are asked in one request about the same state,
 through /v1/decisions. Prints, over the first N such pairs, the mean and max of
 |p(yes) + p'(yes) - 1| (0 when the two answers are exact complements), and how often the two
-answers agree with each other (p >= 0.5 exactly when p' < 0.5). Use development manifests
-(`sys1bench generate` with your own seed); the packaged canary is held out.
+answers agree with each other (p >= 0.5 exactly when p' < 0.5). Then, against the questions'
+truths, the accuracy and NLL of three readings of the same pairs (issue 61's "a noul asked
+also as its negation"): the question alone (p), its negation alone (1 - p'), and the two views
+combined by their normalised geometric mean, sqrt(p (1 - p')) against sqrt((1 - p) p'). Use
+development manifests (`sys1bench generate` with your own seed); the packaged canary is held
+out.
 """
+import math
 import argparse
 import json
 import urllib.request
@@ -46,7 +51,7 @@ def main():
             for qid, q in item["questions"].items():
                 neg = NEGATIONS.get(q["instructions"])
                 if q["type"] == "noul" and neg:
-                    pairs.append((item["state"], q["instructions"], neg))
+                    pairs.append((item["state"], q["instructions"], neg, bool(q["ground_truth"])))
     # Spread the pairs over the questions: take them round-robin by question text.
     by_q = {}
     for p in pairs:
@@ -57,7 +62,8 @@ def main():
             if by_q[k] and len(spread) < args.n:
                 spread.append(by_q[k].pop(0))
     gaps, agree = [], 0
-    for state, q, neg in spread:
+    readings = {"question": [], "negation": [], "both": []}
+    for state, q, neg, truth in spread:
         body = {"model": args.model, "state": state, "questions": {
             "q": {"type": "noul", "instructions": q},
             "neg": {"type": "noul", "instructions": neg}}}
@@ -68,9 +74,15 @@ def main():
         p, pn = a["q"]["noul"], a["neg"]["noul"]
         gaps.append(abs(p + pn - 1))
         agree += (p >= 0.5) != (pn >= 0.5)
+        yes, no = math.sqrt(p * (1 - pn)), math.sqrt((1 - p) * pn)
+        for name, py in (("question", p), ("negation", 1 - pn), ("both", yes / (yes + no))):
+            pt = py if truth else 1 - py
+            readings[name].append(((py >= 0.5) == truth, -math.log(max(pt, 1e-12))))
     n = len(gaps)
     print(f"{n} pairs over {len(by_q)} questions: |p + p' - 1| mean {sum(gaps) / n:.3f}, "
           f"max {max(gaps):.3f}; consistent answers {agree}/{n}")
+    for name, rs in readings.items():
+        print(f"  {name:9} accuracy {sum(r for r, _ in rs) / n:.3f}, NLL {sum(x for _, x in rs) / n:.3f}")
 
 
 if __name__ == "__main__":
