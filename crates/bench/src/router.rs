@@ -386,8 +386,10 @@ pub async fn guard_turn(runs: usize) -> anyhow::Result<()> {
     let large = start_router(&large).await?;
     let turn = |base: &str, i: usize| {
         let url = format!("{base}/v1/chat/completions");
-        // About 1,000 tokens of an ordinary request, new each time (no prefix cache helps).
-        let content = (0..9)
+        // An ordinary request of about 1,000 tokens (1,010 by MiniLM's tokenizer; nine of
+        // these paragraphs, which this bench sent before, are 569), new each time (no prefix
+        // cache helps).
+        let content = (0..16)
             .map(|k| {
                 format!(
                     "Incident {i}.{k}: the payment service started timing out after the nightly \
