@@ -35,6 +35,16 @@ def keyed(options, style, rng):
     return out
 
 
+def sampled(path, limit):
+    """A manifest's domain (its file's name) and items: all, or a fixed random sample of
+    `limit` (seeded by the domain, so every tool asks the same ones)."""
+    domain = os.path.basename(path).rsplit(".", 1)[0]
+    items = [json.loads(line) for line in open(path) if line.strip()]
+    if limit and len(items) > limit:
+        items = random.Random(domain).sample(items, limit)
+    return domain, items
+
+
 def post(url, body):
     req = urllib.request.Request(url + "/v1/decisions", data=json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
@@ -55,10 +65,7 @@ def main():
     rows = collections.defaultdict(list)  # (domain, type, style) -> [(right, nll)]
     shifts = []
     for path in args.manifests:
-        domain = os.path.basename(path).rsplit(".", 1)[0]
-        items = [json.loads(line) for line in open(path) if line.strip()]
-        if args.limit and len(items) > args.limit:
-            items = random.Random(domain).sample(items, args.limit)
+        domain, items = sampled(path, args.limit)
         for item in items:
             questions, asked = {}, {}
             for qid, q in item["questions"].items():

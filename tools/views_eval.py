@@ -13,17 +13,12 @@ other than 9001); the packaged canary is held out.
 """
 import argparse
 import collections
-import json
 import math
 import os
-import random
-import urllib.request
+import sys
 
-
-def post(url, body):
-    req = urllib.request.Request(url + "/v1/decisions", data=json.dumps(body).encode(),
-                                 headers={"content-type": "application/json"})
-    return json.load(urllib.request.urlopen(req, timeout=900))["answers"]
+sys.path.insert(0, os.path.dirname(__file__))
+from rekey_eval import post, sampled  # noqa: E402
 
 
 def normalised(p):
@@ -50,10 +45,7 @@ def main():
     args = ap.parse_args()
     rows = collections.defaultdict(list)  # (domain, reading) -> [(right, nll)]
     for path in args.manifests:
-        domain = os.path.basename(path).rsplit(".", 1)[0]
-        items = [json.loads(line) for line in open(path) if line.strip()]
-        if args.limit and len(items) > args.limit:
-            items = random.Random(domain).sample(items, args.limit)
+        domain, items = sampled(path, args.limit)
         for item in items:
             questions, asked = {}, []
             for qid, q in item["questions"].items():
