@@ -248,11 +248,13 @@ fn read_cases(data: &[PathBuf], unlabelled: bool) -> anyhow::Result<Vec<Case>> {
     Ok(cases)
 }
 
-/// Place one case's features for each question among its head's cases.
+/// Place one case's features for each question among its head's cases; a question id in
+/// `ngrams` gives its head the n-gram weights its features were made with.
 fn record(
     by_question: &mut BTreeMap<String, Cases>,
     features: impl IntoIterator<Item = (String, Option<Vec<f32>>)>,
     truths: &BTreeMap<String, (Value, Value)>,
+    ngrams: &BTreeMap<String, Lexical>,
 ) -> anyhow::Result<()> {
     for (qid, h) in features {
         let (Some(h), Some((w, truth))) = (h, truths.get(&qid)) else {
@@ -272,6 +274,9 @@ fn record(
             y: Vec::new(),
             lexical: None,
         });
+        if cases.lexical.is_none() {
+            cases.lexical = ngrams.get(&qid).cloned();
+        }
         // A truth names its class; a teacher's answer gives each class its probability.
         let t: Vec<f32> = match truth {
             Value::Object(p) => cases
@@ -337,7 +342,7 @@ async fn collect(
         }
         answered.sort_by_key(|(at, _, _)| *at);
         for (_, features, truths) in answered {
-            record(&mut by_question, features, &truths)?;
+            record(&mut by_question, features, &truths, &BTreeMap::new())?;
         }
         bar.inc(chunk.len() as u64);
     }
@@ -362,9 +367,11 @@ fn collect_encoded(
     let room = engine::DirectBackend::info(backbone).trained_context;
     for chunk in items.chunks(16) {
         let texts: Vec<_> = chunk.iter().map(|c| Backbone::render(&c.state)).collect();
-        let reads_encoder = chunk
-            .iter()
-            .any(|c| c.questions.iter().any(|(qid, ..)| !lexical.contains(qid)));
+        let reads_encoder = chunk.iter().any(|c| {
+            c.questions
+                .iter()
+                .any(|(qid, ..)| !ngrams.contains_key(qid))
+        });
         let vectors = match reads_encoder {
             true => {
                 let tokens = chunk
@@ -390,22 +397,11 @@ fn collect_encoded(
                 };
                 (qid.clone(), Some(x))
             });
-            record(&mut by_question, features, &truths)?;
+            record(&mut by_question, features, &truths, &ngrams)?;
         }
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
-    // Each lexical question's head carries what its vectors were made with.
-    for case in &items {
-        for (qid, w, _) in &case.questions {
-            let (Some(lex), Ok(q)) = (ngrams.get(qid), parse_question(w, Schema::V5)) else {
-                continue;
-            };
-            if let Some(c) = question_key(&q).and_then(|k| by_question.get_mut(&k)) {
-                c.lexical = Some(lex.clone());
-            }
-        }
-    }
     Ok(by_question)
 }
 
