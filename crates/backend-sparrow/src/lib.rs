@@ -17,12 +17,12 @@ use std::io::Read;
 use std::path::Path;
 
 use engine::budget::Vocab;
+use engine::wordpiece::AsciiWordPiece;
 use engine::{BackendError, BackendInfo, DirectBackend, DirectKind, DirectQuestion, Token};
 use tokenizers::Tokenizer;
 
 mod math;
 mod pairs;
-mod wordpiece;
 
 use math::{gelu, normalize, Matrix};
 
@@ -96,7 +96,7 @@ pub struct SparrowModel {
     pub config: Config,
     /// The general WordPiece pipeline, and a faster path for ASCII text with equal pieces.
     tokenizer: Tokenizer,
-    ascii: wordpiece::AsciiWordPiece,
+    ascii: AsciiWordPiece,
     weights: Weights,
     info: BackendInfo,
 }
@@ -288,7 +288,7 @@ impl SparrowModel {
         let tokenizer = wordpiece_pipeline(path, vocab)?;
         let ids: HashMap<String, u32> = serde_json::from_value(vocab.clone())
             .map_err(|e| format_err(path, format!("tokenizer.json vocab: {e}")))?;
-        let ascii = wordpiece::AsciiWordPiece::new(ids)
+        let ascii = AsciiWordPiece::new(ids)
             .ok_or_else(|| format_err(path, "tokenizer.json has no [UNK]"))?;
 
         let mut arrays = read_npz(path, &npz)?;
@@ -608,4 +608,72 @@ pub fn is_sparrow(path: &Path) -> bool {
         return path.join("config.json").is_file() && path.join("model.npz").is_file();
     }
     path.extension().is_some_and(|e| e == "sparrow")
+}
+
+#[cfg(test)]
+mod wordpiece_tests {
+    use std::collections::HashMap;
+
+    use engine::wordpiece::AsciiWordPiece;
+
+    /// The shared ASCII WordPiece gives the same tokens as the general `tokenizers` pipeline on random ASCII texts (letters,
+    /// digits, punctuation, every control character, long words).
+    #[test]
+    fn ascii_pieces_equal_the_general_pipeline() {
+        let pieces = [
+            "[PAD]", "[UNK]", "the", "cat", "##s", "sat", "on", "mat", "un", "##believ", "##able",
+            "a", "##b", "b", "c", "1", "2", "##3", "!", ",", ".", "'", "-", "(", ")", "#", "@",
+            "x", "##x", "hello", "world", "##ing", "go",
+        ];
+        let vocab: HashMap<String, u32> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.to_string(), i as u32))
+            .collect();
+        let general = crate::wordpiece_pipeline(
+            std::path::Path::new("test"),
+            &serde_json::to_value(&vocab).unwrap(),
+        )
+        .unwrap();
+        let fast = AsciiWordPiece::new(vocab).unwrap();
+        let alphabet: Vec<u8> = (0u8..128).collect();
+        let words = [
+            "the",
+            "cats",
+            "unbelievable",
+            "going",
+            "hello",
+            "World",
+            "ab",
+            "xxx",
+            "123",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..3000 {
+            let mut text = String::new();
+            for _ in 0..(next() % 24) {
+                match next() % 4 {
+                    0 => text.push(alphabet[(next() % 128) as usize] as char),
+                    1 => text.push(' '),
+                    _ => text.push_str(words[(next() % words.len() as u64) as usize]),
+                }
+            }
+            if i % 100 == 0 {
+                text.push_str(&"x".repeat(95 + (i / 100) % 10));
+            }
+            let want = general
+                .encode(text.as_str(), false)
+                .unwrap()
+                .get_ids()
+                .to_vec();
+            assert_eq!(fast.encode(&text), Some(want), "{text:?}");
+        }
+        assert_eq!(fast.encode("caf\u{e9}"), None);
+    }
 }

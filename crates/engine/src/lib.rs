@@ -17,6 +17,7 @@ pub mod recipes;
 pub mod registry;
 pub mod scheduler;
 pub mod span;
+pub mod wordpiece;
 
 #[cfg(test)]
 mod readout_tests;

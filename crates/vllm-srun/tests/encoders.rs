@@ -894,6 +894,51 @@ fn the_served_encoder_forward_gives_the_f32_candle_vectors() {
     }
 }
 
+/// The served encoder's tokens (its ASCII fast path where it applies) are the `tokenizers`
+/// pipeline's on every text of the guard's training and held-out files, whole and cut at odd
+/// places, and on texts that write its special tokens.
+#[test]
+fn the_served_encoder_tokenizes_as_its_tokenizer_json() {
+    let dir = hub::resolve("minilm-l6", false)
+        .expect("minilm-l6 is cached")
+        .dir
+        .unwrap();
+    let served = vllm_srun::load_encoder(&dir, None, 0, vllm_srun::ENCODER_PATH).unwrap();
+    let mut general = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+    general.with_truncation(None).unwrap();
+    general.with_padding(None);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/guard");
+    let mut texts: Vec<String> = [
+        "[CLS] hello [SEP] [mask] [Pad]",
+        "x[UNK]y and caf\u{e9}",
+        "tabs\tand\r\nnewlines \u{7} bell",
+    ]
+    .map(String::from)
+    .to_vec();
+    for file in [
+        "written_jailbreaks.jsonl",
+        "innocent_train.jsonl",
+        "ordinary_heldout.jsonl",
+    ] {
+        for line in std::fs::read_to_string(root.join(file)).unwrap().lines() {
+            let row: Value = serde_json::from_str(line).unwrap();
+            let text = row["text"].as_str().or(row["state"].as_str()).unwrap();
+            let text = text.to_string();
+            let cut = text
+                .char_indices()
+                .nth(text.len() / 3)
+                .map_or(0, |(i, _)| i);
+            texts.push(text[cut..].to_string());
+            texts.push(text);
+        }
+    }
+    assert!(texts.len() > 200, "{}", texts.len());
+    for t in &texts {
+        let want = general.encode(t.as_str(), true).unwrap().get_ids().to_vec();
+        assert_eq!(served.tokenize(t).unwrap(), want, "{t:?}");
+    }
+}
+
 fn cosine_f32(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
     let n = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();

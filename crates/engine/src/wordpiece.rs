@@ -1,19 +1,20 @@
 //! BERT uncased WordPiece for ASCII text without allocation per character: the same pieces as
-//! the `tokenizers` pipeline (BertNormalizer, BertPreTokenizer, WordPiece) that reads every
-//! other text, checked against it in the tests. Short texts are most of a decision model's
-//! work (instructions, option names), and the general pipeline's alignment bookkeeping costs
-//! several times the forward on them.
+//! the `tokenizers` pipeline (BertNormalizer with lowercasing, BertPreTokenizer, WordPiece with
+//! `##` continuations) that reads every other text; the backends that use it check that
+//! against their own pipeline (`backend-sparrow`'s tests, `backend-candle` at load). Short
+//! texts are most of a decision model's work (instructions, option names), and the general
+//! pipeline's alignment bookkeeping costs several times the forward on them; on a long state
+//! it costs milliseconds an n-gram head does not.
 
 use std::collections::HashMap;
 
-/// Characters of a word longer than this read as one unknown token.
-const MAX_WORD_CHARS: usize = 100;
-
-pub(crate) struct AsciiWordPiece {
+pub struct AsciiWordPiece {
     vocab: HashMap<String, u32>,
     /// Each id's piece.
     pieces: Vec<String>,
     unk: u32,
+    /// Characters of a word longer than this read as one unknown token.
+    max_word_chars: usize,
 }
 
 fn is_punct(b: u8) -> bool {
@@ -21,13 +22,31 @@ fn is_punct(b: u8) -> bool {
 }
 
 impl AsciiWordPiece {
+    /// The pieces of `vocab`, `[UNK]` for unknown words, words of more than 100 characters
+    /// unknown (`max_input_chars_per_word`'s usual value; [`AsciiWordPiece::max_word_chars`]).
     pub fn new(vocab: HashMap<String, u32>) -> Option<AsciiWordPiece> {
-        let unk = *vocab.get("[UNK]")?;
+        Self::with_unknown(vocab, "[UNK]")
+    }
+
+    /// The pieces of `vocab` with `unk` for unknown words.
+    pub fn with_unknown(vocab: HashMap<String, u32>, unk: &str) -> Option<AsciiWordPiece> {
+        let unk = *vocab.get(unk)?;
         let mut pieces = vec![String::new(); vocab.values().max().map_or(0, |m| *m as usize + 1)];
         for (p, &id) in &vocab {
             pieces[id as usize] = p.clone();
         }
-        Some(AsciiWordPiece { vocab, pieces, unk })
+        Some(AsciiWordPiece {
+            vocab,
+            pieces,
+            unk,
+            max_word_chars: 100,
+        })
+    }
+
+    /// Words of more than `chars` characters read as one unknown token.
+    pub fn max_word_chars(mut self, chars: usize) -> AsciiWordPiece {
+        self.max_word_chars = chars;
+        self
     }
 
     /// A token's text without its continuation mark.
@@ -74,7 +93,7 @@ impl AsciiWordPiece {
         if word.is_empty() {
             return;
         }
-        if word.len() > MAX_WORD_CHARS {
+        if word.len() > self.max_word_chars {
             out.push(self.unk);
             return;
         }
@@ -107,71 +126,5 @@ impl AsciiWordPiece {
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The same tokens as the general `tokenizers` pipeline on random ASCII texts (letters,
-    /// digits, punctuation, every control character, long words).
-    #[test]
-    fn ascii_pieces_equal_the_general_pipeline() {
-        let pieces = [
-            "[PAD]", "[UNK]", "the", "cat", "##s", "sat", "on", "mat", "un", "##believ", "##able",
-            "a", "##b", "b", "c", "1", "2", "##3", "!", ",", ".", "'", "-", "(", ")", "#", "@",
-            "x", "##x", "hello", "world", "##ing", "go",
-        ];
-        let vocab: HashMap<String, u32> = pieces
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.to_string(), i as u32))
-            .collect();
-        let general = crate::wordpiece_pipeline(
-            std::path::Path::new("test"),
-            &serde_json::to_value(&vocab).unwrap(),
-        )
-        .unwrap();
-        let fast = AsciiWordPiece::new(vocab).unwrap();
-        let alphabet: Vec<u8> = (0u8..128).collect();
-        let words = [
-            "the",
-            "cats",
-            "unbelievable",
-            "going",
-            "hello",
-            "World",
-            "ab",
-            "xxx",
-            "123",
-        ];
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for i in 0..3000 {
-            let mut text = String::new();
-            for _ in 0..(next() % 24) {
-                match next() % 4 {
-                    0 => text.push(alphabet[(next() % 128) as usize] as char),
-                    1 => text.push(' '),
-                    _ => text.push_str(words[(next() % words.len() as u64) as usize]),
-                }
-            }
-            if i % 100 == 0 {
-                text.push_str(&"x".repeat(95 + (i / 100) % 10));
-            }
-            let want = general
-                .encode(text.as_str(), false)
-                .unwrap()
-                .get_ids()
-                .to_vec();
-            assert_eq!(fast.encode(&text), Some(want), "{text:?}");
-        }
-        assert_eq!(fast.encode("caf\u{e9}"), None);
     }
 }
