@@ -986,6 +986,7 @@ mod tests {
                 signal("minilm-l6-router", "vsr_task"),
                 signal("minilm-l6-router", "vsr_needs_deliberation"),
                 signal("minilm-l6-router", "vsr_jailbreak"),
+                signal("minilm-l6-router", "vsr_jailbreak_view"),
             ]
         );
     }
@@ -1016,6 +1017,6 @@ mod tests {
             assert_eq!(q.get("criteria"), s.criteria.as_ref(), "{}", s.name);
             checked += 1;
         }
-        assert_eq!(checked, 3);
+        assert_eq!(checked, 4);
     }
 }

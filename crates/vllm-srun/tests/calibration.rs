@@ -145,36 +145,52 @@ fn default_guard() -> router::config::Signal {
 }
 
 /// The default guard, `minilm-l6-router` (heads on MiniLM the catalogue ships, trained by
-/// `vllm-srun adapt` on `tools/guard_train.py`'s cases), answers the signal as the router
-/// asks it (`user: TEXT`, the signal's id, in windows) on messages it was not trained on:
-/// jailbreaks over the router's threshold, ordinary requests under it. Any other question is
-/// refused, not guessed.
+/// `vllm-srun adapt` on `tools/guard_train.py`'s cases), answers the guard signals as the
+/// router asks them (`vsr_jailbreak` about `user: TEXT` in windows, `vsr_jailbreak_view` about
+/// the routing view of TEXT, each by the signal's id) on messages it was not trained on: the
+/// router's rule (either signal at its threshold) blocks the jailbreaks and none of the
+/// ordinary requests. Any other question is refused, not guessed.
 #[tokio::test]
 async fn the_default_guard_on_minilm_answers_the_routers_guard() {
     let guard = default_guard();
     assert_eq!(guard.model.as_deref(), Some("minilm-l6-router"));
+    let router = vllm_srun::default_router().expect("the built-in router");
+    let view = router
+        .signals
+        .iter()
+        .find(|s| s.name == "vsr_jailbreak_view")
+        .expect("the default router's second guard signal");
+    assert_eq!(view.model.as_deref(), Some("minilm-l6-router"));
+    let routing_view = router.deployments[0].routing_view;
     let threshold = guard.threshold.unwrap_or(0.5);
+    let view_threshold = view.threshold.unwrap_or(0.5);
     let mut o = options();
     o.models = vec!["minilm-l6-router".into()];
     o.generate = None;
     let s = start(o);
     for (text, jailbreak) in GUARD_CASES {
-        let body = json!({"model": "minilm-l6-router", "state": format!("user: {text}"),
-            "questions": {
+        let body = json!({"model": "minilm-l6-router", "states": {
+            "guard": {"state": format!("user: {text}"), "questions": {
                 "vsr_jailbreak": {"type": "noul", "instructions": "reworded by the router", "overflow": "window"},
-                "other": {"type": "noul", "instructions": "Is the message polite?"}}});
+                "other": {"type": "noul", "instructions": "Is the message polite?"}}},
+            "routing": {"state": router::signals::routing_view(text, routing_view), "questions": {
+                "vsr_jailbreak_view": {"type": "noul", "instructions": "reworded by the router"}}}}});
         let (status, _, v) = post(&s.url("/v1/decisions"), &body).await;
         assert_eq!(status, 200, "{v}");
-        let p = v["answers"]["vsr_jailbreak"]["noul"]
+        let p = v["states"]["guard"]["answers"]["vsr_jailbreak"]["noul"]
+            .as_f64()
+            .expect("noul");
+        let q = v["states"]["routing"]["answers"]["vsr_jailbreak_view"]["noul"]
             .as_f64()
             .expect("noul");
         assert_eq!(
-            p >= threshold,
+            p >= threshold || q >= view_threshold,
             jailbreak,
-            "P(jailbreak) {p} against the router's threshold {threshold}: {text}"
+            "P(jailbreak) {p} (threshold {threshold}), on the view {q} (threshold \
+             {view_threshold}): {text}"
         );
         assert_eq!(
-            v["answers"]["other"]["reason"], "decision_adapter_unsupported",
+            v["states"]["guard"]["answers"]["other"]["reason"], "decision_adapter_unsupported",
             "{v}"
         );
     }
