@@ -616,8 +616,9 @@ mod wordpiece_tests {
 
     use engine::wordpiece::AsciiWordPiece;
 
-    /// The shared ASCII WordPiece gives the same tokens as the general `tokenizers` pipeline on random ASCII texts (letters,
-    /// digits, punctuation, every control character, long words).
+    /// The shared ASCII WordPiece gives the same tokens as the general `tokenizers` pipeline
+    /// on random ASCII texts (letters, digits, punctuation, every control character, long
+    /// words).
     #[test]
     fn ascii_pieces_equal_the_general_pipeline() {
         let pieces = [

@@ -846,10 +846,7 @@ async fn arbitrary_bodies_to_the_encoder_and_sie_endpoints_never_get_a_5xx() {
 /// several parts.
 #[test]
 fn the_served_encoder_forward_gives_the_f32_candle_vectors() {
-    let dir = hub::resolve("minilm-l6", false)
-        .expect("minilm-l6 is cached")
-        .dir
-        .unwrap();
+    let dir = minilm_dir();
     let served = vllm_srun::load_encoder(&dir, None, 0, vllm_srun::ENCODER_PATH).unwrap();
     let reference = vllm_srun::load_encoder(&dir, None, 0, vllm_srun::EncoderPath::Candle).unwrap();
     assert_eq!(served.info().engine, "llama.cpp");
@@ -899,10 +896,7 @@ fn the_served_encoder_forward_gives_the_f32_candle_vectors() {
 /// places, and on texts that write its special tokens.
 #[test]
 fn the_served_encoder_tokenizes_as_its_tokenizer_json() {
-    let dir = hub::resolve("minilm-l6", false)
-        .expect("minilm-l6 is cached")
-        .dir
-        .unwrap();
+    let dir = minilm_dir();
     let served = vllm_srun::load_encoder(&dir, None, 0, vllm_srun::ENCODER_PATH).unwrap();
     let mut general = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
     general.with_truncation(None).unwrap();
@@ -937,6 +931,14 @@ fn the_served_encoder_tokenizes_as_its_tokenizer_json() {
         let want = general.encode(t.as_str(), true).unwrap().get_ids().to_vec();
         assert_eq!(served.tokenize(t).unwrap(), want, "{t:?}");
     }
+}
+
+/// The cached `minilm-l6` directory.
+fn minilm_dir() -> std::path::PathBuf {
+    hub::resolve("minilm-l6", false)
+        .expect("minilm-l6 is cached")
+        .dir
+        .expect("an encoder directory")
 }
 
 fn cosine_f32(a: &[f32], b: &[f32]) -> f64 {
