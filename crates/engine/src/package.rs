@@ -51,6 +51,31 @@ impl Default for Temperatures {
     }
 }
 
+/// `content_free_weight`: the share of the empty-state answer each question type divides by.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContentFreeWeight {
+    pub choice: f64,
+    pub noul: f64,
+    pub score: f64,
+}
+
+impl Default for ContentFreeWeight {
+    fn default() -> Self {
+        ContentFreeWeight {
+            choice: 1.0,
+            noul: 1.0,
+            score: 1.0,
+        }
+    }
+}
+
+impl ContentFreeWeight {
+    fn is_whole(&self) -> bool {
+        *self == ContentFreeWeight::default()
+    }
+}
+
 /// `temperature_by_questions`: a request's temperature from its number of choice, noul and
 /// score questions `n`: the `t_i` of the first `n <= n_i`, else `t_rest`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,6 +140,11 @@ pub struct DecisionConfig {
     /// answer is evaluated once and remembered.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub content_free: Vec<String>,
+    /// How much of the empty-state answer each type divides by, in [0, 1]: a weight `a`
+    /// divides the logits by `a` times the empty state's (1, the default, divides it out
+    /// whole). Fitted with the temperatures (`tools/lodo.py`).
+    #[serde(skip_serializing_if = "ContentFreeWeight::is_whole")]
+    pub content_free_weight: ContentFreeWeight,
     /// A noul's yes-against-no log-odds are lowered by this much before its temperature: the
     /// lean toward yes a model shows, fitted on labelled development data (0: none).
     pub noul_bias: f64,
@@ -153,6 +183,7 @@ impl Default for DecisionConfig {
             choice_orders: 1,
             score_orders: 1,
             content_free: Vec::new(),
+            content_free_weight: ContentFreeWeight::default(),
             noul_bias: 0.0,
             router_questions: BTreeMap::new(),
         }
@@ -302,6 +333,15 @@ impl DecisionConfig {
                     CONTENT_FREE_TYPES.join(", ")
                 ),
             );
+        }
+        let w = &self.content_free_weight;
+        for (name, a) in [("choice", w.choice), ("noul", w.noul), ("score", w.score)] {
+            if !(0.0..=1.0).contains(&a) {
+                return bad(
+                    &format!("content_free_weight.{name}"),
+                    format!("must be in [0, 1], not {a}"),
+                );
+            }
         }
         if !self.noul_bias.is_finite() {
             return bad(
@@ -484,6 +524,12 @@ mod tests {
             .to_string();
         assert!(e.contains("noul_bias"), "{e}");
         assert!(check(|c| c.noul_bias = -0.7).is_ok());
+        let e = check(|c| c.content_free_weight.noul = 1.5)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("content_free_weight.noul"), "{e}");
+        assert!(check(|c| c.content_free_weight.choice = f64::NAN).is_err());
+        assert!(check(|c| c.content_free_weight.score = 0.75).is_ok());
     }
 }
 

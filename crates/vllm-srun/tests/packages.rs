@@ -108,6 +108,78 @@ async fn a_package_temperature_changes_the_answer_as_it_says() {
     }
 }
 
+/// Content-free calibration divides each answer by `content_free_weight`'s share of the same
+/// question's answer about an empty state: whole (the default), a question about an empty
+/// state is answered with equal probabilities, exactly; at weight 0.5 it keeps the square root
+/// of the model's own lean (what `(logit − 0.5 · empty logit)` reads), for choice, score and noul.
+#[tokio::test]
+async fn a_content_free_weight_divides_out_that_share_of_the_empty_state() {
+    let types = json!(["choice", "noul", "score"]);
+    let none = package("cf-none", json!({}));
+    let whole = package("cf-whole", json!({"content_free": types}));
+    let half = package(
+        "cf-half",
+        json!({"content_free": types,
+               "content_free_weight": {"choice": 0.5, "noul": 0.5, "score": 0.5}}),
+    );
+    let mut o = options();
+    o.models = [&none, &whole, &half]
+        .iter()
+        .map(|d| d.to_string_lossy().into_owned())
+        .collect();
+    let s = start(o);
+    let q = json!({
+        "team": {"type": "choice", "instructions": "Which team should handle this ticket?",
+                 "criteria": {"billing": "Payments and refunds", "engineering": "Outages and bugs", "sales": "New contracts"}},
+        "severity": {"type": "score", "instructions": "How severe is the problem?",
+                     "criteria": ["No problem at all", "A small annoyance", "A complete outage"]},
+        "angry": {"type": "noul", "instructions": "Is the customer angry?"}});
+    // Each question's distribution, in a fixed order (a noul as yes, no).
+    let mut answers = Vec::new();
+    for m in ["cf-none", "cf-whole", "cf-half"] {
+        let (st, _, v) = post(
+            &s.url("/v1/decisions"),
+            &json!({"model": m, "state": "", "questions": q}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        let a = &v["answers"];
+        let mut dists = Vec::new();
+        for id in ["team", "severity"] {
+            let mut p: Vec<(String, f64)> = a[id]["probabilities"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, x)| (k.clone(), x.as_f64().unwrap()))
+                .collect();
+            p.sort_by(|x, y| x.0.cmp(&y.0));
+            dists.push(p.into_iter().map(|(_, x)| x).collect::<Vec<f64>>());
+        }
+        let yes = a["angry"]["noul"].as_f64().unwrap();
+        dists.push(vec![yes, 1.0 - yes]);
+        answers.push(dists);
+    }
+    let (raw, whole_p, half_p) = (&answers[0], &answers[1], &answers[2]);
+    for ((r, w), h) in raw.iter().zip(whole_p).zip(half_p) {
+        let even = 1.0 / w.len() as f64;
+        assert!(w.iter().all(|x| (x - even).abs() < 1e-9), "whole: {w:?}");
+        let z: f64 = r.iter().map(|x| x.sqrt()).sum();
+        for (x, y) in r.iter().zip(h) {
+            assert!(
+                (x.sqrt() / z - y).abs() < 1e-6,
+                "raw {r:?}, at weight 0.5 {h:?}"
+            );
+        }
+        assert!(
+            r.iter().any(|x| (x - even).abs() > 1e-3),
+            "the model has no lean: {r:?}"
+        );
+    }
+    for d in [none, whole, half] {
+        std::fs::remove_dir_all(d.parent().unwrap()).unwrap();
+    }
+}
+
 /// The model listing once the server's only model has failed to load (within two minutes).
 async fn failed_listing(s: &TestServer) -> serde_json::Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);

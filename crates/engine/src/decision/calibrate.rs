@@ -26,16 +26,17 @@ pub(super) struct ContentFree {
     pub request: Option<(DecisionRequest, Vec<String>)>,
 }
 
-/// `p_i ∝ p_i / q_i^(1/T)`: for a one-step label read at temperature `T` this is the softmax
-/// of `(logit_i − empty-state logit_i) / T`. A label the empty state gives no mass keeps its
+/// `p_i ∝ p_i / q_i^(a/T)`: for a one-step label read at temperature `T` this is the softmax
+/// of `(logit_i − a · empty-state logit_i) / T`, with `a` the type's `content_free_weight`
+/// (1: the empty state divided out whole). A label the empty state gives no mass keeps its
 /// share unchanged rather than divide by zero.
-pub(crate) fn divide(p: &mut [f64], q: &[f64], temperature: f64) {
+pub(crate) fn divide(p: &mut [f64], q: &[f64], weight: f64, temperature: f64) {
     if p.len() != q.len() {
         return;
     }
     for (x, &c) in p.iter_mut().zip(q) {
         if c > 0.0 {
-            *x /= c.powf(1.0 / temperature);
+            *x /= c.powf(weight / temperature);
         }
     }
     // Summed smallest first, so the total (and so each share) does not depend on the order
@@ -195,6 +196,7 @@ impl DecisionModel {
                 continue;
             };
             let Some(q) = known.get(key) else { continue };
+            let weight = &self.config.content_free_weight;
             match plan {
                 Plan::Choice {
                     keys, temperature, ..
@@ -208,15 +210,16 @@ impl DecisionModel {
                         .map(|x| x.copied())
                         .collect();
                     if let Some(mine) = mine {
-                        divide(p, &mine, *temperature);
+                        divide(p, &mine, weight.choice, *temperature);
                     }
                 }
-                Plan::Score { temperature, .. } => divide(p, q, *temperature),
+                Plan::Score { temperature, .. } => divide(p, q, weight.score, *temperature),
                 // The empty-state yes/no was read with the noul bias too, which the division
-                // cancels: lowered again, the bias acts once.
+                // cancels in the share it divides by: lowered by that share again, the bias
+                // acts once.
                 Plan::Noul { temperature, .. } => {
-                    divide(p, q, *temperature);
-                    lower_yes(p, self.config.noul_bias, *temperature);
+                    divide(p, q, weight.noul, *temperature);
+                    lower_yes(p, weight.noul * self.config.noul_bias, *temperature);
                 }
                 _ => {}
             }
@@ -250,11 +253,13 @@ mod tests {
             let z: f64 = x.iter().map(|v| (v / t).exp()).sum();
             x.iter().map(|v| (v / t).exp() / z).collect::<Vec<_>>()
         };
-        let mut p = soft(&l, t);
-        divide(&mut p, &soft(&c, 1.0), t);
-        let diff: Vec<f64> = l.iter().zip(&c).map(|(a, b)| a - b).collect();
-        for (a, b) in p.iter().zip(soft(&diff, t)) {
-            assert!((a - b).abs() < 1e-12, "{p:?}");
+        for weight in [1.0, 0.75, 0.0] {
+            let mut p = soft(&l, t);
+            divide(&mut p, &soft(&c, 1.0), weight, t);
+            let diff: Vec<f64> = l.iter().zip(&c).map(|(a, b)| a - weight * b).collect();
+            for (a, b) in p.iter().zip(soft(&diff, t)) {
+                assert!((a - b).abs() < 1e-12, "weight {weight}: {p:?}");
+            }
         }
     }
 
