@@ -2,6 +2,7 @@
 
     python3 tools/lodo.py collect URL MODEL RAW.jsonl MANIFEST.jsonl [...]
     python3 tools/lodo.py judge RAW.jsonl [SHIPPED_CONFIG.json]
+    python3 tools/lodo.py score RAW.jsonl CONFIG.json
 
 `collect` asks a served model with no decision_config.json (serve the GGUF from a directory
 of its own: the raw readout) every item of the manifests (sys1bench's format; the domain is
@@ -15,6 +16,12 @@ kernels). Every correction is a function of the raw answer and the empty-state a
 it is computed here exactly as the engine applies it (`engine/src/decision/calibrate.rs`):
 with temperature T, a choice or score divided by its empty-state answer with weight a reads
 (p / q^a)^(1/T) renormalised; a noul with bias b reads its log-odds as (z - b) / T. A
+The last candidate, `learned`, is a readout learned across domains rather than a correction:
+per question type, a conditional logit over features every question has (each option's raw
+and empty-state log-probability, the raw answer's entropy times the option's, a score
+level's place at either end of the scale, a noul's yes), judged the same way but not shipped
+(the engine applies corrections only; a readout of just the two log-probabilities is the
+`cf^a` correction). A
 candidate ships only if, fitted elsewhere, it lowers the mean held-out NLL and lowers no
 domain's held-out accuracy by more than 0.02 against the raw readout. SHIPPED_CONFIG (a
 decision_config.json) is scored as it is, not refitted. Then it prints the config the best
@@ -98,7 +105,10 @@ EPS = 1e-12
 
 
 def corrected(r, cfg):
-    """The answer of record r under cfg: {content_free: [types], noul_bias, temperature}."""
+    """The answer of record r under cfg: {content_free: [types], noul_bias, temperature}, or
+    {learned: weights} (a learned readout)."""
+    if "learned" in cfg:
+        return learned(r, cfg["learned"])
     t = cfg.get("temperature", {}).get(r["type"], 1.0)
     logs = [math.log(max(p, EPS)) for p in r["p"]]
     if r["type"] in cfg.get("content_free", []):
@@ -149,6 +159,80 @@ def fit(rs, family):
     return cfg
 
 
+# --- a learned readout ------------------------------------------------------------------
+# A conditional-logit model per question type over features every question has whatever its
+# domain: each option's raw log-probability, its empty-state log-probability, how sure the
+# raw answer is (its entropy over log n, times the option's log-probability: a temperature
+# that depends on confidence), and for a score whether the level is the first or last of
+# the scale, for a noul whether the option is yes. The answer is the softmax of the options'
+# scores. Fitted by L2-regularised maximum likelihood on the training domains.
+
+LEARNED_FEATURES = ("lp", "lq", "lp_h", "first", "last", "yes")
+
+
+def features(r):
+    n = len(r["p"])
+    lp = [math.log(max(p, EPS)) for p in r["p"]]
+    lq = [math.log(max(q, EPS)) for q in r["empty"]]
+    h = -sum(p * math.log(max(p, EPS)) for p in r["p"]) / math.log(n) if n > 1 else 0.0
+    if r["type"] == "score":
+        levels = [int(k) for k in r["keys"]]
+        lo, hi = min(levels), max(levels)
+    rows = []
+    for i in range(n):
+        first = last = yes = 0.0
+        if r["type"] == "score":
+            first, last = float(levels[i] == lo), float(levels[i] == hi)
+        if r["type"] == "noul":
+            yes = float(i == 0)
+        rows.append([lp[i], lq[i], lp[i] * h, first, last, yes])
+    return rows
+
+
+def learned_fit(rs, l2=0.01):
+    import numpy as np
+    from scipy.optimize import minimize
+    weights = {}
+    for t in TYPES:
+        sub = [r for r in rs if r["type"] == t]
+        if not sub:
+            continue
+        width = max(len(r["p"]) for r in sub)
+        x = np.zeros((len(sub), width, len(LEARNED_FEATURES)))
+        mask = np.full((len(sub), width), -np.inf)
+        for j, r in enumerate(sub):
+            f = features(r)
+            x[j, :len(f)] = f
+            mask[j, :len(f)] = 0.0
+        y = np.array([r["truth"] for r in sub])
+        rows = np.arange(len(sub))
+        init = np.zeros(len(LEARNED_FEATURES))
+        init[0] = 1.0
+
+        def loss(w):
+            s = x @ w + mask
+            s = s - s.max(axis=1, keepdims=True)
+            e = np.exp(s)
+            p = e / e.sum(axis=1, keepdims=True)
+            total = -np.log(np.maximum(p[rows, y], EPS)).mean()
+            grad = -(x[rows, y] - np.einsum("mn,mnf->mf", p, x)).mean(axis=0)
+            reg = w - init
+            return total + l2 * reg @ reg, grad + 2 * l2 * reg
+
+        weights[t] = [float(v) for v in minimize(loss, init, jac=True, method="L-BFGS-B").x]
+    return weights
+
+
+def learned(r, weights):
+    w = weights.get(r["type"])
+    if w is None:
+        return list(r["p"])
+    s = [sum(a * b for a, b in zip(f, w)) for f in features(r)]
+    top = max(s)
+    z = [math.exp(x - top) for x in s]
+    return [x / sum(z) for x in z]
+
+
 def summary(rs, cfg):
     import numpy as np
     from sys1bench.metrics.calibration import ece, ece_noise_floor
@@ -169,6 +253,7 @@ FAMILIES = {
     "cf(all)+T": {"temperature": True, "content_free": ["choice", "score", "noul"]},
     "cf^a+T": {"temperature": True, "weight": True, "content_free": ["choice", "score"]},
     "cf^a(all)+T": {"temperature": True, "weight": True, "content_free": ["choice", "score", "noul"]},
+    "learned": {"learned": True},
 }
 
 
@@ -180,7 +265,11 @@ def judge(raw, shipped=None):
     for name, fam in FAMILIES.items():
         table[name] = {}
         for d in domains:
-            cfg = fit([r for r in rs if r["domain"] != d], fam) if fam else {}
+            rest = [r for r in rs if r["domain"] != d]
+            if fam.get("learned"):
+                cfg = {"learned": learned_fit(rest)}
+            else:
+                cfg = fit(rest, fam) if fam else {}
             table[name][d] = summary(by[d], cfg)
     if shipped:
         cfg = json.load(open(shipped))
@@ -201,7 +290,8 @@ def judge(raw, shipped=None):
         worst = min(table[n][d]["acc"] - table["raw"][d]["acc"] for d in domains)
         # "no more than 0.02" (1e-9: 3 of 150 is 0.02, not more, whatever the rounding).
         ok = mean[n]["nll"] < mean["raw"]["nll"] and worst >= -0.02 - 1e-9
-        if n != "shipped" and ok:
+        # The engine applies corrections, not the learned readout: that one is judged only.
+        if n not in ("shipped", "learned") and ok:
             accepted.append(n)
         print(f"{n:<12} mean held-out NLL {mean[n]['nll']:.3f} (raw {mean['raw']['nll']:.3f}), "
               f"worst accuracy change {worst:+.3f}, max ECE/floor {max(table[n][d]['ece_floor'] for d in domains):.2f}: "
@@ -215,13 +305,24 @@ def judge(raw, shipped=None):
     print("\nfitted on the domain itself (not held out), ECE/floor:")
     print(f"{'domain':<24} " + " ".join(f"{n:>13}" for n in FAMILIES if n != "raw"))
     for d in domains:
-        cells = " ".join(f"{summary(by[d], fit(by[d], fam))['ece_floor']:>13.2f}" for n, fam in FAMILIES.items() if n != "raw")
+        cells = " ".join(f"{summary(by[d], {'learned': learned_fit(by[d])} if fam.get('learned') else fit(by[d], fam))['ece_floor']:>13.2f}"
+                         for n, fam in FAMILIES.items() if n != "raw")
         print(f"{d:<24} {cells}")
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "collect":
         collect(sys.argv[2].rstrip("/"), sys.argv[3], sys.argv[4], sys.argv[5:])
+    elif sys.argv[1] == "score":
+        # A config as it is, on every domain (not held out: e.g. the one fitted on them all).
+        rs = [json.loads(l) for l in open(sys.argv[2])]
+        cfg = json.load(open(sys.argv[3]))
+        domains = sorted({r["domain"] for r in rs})
+        cells = [(summary([r for r in rs if r["domain"] == d], cfg),
+                  summary([r for r in rs if r["domain"] == d], {})) for d in domains]
+        print(f"mean accuracy {sum(c['acc'] for c, _ in cells) / len(cells):.3f}, "
+              f"mean NLL {sum(c['nll'] for c, _ in cells) / len(cells):.3f}, "
+              f"worst accuracy change against raw {min(c['acc'] - r['acc'] for c, r in cells):+.3f}")
     elif sys.argv[1] == "judge":
         judge(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
     else:
