@@ -1,9 +1,9 @@
 //! The label-bias corrections the catalogue ships for `qwen2.5-1.5b` act end to end (issues
-//! 10 and 36): content-free calibration divides each choice, score and noul answer by the same
-//! question's answer about an empty state, so a question about an empty state is answered
-//! with equal probabilities, exactly; the empty-state answer is remembered, so asking again, beside other
-//! questions or with the options in another order gives the same answer; and the corrected
-//! answers are still right on plain cases.
+//! 10, 36 and 61): content-free calibration divides each choice, score and noul answer by a
+//! share of the same question's answer about an empty state (how a share acts is checked
+//! exactly in `packages.rs`); the empty-state answer is remembered, so asking again, beside
+//! other questions or with the options in another order gives the same answer; and the
+//! corrected answers are still right on plain cases.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -56,27 +56,6 @@ async fn severity_of(text: &str) -> f64 {
     answers(text, json!({"s": severity()})).await["s"]["score"]
         .as_f64()
         .expect("score")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_empty_state_gets_equal_probabilities_from_choice_score_and_noul() {
-    let a = answers(
-        "",
-        json!({"q": queue(), "s": severity(), "n": {"type": "noul", "instructions": "Is the customer angry?"}}),
-    )
-    .await;
-    let n = a["n"]["noul"].as_f64().expect("noul");
-    assert!((n - 0.5).abs() < 1e-9, "n: {n}: {a}");
-    for id in ["q", "s"] {
-        let p = probabilities(&a[id]);
-        let even = 1.0 / p.len() as f64;
-        for (k, x) in &p {
-            assert!(
-                (x - even).abs() < 1e-9,
-                "{id}.{k}: {x} (without the correction the model's own lean shows): {a}"
-            );
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
