@@ -15,15 +15,15 @@ for every domain in turn (leave-one-domain-out): accuracy, NLL, ECE/floor (sys1b
 kernels). Every correction is a function of the raw answer and the empty-state answer, so
 it is computed here exactly as the engine applies it (`engine/src/decision/calibrate.rs`):
 with temperature T, a choice or score divided by its empty-state answer with weight a reads
-(p / q^a)^(1/T) renormalised; a noul with bias b reads its log-odds as (z - b) / T. A
+(p / q^a)^(1/T) renormalised; a noul with bias b reads its log-odds as (z - b) / T.
 The last candidate, `learned`, is a readout learned across domains rather than a correction:
 per question type, a conditional logit over features every question has (each option's raw
 and empty-state log-probability, the raw answer's entropy times the option's, a score
 level's place at either end of the scale, a noul's yes), judged the same way but not shipped
 (the engine applies corrections only; a readout of just the two log-probabilities is the
-`cf^a` correction). A
-candidate ships only if, fitted elsewhere, it lowers the mean held-out NLL and lowers no
-domain's held-out accuracy by more than 0.02 against the raw readout. SHIPPED_CONFIG (a
+`cf^a` correction). A candidate ships only if, fitted elsewhere, it lowers the mean
+held-out NLL and lowers no domain's held-out accuracy by more than 0.02 against the raw
+readout. SHIPPED_CONFIG (a
 decision_config.json) is scored as it is, not refitted. Then it prints the config the best
 accepted candidate fits on every domain, and last each family's ECE/floor fitted on the very
 domain it is scored on (not held out): how low it gets when nothing has to transfer, which
@@ -233,6 +233,13 @@ def learned(r, weights):
     return [x / sum(z) for x in z]
 
 
+def fitted(rs, family):
+    """The config `family` fits on rs: a correction's, or a learned readout's weights."""
+    if family.get("learned"):
+        return {"learned": learned_fit(rs)}
+    return fit(rs, family) if family else {}
+
+
 def summary(rs, cfg):
     import numpy as np
     from sys1bench.metrics.calibration import ece, ece_noise_floor
@@ -265,12 +272,7 @@ def judge(raw, shipped=None):
     for name, fam in FAMILIES.items():
         table[name] = {}
         for d in domains:
-            rest = [r for r in rs if r["domain"] != d]
-            if fam.get("learned"):
-                cfg = {"learned": learned_fit(rest)}
-            else:
-                cfg = fit(rest, fam) if fam else {}
-            table[name][d] = summary(by[d], cfg)
+            table[name][d] = summary(by[d], fitted([r for r in rs if r["domain"] != d], fam))
     if shipped:
         cfg = json.load(open(shipped))
         table["shipped"] = {d: summary(by[d], cfg) for d in domains}
@@ -305,8 +307,7 @@ def judge(raw, shipped=None):
     print("\nfitted on the domain itself (not held out), ECE/floor:")
     print(f"{'domain':<24} " + " ".join(f"{n:>13}" for n in FAMILIES if n != "raw"))
     for d in domains:
-        cells = " ".join(f"{summary(by[d], {'learned': learned_fit(by[d])} if fam.get('learned') else fit(by[d], fam))['ece_floor']:>13.2f}"
-                         for n, fam in FAMILIES.items() if n != "raw")
+        cells = " ".join(f"{summary(by[d], fitted(by[d], fam))['ece_floor']:>13.2f}" for n, fam in FAMILIES.items() if n != "raw")
         print(f"{d:<24} {cells}")
 
 
