@@ -377,7 +377,7 @@ impl SparrowModel {
             attention_mode: "state_once".into(),
             prompt_layout: "sparrow-static".into(),
             system_prompt: String::new(),
-            temperature: engine::package::Temperatures {
+            temperature: engine::package::PerType {
                 choice,
                 noul,
                 score,

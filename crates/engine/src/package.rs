@@ -32,18 +32,19 @@ impl PromptTemplate {
     }
 }
 
-/// Temperature per question type.
+/// A number per corrected question type (`temperature`, `content_free_weight`): 1 for each
+/// type the config does not name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Temperatures {
+pub struct PerType {
     pub choice: f64,
     pub noul: f64,
     pub score: f64,
 }
 
-impl Default for Temperatures {
+impl Default for PerType {
     fn default() -> Self {
-        Temperatures {
+        PerType {
             choice: 1.0,
             noul: 1.0,
             score: 1.0,
@@ -51,28 +52,18 @@ impl Default for Temperatures {
     }
 }
 
-/// `content_free_weight`: the share of the empty-state answer each question type divides by.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ContentFreeWeight {
-    pub choice: f64,
-    pub noul: f64,
-    pub score: f64,
-}
-
-impl Default for ContentFreeWeight {
-    fn default() -> Self {
-        ContentFreeWeight {
-            choice: 1.0,
-            noul: 1.0,
-            score: 1.0,
-        }
+impl PerType {
+    fn is_default(&self) -> bool {
+        *self == PerType::default()
     }
-}
 
-impl ContentFreeWeight {
-    fn is_whole(&self) -> bool {
-        *self == ContentFreeWeight::default()
+    /// Each type's number, by its config key.
+    fn entries(&self) -> [(&'static str, f64); 3] {
+        [
+            ("choice", self.choice),
+            ("noul", self.noul),
+            ("score", self.score),
+        ]
     }
 }
 
@@ -106,7 +97,7 @@ pub struct DecisionConfig {
     pub prompt_layout: String,
     pub system_prompt: String,
     pub template: PromptTemplate,
-    pub temperature: Temperatures,
+    pub temperature: PerType,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature_by_questions: Option<TemperatureByQuestions>,
     /// The question types the package answers.
@@ -143,8 +134,8 @@ pub struct DecisionConfig {
     /// How much of the empty-state answer each type divides by, in [0, 1]: a weight `a`
     /// divides the logits by `a` times the empty state's (1, the default, divides it out
     /// whole). Fitted with the temperatures (`tools/lodo.py`).
-    #[serde(skip_serializing_if = "ContentFreeWeight::is_whole")]
-    pub content_free_weight: ContentFreeWeight,
+    #[serde(skip_serializing_if = "PerType::is_default")]
+    pub content_free_weight: PerType,
     /// A noul's yes-against-no log-odds are lowered by this much before its temperature: the
     /// lean toward yes a model shows, fitted on labelled development data (0: none).
     pub noul_bias: f64,
@@ -165,7 +156,7 @@ impl Default for DecisionConfig {
                             question about it with only the label of your answer."
                 .into(),
             template: PromptTemplate::chatml(),
-            temperature: Temperatures::default(),
+            temperature: PerType::default(),
             temperature_by_questions: None,
             question_types: vec![
                 "choice".into(),
@@ -183,7 +174,7 @@ impl Default for DecisionConfig {
             choice_orders: 1,
             score_orders: 1,
             content_free: Vec::new(),
-            content_free_weight: ContentFreeWeight::default(),
+            content_free_weight: PerType::default(),
             noul_bias: 0.0,
             router_questions: BTreeMap::new(),
         }
@@ -251,9 +242,9 @@ impl DecisionConfig {
                 bad(name, format!("must be a positive number, not {t}"))
             }
         };
-        positive("temperature.choice", self.temperature.choice)?;
-        positive("temperature.noul", self.temperature.noul)?;
-        positive("temperature.score", self.temperature.score)?;
+        for (name, t) in self.temperature.entries() {
+            positive(&format!("temperature.{name}"), t)?;
+        }
         if let Some(t) = &self.temperature_by_questions {
             if t.temperature.len() != t.max_questions.len() + 1 {
                 return bad(
@@ -334,8 +325,7 @@ impl DecisionConfig {
                 ),
             );
         }
-        let w = &self.content_free_weight;
-        for (name, a) in [("choice", w.choice), ("noul", w.noul), ("score", w.score)] {
+        for (name, a) in self.content_free_weight.entries() {
             if !(0.0..=1.0).contains(&a) {
                 return bad(
                     &format!("content_free_weight.{name}"),

@@ -191,12 +191,12 @@ impl DecisionModel {
         keys: &[Option<String>],
         r: &mut Reading<'_>,
     ) {
+        let weight = &self.config.content_free_weight;
         for (key, (plan, groups)) in keys.iter().zip(r.groups.iter_mut()) {
             let (Some(key), Some(p)) = (key, groups.as_mut().and_then(|g| g.first_mut())) else {
                 continue;
             };
             let Some(q) = known.get(key) else { continue };
-            let weight = &self.config.content_free_weight;
             match plan {
                 Plan::Choice {
                     keys, temperature, ..
