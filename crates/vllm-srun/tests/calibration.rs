@@ -29,17 +29,6 @@ async fn answers(state: &str, questions: Value) -> Value {
     v["answers"].clone()
 }
 
-fn probabilities(a: &Value) -> Vec<(String, f64)> {
-    let mut p: Vec<(String, f64)> = a["probabilities"]
-        .as_object()
-        .expect("probabilities")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_f64().expect("p")))
-        .collect();
-    p.sort_by(|a, b| a.0.cmp(&b.0));
-    p
-}
-
 fn queue() -> Value {
     json!({"type": "choice", "instructions": "Which queue should handle this ticket?",
            "criteria": {"billing": "Charges, refunds, invoices", "shipping": "Deliveries and tracking",

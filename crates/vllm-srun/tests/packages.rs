@@ -146,14 +146,7 @@ async fn a_content_free_weight_divides_out_that_share_of_the_empty_state() {
         let a = &v["answers"];
         let mut dists = Vec::new();
         for id in ["team", "severity"] {
-            let mut p: Vec<(String, f64)> = a[id]["probabilities"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, x)| (k.clone(), x.as_f64().unwrap()))
-                .collect();
-            p.sort_by(|x, y| x.0.cmp(&y.0));
-            dists.push(p.into_iter().map(|(_, x)| x).collect::<Vec<f64>>());
+            dists.push(probabilities(&a[id]).into_iter().map(|(_, x)| x).collect());
         }
         let yes = a["angry"]["noul"].as_f64().unwrap();
         dists.push(vec![yes, 1.0 - yes]);

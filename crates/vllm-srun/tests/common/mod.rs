@@ -256,6 +256,18 @@ pub fn sum(v: &Value) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// An answer's `probabilities`, as (key, probability) sorted by key.
+pub fn probabilities(a: &Value) -> Vec<(String, f64)> {
+    let mut p: Vec<(String, f64)> = a["probabilities"]
+        .as_object()
+        .expect("probabilities")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_f64().expect("p")))
+        .collect();
+    p.sort_by(|a, b| a.0.cmp(&b.0));
+    p
+}
+
 /// A small deterministic generator (xorshift64) for fuzzing bodies.
 pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
     move || {
