@@ -116,9 +116,12 @@ def corrected(r, cfg):
         logs = [x - a * math.log(max(q, EPS)) for x, q in zip(logs, r["empty"])]
     if r["type"] == "noul" and cfg.get("noul_bias"):
         logs = [logs[0] - cfg["noul_bias"], logs[1]]
-    logs = [x / t for x in logs]
-    top = max(logs)
-    z = [math.exp(x - top) for x in logs]
+    return softmax([x / t for x in logs])
+
+
+def softmax(scores):
+    top = max(scores)
+    z = [math.exp(x - top) for x in scores]
     s = sum(z)
     return [x / s for x in z]
 
@@ -227,10 +230,7 @@ def learned(r, weights):
     w = weights.get(r["type"])
     if w is None:
         return list(r["p"])
-    s = [sum(a * b for a, b in zip(f, w)) for f in features(r)]
-    top = max(s)
-    z = [math.exp(x - top) for x in s]
-    return [x / sum(z) for x in z]
+    return softmax([sum(a * b for a, b in zip(f, w)) for f in features(r)])
 
 
 def fitted(rs, family):
@@ -318,9 +318,10 @@ if __name__ == "__main__":
         # A config as it is, on every domain (not held out: e.g. the one fitted on them all).
         rs = [json.loads(l) for l in open(sys.argv[2])]
         cfg = json.load(open(sys.argv[3]))
-        domains = sorted({r["domain"] for r in rs})
-        cells = [(summary([r for r in rs if r["domain"] == d], cfg),
-                  summary([r for r in rs if r["domain"] == d], {})) for d in domains]
+        by = {}
+        for r in rs:
+            by.setdefault(r["domain"], []).append(r)
+        cells = [(summary(by[d], cfg), summary(by[d], {})) for d in sorted(by)]
         print(f"mean accuracy {sum(c['acc'] for c, _ in cells) / len(cells):.3f}, "
               f"mean NLL {sum(c['nll'] for c, _ in cells) / len(cells):.3f}, "
               f"worst accuracy change against raw {min(c['acc'] - r['acc'] for c, r in cells):+.3f}")
