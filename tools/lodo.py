@@ -264,10 +264,18 @@ FAMILIES = {
 }
 
 
+def by_domain(rs):
+    """The records of each domain, domains in sorted order."""
+    by = {}
+    for r in rs:
+        by.setdefault(r["domain"], []).append(r)
+    return {d: by[d] for d in sorted(by)}
+
+
 def judge(raw, shipped=None):
     rs = [json.loads(l) for l in open(raw)]
-    domains = sorted({r["domain"] for r in rs})
-    by = {d: [r for r in rs if r["domain"] == d] for d in domains}
+    by = by_domain(rs)
+    domains = list(by)
     table = {}
     for name, fam in FAMILIES.items():
         table[name] = {}
@@ -318,10 +326,7 @@ if __name__ == "__main__":
         # A config as it is, on every domain (not held out: e.g. the one fitted on them all).
         rs = [json.loads(l) for l in open(sys.argv[2])]
         cfg = json.load(open(sys.argv[3]))
-        by = {}
-        for r in rs:
-            by.setdefault(r["domain"], []).append(r)
-        cells = [(summary(by[d], cfg), summary(by[d], {})) for d in sorted(by)]
+        cells = [(summary(recs, cfg), summary(recs, {})) for recs in by_domain(rs).values()]
         print(f"mean accuracy {sum(c['acc'] for c, _ in cells) / len(cells):.3f}, "
               f"mean NLL {sum(c['nll'] for c, _ in cells) / len(cells):.3f}, "
               f"worst accuracy change against raw {min(c['acc'] - r['acc'] for c, r in cells):+.3f}")
